@@ -16,8 +16,10 @@ tecomp is faster).  Every result is checked against PyTorch's first.
 
 ``--ab``: each grouped convolution also built with
 ``tecomp.strategy.cpu.grouped.INTERLEAVE_WHOLE_VECTORS`` off (groups of one vector of
-output channels in channel blocks, as before interleaving them), timed in the same turns
-("before", and the speed-up over it).
+output channels in channel blocks, as before interleaving them), and each depthwise one
+with ``tecomp.strategy.cpu.depthwise.FMA`` and ``STREAM_OUTPUT`` off (a multiply and an
+add per tap, every output store through the cache: the template before 2026-11-30),
+timed in the same turns ("before", and the speed-up over it).
 """
 from __future__ import annotations
 
@@ -38,13 +40,15 @@ def main() -> None:
     ap.add_argument("--layout", default="nchw,nhwc")
     ap.add_argument("--only", default="depthwise,grouped")
     ap.add_argument("--ab", action="store_true",
-                    help="grouped: also time INTERLEAVE_WHOLE_VECTORS off")
+                    help="also time grouped with INTERLEAVE_WHOLE_VECTORS off, depthwise "
+                         "with FMA and STREAM_OUTPUT off")
     args = ap.parse_args()
     pin_threads(args.threads)
     import numpy as np
 
     import tecomp as tc
     import tecomp.nn as nn
+    from tecomp.strategy.cpu import depthwise as depthwise_mod
     from tecomp.strategy.cpu import grouped as grouped_mod
 
     torch = torch_or_none(args.threads)
@@ -89,12 +93,16 @@ def main() -> None:
                 ref = want.numpy() if nchw else want.permute(0, 2, 3, 1).numpy()
                 key = f"{kind} {layout} b{batch} {C}x{H}x{H} s{s}"
                 nbytes = 4 * (x.size + w.size + batch * C * OH * OH)
-                for on in (True, False) if args.ab and kind == "grouped" else (True,):
+                for on in (True, False) if args.ab else (True,):
                     grouped_mod.INTERLEAVE_WHOLE_VECTORS = on
+                    depthwise_mod.FMA = on
+                    depthwise_mod.STREAM_OUTPUT = None if on else False
                     try:
                         f = tc.build(tc.auto_schedule([X, W, Y]), [X, W, Y])
                     finally:
                         grouped_mod.INTERLEAVE_WHOLE_VECTORS = True
+                        depthwise_mod.FMA = True
+                        depthwise_mod.STREAM_OUTPUT = None
                     out = tc.empty(tuple(int(e.value) for e in Y.shape), "float32")
                     f(xa, wa, out)
                     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)

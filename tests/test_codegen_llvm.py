@@ -701,6 +701,45 @@ def test_fp_contract_pragma_and_attr():
         np.testing.assert_allclose(out, a * b + 1, rtol=1e-6)
 
 
+def _offset_view(shape, shift):
+    """A float32 array of ``shape`` starting ``shift`` elements past a 64-byte line."""
+    size = int(np.prod(shape))
+    raw = np.zeros(size + 32, np.float32)
+    start = (-raw.ctypes.data // 4) % 16 + shift
+    return raw[start:start + size].reshape(shape)
+
+
+@pytest.mark.parametrize("cols", [64, 40])
+def test_nontemporal_pragma_streams_aligned_whole_vectors(cols):
+    """``pragma nontemporal``: the nest's vector stores to a buffer it does not allocate
+    are non-temporal where the offset is known a multiple of the vector (rows of 64
+    floats; not the 16-float vectors of rows of 40, which start on 32-byte steps), the
+    nest run as it is where
+    the buffer does not start on a line; results never change, even in one-iteration
+    loops that lowering removes."""
+    import tecomp as tc
+
+    A = tc.placeholder((1, 6, cols), "float32", name="A")
+    B = tc.compute((1, 6, cols), lambda n, i, j: A[n, i, j] * 2.0 + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    n, i, j = B.op.axis
+    jo, ji = s[B].split(j, factor=16)
+    s[B].vectorize(ji)
+    s[B].unroll(jo)
+    s[B].pragma(n, "nontemporal")
+    assert "pragma_nontemporal" in str(tc.lower(s, [A, B]))
+    m = tc.build(s, [A, B])
+    wide = [ln for ln in m.get_source("llvm").splitlines() if "store <16 x float>" in ln]
+    streamed = [ln for ln in wide if "!nontemporal" in ln]
+    # rows of 64: the copy for a buffer on a line streams its stores, the other copy none
+    assert len(streamed) == (len(wide) // 2 if cols == 64 else 0)
+    a = np.random.rand(1, 6, cols).astype(np.float32)
+    for shift in (0, 1, 3):
+        out = _offset_view((1, 6, cols), shift)
+        m(a, out)
+        np.testing.assert_array_equal(out, a * 2 + 1)
+
+
 def test_fp_contract_on_a_one_iteration_loop_holds_for_its_nest():
     """``fp_contract`` is a pragma of the nest under its loop: when that loop has one
     iteration and goes away, the nest keeps it (it was dropped with the loop, so the

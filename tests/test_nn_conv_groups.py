@@ -524,6 +524,58 @@ def test_depthwise_template_with_epilogue(layout):
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
 
 
+def _off_line(shape, shift):
+    """A float32 array of ``shape`` starting ``shift`` elements past a 64-byte line."""
+    size = int(np.prod(shape))
+    raw = np.zeros(size + 32, "float32")
+    start = (-raw.ctypes.data // 4) % 16 + shift
+    return raw[start:start + size].reshape(shape)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_depthwise_streamed_output(layout, monkeypatch):
+    """The output stores past the cache (``pragma nontemporal``, forced on small shapes
+    with ``depthwise.STREAM_OUTPUT``): rows of whole lines (NCHW 16 columns, NHWC 32
+    channels), a stride, an epilogue, outputs on a line and off it (run as cached)."""
+    from tecomp.strategy.cpu import depthwise
+    monkeypatch.setattr(depthwise, "STREAM_OUTPUT", True)
+    nchw = layout == "nchw"
+    for stride, (C, H, W) in ((1, (3, 7, 16) if nchw else (32, 5, 7)),
+                              (2, (2, 6, 32) if nchw else (32, 7, 6))):
+        c = Conv("depthwise", nchw, 2, C, H, W, C, 3, 3, stride, 1, dtype="float32")
+        Z = nn.relu(c.Y)
+        s = cpu.schedule_depthwise_conv2d_nchw(Z) if nchw else \
+            cpu.schedule_depthwise_conv2d_nhwc(Z)
+        assert "pragma_nontemporal" in str(tc.lower(s, [c.X, c.W, Z]))
+        f = tc.build(s, [c.X, c.W, Z])
+        xa, wa = c.arrays()
+        for shift in (0, 1):
+            out = _off_line(c.ref().shape, shift)
+            f(xa, wa, out)
+            np.testing.assert_allclose(out, np.maximum(c.ref(), 0), rtol=1e-5, atol=1e-4)
+
+
+def test_depthwise_streams_outputs_past_half_the_cache():
+    """By default only a pass over more than half the last-level cache streams its
+    output (a 32 MiB one here), and only rows of whole cache lines (NCHW 56 columns:
+    224 bytes do not), and not a symbolic batch."""
+    from tecomp.strategy.cpu.depthwise import _streams_output
+    from tecomp.target import CpuModel
+    info = CpuModel(lanes=16, vregs=32, threads=1, l3_bytes=32 << 20)
+    n = tc.var("n")
+    for layout, shape, want in (("nhwc", (8, 112, 112, 32), True),
+                                ("nhwc", (2, 112, 112, 32), False),
+                                ("nchw", (8, 32, 112, 112), True),
+                                ("nchw", (8, 128, 56, 56), False),
+                                ("nhwc", (n, 112, 112, 32), False)):
+        X = tc.placeholder(shape, name="X")
+        if layout == "nhwc":
+            Y = nn.depthwise_conv2d_nhwc(X, tc.placeholder((3, 3, shape[3], 1)), 1, 1)
+        else:
+            Y = nn.depthwise_conv2d_nchw(X, tc.placeholder((shape[1], 1, 3, 3)), 1, 1)
+        assert _streams_output(Y, Y, info) == want, (layout, shape)
+
+
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("kind", ["depthwise", "grouped"])
 def test_symbolic_batch(kind, layout):

@@ -338,8 +338,10 @@ class Stage(TracedStage):
         ``unroll_count`` (an int from 1 to :data:`MAX_UNROLL_COUNT`) has LLVM unroll the
         loop that many times; ``no_partition`` / ``partition``: loop partitioning leaves the loop whole / also
         splits it on the selects in what its body stores (docs/schedule.md); ``fp_contract``
-        lets ``a*b + c`` in the nest be one FMA (docs/numerics.md); any other name is kept
-        as a ``// attr pragma_<name>`` comment for the backends."""
+        lets ``a*b + c`` in the nest be one FMA (docs/numerics.md); ``nontemporal`` has the
+        LLVM backend stream the nest's aligned whole-vector stores to the buffers it does
+        not allocate past the cache (docs/schedule.md); any other name is kept as a
+        ``// attr pragma_<name>`` comment for the backends."""
         iv = self._iv(axis, "pragma")
         self._not_inlined("pragma")
         if not is_pragma_name(name):

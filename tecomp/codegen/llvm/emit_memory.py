@@ -44,6 +44,17 @@ MAX_STACK_ALLOC = 64 * 1024
 MAX_STACK_FRAME = 512 * 1024
 
 
+#: a nest's stores bypass the cache (pragma nontemporal) where the buffer starts on a
+#: multiple of these bytes (a cache line; a 64-byte vector's non-temporal store faults
+#: on an address that is not)
+NONTEMPORAL_ALIGN = 64
+
+
+def _pow2_const(v: int) -> int:
+    """``k``: ``2**k`` divides ``v`` (64 for 0)."""
+    return 64 if v == 0 else min(64, (v & -v).bit_length() - 1)
+
+
 def _constant_bytes(buf: Buffer) -> Optional[int]:
     """The bytes an allocation of ``buf`` takes when its shape (and strides) are
     constants, as :meth:`_FnEmitter.alloc_count` counts them; None otherwise."""
@@ -309,6 +320,79 @@ class _MemoryEmitter:
 
                 self.guard(self.any_lane(fails), on_fail, name="bounds")
 
+    # -- non-temporal stores (pragma nontemporal) ---------------------------------------
+    def nontemporal_nest(self, body: Stmt):
+        """The nest ``body`` under ``pragma nontemporal``, twice: where every buffer it
+        stores to and does not allocate starts on a cache line (a test at run time),
+        with its whole-vector stores to them non-temporal (:meth:`_nontemporal_store`);
+        else as it is."""
+        inner = {s.buffer for s in collect(body, lambda n: isinstance(n, Allocate))}
+        outs = []
+        for st in collect(body, lambda n: isinstance(n, BufferStore)):
+            if st.buffer not in inner and st.buffer not in outs and st.buffer in self.bufs:
+                outs.append(st.buffer)
+        if not outs:
+            self.stmt(body)
+            return
+        b = self.b
+        line = ir.Constant(_I64, NONTEMPORAL_ALIGN - 1)
+        ok = None
+        for buf in outs:
+            low = b.and_(b.ptrtoint(self.buf(buf).ptr, _I64), line)
+            c = b.icmp_unsigned("==", low, ir.Constant(_I64, 0))
+            ok = c if ok is None else b.and_(ok, c)
+
+        def streamed():
+            self.mb.nontemporal = frozenset(outs)
+            try:
+                self.stmt(body)
+            finally:
+                self.mb.nontemporal = frozenset()
+        self.if_(ok, streamed, lambda: self.stmt(body), name="nt")
+
+    def _nontemporal_store(self, bi: _Buf, indices, x, p, align: int):
+        """A vector store to ``bi`` inside a nest whose stores to it bypass the cache:
+        non-temporal (``!nontemporal``, x86 ``vmovntps``) where its first element's
+        offset is known to be a multiple of the vector's bytes (up to a cache line; the
+        buffer starts on one), else a plain store.  LLVM needs the alignment to emit the
+        instruction, and an aligned store to an address that is not faults."""
+        b = self.b
+        size = _SIZE[bi.dtype]
+        e = 64
+        for i, st in zip(indices, bi.strides):
+            k = self._pow2_factor(i)
+            if k < 64:
+                k += _pow2_const(st.constant) if isinstance(st, ir.Constant) else 0
+            e = min(e, k)
+        known = min(NONTEMPORAL_ALIGN, size << min(e, 16))
+        if known < min(NONTEMPORAL_ALIGN, size * self.lanes):
+            self._tag(b.store(x, p, align=align), bi)
+            return
+        inst = b.store(x, p, align=known)
+        inst.set_metadata("nontemporal", self.mb.module.add_metadata([ir.Constant(_I32, 1)]))
+        self._tag(inst, bi)
+
+    def _pow2_factor(self, e: Expr) -> int:
+        """``k``: ``2**k`` divides the value of the index ``e`` in the first lane,
+        whatever the variables hold (64: it is 0).  Constants and the variables bound to
+        constants (unrolled loops, a widened loop's first lane) count; other variables
+        divide by 1."""
+        t = type(e)
+        if t is Const:
+            return _pow2_const(int(e.value))
+        if t is Var:
+            v = self.env64.get(e) or self.env.get(e)
+            if v is not None and v.v is None and isinstance(v.s, ir.Constant):
+                return _pow2_const(int(v.s.constant))
+            return 0
+        if t in (Add, Sub):
+            return min(self._pow2_factor(e.a), self._pow2_factor(e.b))
+        if t is Mul:
+            return min(64, self._pow2_factor(e.a) + self._pow2_factor(e.b))
+        if t is Cast and _dt.is_int(e.dtype) and _dt.is_int(e.value.dtype):
+            return self._pow2_factor(e.value)
+        return 0
+
     def _tag(self, inst, bi: _Buf):
         """``inst`` (a load, store or masked memory intrinsic through ``bi``) with the
         buffer's alias scopes (:mod:`tecomp.codegen.llvm.alias`)."""
@@ -548,7 +632,9 @@ class _MemoryEmitter:
             self._tag(b.call(f, [w, p, ir.Constant(_I32, align), self._pad_mask(P)]), bi)
         elif off.v is None and off.step == 1:
             p = self._elem_ptr(bi, off.s, self.mask is None)
-            if self.mask is None:
+            if self.mask is None and bi.buffer in self.mb.nontemporal:
+                self._nontemporal_store(bi, node.indices, x, p, align)
+            elif self.mask is None:
                 self._tag(b.store(x, p, align=align), bi)
             else:
                 f = self.mb.intrinsic("llvm.masked.store", ir.VoidType(),

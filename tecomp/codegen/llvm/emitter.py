@@ -135,6 +135,12 @@ Lowering
   so elementwise arithmetic matches numpy bit for bit.  ``PrimFunc.attrs["fp_contract"] =
   True`` marks float ``+ - *`` ``contract`` so LLVM may fuse ``a*b + c`` into one FMA
   (TVM's default; faster reductions, one rounding less).
+* **Non-temporal stores** (``pragma nontemporal`` on a nest): the nest is emitted twice,
+  behind a run-time test that every buffer it stores to and does not allocate starts on
+  a 64-byte line; in that copy a whole-vector store to them whose first element's offset
+  is known a multiple of the vector's bytes (constants and the constant-bound variables
+  of the index, and the strides: ``_MemoryEmitter._nontemporal_store``) carries
+  ``!nontemporal`` and that alignment (x86 ``vmovntps``), every other store stays plain.
 * **checks=True**: every load and store checks each index against its dimension's
   extent (one unsigned compare); a failure records the site and returns code 1.  Check
   sites carry precomputed messages naming the buffer and the printed IR.
@@ -348,6 +354,9 @@ class _FnEmitter(_MemoryEmitter, _ControlEmitter, _ExprEmitter, _MathEmitter,
             if isinstance(body, For) and body.kind == "serial":
                 self._unroll_count[id(body)] = s.value
             self.stmt(s.body)
+            return
+        if s.key == "pragma_nontemporal" and not self.mb.nontemporal:
+            self.nontemporal_nest(s.body)
             return
         if s.key == "pragma_fp_contract" and not self.mb.fp_flags:
             # a schedule's opt-in (s[T].pragma(axis, "fp_contract")): a*b + c in the

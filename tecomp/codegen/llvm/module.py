@@ -98,6 +98,9 @@ class _ModuleBuilder:
         #: fast-math flags on float +, -, *: "contract" lets LLVM fuse a*b+c into an FMA
         #: (one rounding instead of two); opt in with PrimFunc.attrs["fp_contract"] = True
         self.fp_flags = ("contract",) if func.attrs.get("fp_contract", False) else ()
+        #: the buffers whose whole-vector stores bypass the cache in the nest being
+        #: emitted (``pragma nontemporal``: _FnEmitter.s_attr, _MemoryEmitter.store)
+        self.nontemporal: frozenset = frozenset()
         #: the schedule vectorized some loop: scalar float min/max may be the target's own
         #: instruction (_FnEmitter._minmax), which LLVM's loop vectorizer cannot widen
         self.has_vectorized_loop = _has_vectorized_loop(func.body)

@@ -17,13 +17,17 @@ they read it with no test), and to keep the FMA loop free of guards and gathers:
 
 The block sizes come from the machine model (``Target.machine``: the vector width and
 the vector registers); an elementwise epilogue (bias, activation, the float32-to-float16
-rounding) is applied to the block in registers on its way out."""
+rounding) is applied to the block in registers on its way out.  The window's
+multiply-adds are FMAs (``pragma fp_contract``), and the output of a pass over more than
+half the last-level cache is stored past the cache (``pragma nontemporal``,
+:func:`_streams_output`)."""
 from __future__ import annotations
 
 from typing import Optional
 
+from ...ir import dtype as _dt
 from ...schedule.schedule import Schedule
-from .._common import _cint, _largest_divisor_at_most
+from .._common import _bytes, _cint, _largest_divisor_at_most
 from .common import _NoTemplate, _template_or_rules
 from .conv2d import _conv_parts, _conv_register_block, _own_pad, _unroll_window
 from .conv2d_tasks import _conv_parallel
@@ -31,9 +35,52 @@ from .elementwise import _epilogue, _fusable_epilogue
 from ...target import CpuModel
 
 
+#: ``a*b + c`` in the templates' window loops may be one FMA (one rounding instead of
+#: two; ``pragma fp_contract``): LLVM emitted a multiply and an add per tap, and the
+#: NHWC blocks spilled registers.  Off: the products rounded before the sum, as before
+#: (measurements: benchmarks/history/2026-11-30.md, "Depthwise NHWC batch 8")
+FMA = True
+
+#: the templates' output stores bypass the cache (``pragma nontemporal``): None where
+#: the pass's input and output take more than half the last-level cache
+#: (:func:`_streams_output`), True / False everywhere / nowhere
+STREAM_OUTPUT: Optional[bool] = None
+
+
 def _lanes(conv, info: CpuModel) -> int:
     """Elements of the accumulation dtype in one vector register."""
     return max(1, info.lanes * 32 // (64 if conv.dtype == "float64" else 32))
+
+
+def _streams_output(conv, out, info: CpuModel) -> bool:
+    """Whether the template's stores to ``out`` (the convolution or its epilogue)
+    should bypass the cache (:data:`STREAM_OUTPUT`).  A pass over more than half the
+    last-level cache leaves little of its output there for the next operator, and each
+    line it writes through the cache is read first: streamed, the line is written once.
+    Batch 8 MobileNet layers, one thread, under load: 32x112x112 NHWC 0.85 -> 0.56 ms,
+    128x56x56 1.45 -> 1.03; the pass and a sum over its output (the worst next
+    operator, which reads it back from memory) within 10% either way (32x112x112 0.99
+    -> 0.96 and 1.02 -> 1.11 ms, 128x56x56 1.84 -> 1.70); at batch 1 (3.2 MB) that pair
+    went 0.068 -> 0.086 ms, so smaller passes keep the cache (measurements:
+    benchmarks/history/2026-11-30.md, "Depthwise NHWC batch 8")."""
+    if STREAM_OUTPUT is not None:
+        return STREAM_OUTPUT
+    ins, outs = _bytes(conv.op.input_tensors[0]), _bytes(out)
+    return ins is not None and outs is not None and ins + outs > info.l3_bytes // 2 \
+        and _rows_whole_lines(out)
+
+
+#: the cache line: the code generator streams a store only where it knows the address a
+#: multiple of it (``pragma nontemporal``)
+_LINE = 64
+
+
+def _rows_whole_lines(out) -> bool:
+    """Whether the output's innermost rows are whole cache lines, so that every block's
+    store starts on one: rows of part lines mix streamed stores with cached ones (NCHW
+    128x56x56 at batch 8, rows of 224 bytes: slower than caching them all)."""
+    inner = _cint(out.shape[-1])
+    return inner is not None and inner * _dt.bits(out.dtype) // 8 % _LINE == 0
 
 
 def _block(extent: Optional[int], most: int) -> int:
@@ -64,7 +111,8 @@ def _inline_pad(s: Schedule, st, pad, loops) -> None:
         st.pragma(ax, "partition")
 
 
-def _nchw_rows_into(s: Schedule, outs, info: CpuModel, tag: str, ob: int) -> None:
+def _nchw_rows_into(s: Schedule, outs, info: CpuModel, tag: str, ob: int,
+                    fma: bool = False, stream: bool = False) -> None:
     """Schedule the NCHW convolution stage tagged ``tag`` (depthwise or grouped) under
     ``outs``: blocks of ``ob`` output channels (which read the same input channels:
     ``ob`` divides a group's) x ``YB`` rows x one vector of columns (the whole row when
@@ -91,11 +139,16 @@ def _nchw_rows_into(s: Schedule, outs, info: CpuModel, tag: str, ob: int) -> Non
     if info.threads > 1:
         st.parallel(task)
     _inline_pad(s, st, pad, (yc, xc))
+    if fma:
+        st.pragma(task, "fp_contract")
+    if stream and _streams_output(conv, fused if fused is not None else conv, info):
+        st.pragma(task, "nontemporal")
     _epilogue(s, outs, conv, info, fused)
 
 
 def _nhwc_pixels_into(s: Schedule, outs, info: CpuModel, tag: str, ob: int,
-                      across: bool = False) -> None:
+                      across: bool = False, fma: bool = False,
+                      stream: bool = False) -> None:
     """Schedule the NHWC convolution stage tagged ``tag`` (depthwise or grouped) under
     ``outs``: blocks of ``XB`` pixels x ``ob`` output channels (whole vectors along the
     channels, contiguous in memory), accumulated in registers over the window and the
@@ -141,14 +194,16 @@ def _nhwc_pixels_into(s: Schedule, outs, info: CpuModel, tag: str, ob: int,
     else:
         task, _ = _conv_parallel(st, [n, y], [N, OH], info.threads, 1 << 30)
     _inline_pad(s, st, pad, (yi if R > 1 else task, xo))
-    if across:
+    if across or fma:
         st.pragma(st.leaf_iter_vars[0], "fp_contract")
+    if stream and _streams_output(conv, fused if fused is not None else conv, info):
+        st.pragma(st.leaf_iter_vars[0], "nontemporal")
     _epilogue(s, outs, conv, info, fused)
 
 
 def _depthwise_nchw_into(s: Schedule, outs, info: CpuModel) -> None:
     # a task is one (image, channel) plane
-    _nchw_rows_into(s, outs, info, "depthwise_conv2d_nchw", 1)
+    _nchw_rows_into(s, outs, info, "depthwise_conv2d_nchw", 1, fma=FMA, stream=True)
 
 
 def _depthwise_nhwc_into(s: Schedule, outs, info: CpuModel) -> None:
@@ -158,7 +213,8 @@ def _depthwise_nhwc_into(s: Schedule, outs, info: CpuModel) -> None:
     # two vectors of channels where they divide the channels, else one
     ob = 2 * L if O is not None and O % (2 * L) == 0 else (O if O is not None and O < L
                                                           else L)
-    _nhwc_pixels_into(s, outs, info, "depthwise_conv2d_nhwc", ob)
+    _nhwc_pixels_into(s, outs, info, "depthwise_conv2d_nhwc", ob, fma=FMA,
+                      stream=True)
 
 
 def schedule_depthwise_conv2d_nchw(outs, target: str = "llvm") -> Schedule:
