@@ -348,6 +348,9 @@ class _MemoryEmitter:
                 self.stmt(body)
             finally:
                 self.mb.nontemporal = frozenset()
+            # non-temporal stores are weakly ordered (x86): fence them before anything
+            # after the nest (another thread's read once the call returns) can see them
+            self.mb.policy.store_fence(self.mb, self.b)
         self.if_(ok, streamed, lambda: self.stmt(body), name="nt")
 
     def _nontemporal_store(self, bi: _Buf, indices, x, p, align: int):

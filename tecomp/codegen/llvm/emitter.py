@@ -141,6 +141,9 @@ Lowering
   is known a multiple of the vector's bytes (constants and the constant-bound variables
   of the index, and the strides: ``_MemoryEmitter._nontemporal_store``) carries
   ``!nontemporal`` and that alignment (x86 ``vmovntps``), every other store stays plain.
+  Such stores are weakly ordered, so the streamed copy ends with a store fence (x86
+  ``sfence``, ``TargetPolicy.store_fence``), and so does each parallel chunk emitted
+  inside it, before the pool's join.
 * **checks=True**: every load and store checks each index against its dimension's
   extent (one unsigned compare); a failure records the site and returns code 1.  Check
   sites carry precomputed messages naming the buffer and the printed IR.

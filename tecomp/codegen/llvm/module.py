@@ -304,6 +304,10 @@ class _ModuleBuilder:
         stop_n = em.b.sub(end, begin)
         em.loop(_sanitize(loop.var.name), start, stop_n,
                 lambda iv: em.with_loop_var(loop.var, Val(iv), lambda: em.stmt(loop.body)))
+        if self.nontemporal:
+            # the chunk's non-temporal stores are weakly ordered: a full fence (x86
+            # mfence) makes them visible before the pool's join says the chunk is done
+            self.policy.store_fence(self, em.b)
         em.finish_ok()
 
         # task wrapper: i32 (ptr closure, i64 begin, i64 end)

@@ -40,7 +40,7 @@ class TargetPolicy:
       vector length); none here.  ``unconstrained``: the names of functions that get
       the CPU and features but not these.
 
-    Questions (methods): :meth:`pad_lanes`, :meth:`strided_wide_load`, :meth:`vector_op`,
+    Questions (methods): :meth:`store_fence`, :meth:`pad_lanes`, :meth:`strided_wide_load`, :meth:`vector_op`,
     :meth:`prologue`.
     """
 
@@ -53,6 +53,12 @@ class TargetPolicy:
         self.vector_minmax_select = False
         self.function_attributes = ""
         self.unconstrained = ()
+
+    def store_fence(self, mb, b) -> None:
+        """Emit, at ``b``, the fence that orders the non-temporal stores before it
+        (``pragma nontemporal``) with every memory access after it, in this thread and as
+        other threads see them.  Here: LLVM's ``fence seq_cst``."""
+        b.fence("seq_cst")
 
     def pad_lanes(self, lanes: int, memty) -> int:
         """The lane count an unmasked contiguous vector access of ``lanes`` elements of

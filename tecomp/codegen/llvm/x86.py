@@ -72,6 +72,12 @@ class X86Policy(TargetPolicy):
         self.has_fma = target.has_feature("fma")
         self.vector_minmax_select = True
 
+    def store_fence(self, mb, b) -> None:
+        """``sfence``: the fence x86 defines for weakly ordered (non-temporal) stores.
+        LLVM lowers ``fence seq_cst`` to a locked ``or`` on some CPUs, and x86's manuals
+        name SFENCE and MFENCE as what orders such stores."""
+        b.call(mb.declare("llvm.x86.sse.sfence", ir.VoidType(), []), [])
+
     def _minmax_op(self, op: str, ty):
         """``maxss``/``minss`` (``sd``) on a float32/float64 scalar, ``maxps``/``minps``
         (``pd``) on float32/float64 vectors of a whole number of
