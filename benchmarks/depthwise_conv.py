@@ -12,12 +12,14 @@ machine (``tc.viz.host_peaks``).  Medians, ms; ratio = PyTorch's time over tecom
 tecomp is faster).  Every result is checked against PyTorch's first.
 
     python3 benchmarks/depthwise_conv.py [--threads 2] [--rounds 9] [--batch 1,8]
-        [--layout nchw,nhwc] [--only depthwise|grouped] [--ab]
+        [--layout nchw,nhwc] [--only depthwise|grouped] [--ab [SWITCH,...]]
 
-``--ab``: each grouped convolution also built with
-``tecomp.strategy.cpu.grouped.INTERLEAVE_WHOLE_VECTORS`` off (groups of one vector of
-output channels in channel blocks, as before interleaving them), timed in the same turns
-("before", and the speed-up over it).
+``--ab``: each grouped convolution also built with the switches of
+``tecomp.strategy.cpu.grouped`` named (comma-separated) off, timed in the same turns
+("before", and the speed-up over it): ``INTERLEAVE_WHOLE_VECTORS`` (the default: groups
+of one vector of output channels in channel blocks, as before interleaving them),
+``COPY_NCHW_INPUT`` (the NCHW rows read their input planes in place, as before copying
+them per task).
 """
 from __future__ import annotations
 
@@ -37,15 +39,21 @@ def main() -> None:
     ap.add_argument("--batch", default="1,8")
     ap.add_argument("--layout", default="nchw,nhwc")
     ap.add_argument("--only", default="depthwise,grouped")
-    ap.add_argument("--ab", action="store_true",
-                    help="grouped: also time INTERLEAVE_WHOLE_VECTORS off")
+    ap.add_argument("--ab", nargs="?", const="INTERLEAVE_WHOLE_VECTORS", default=None,
+                    help="grouped: also time these switches of "
+                         "tecomp.strategy.cpu.grouped off (default "
+                         "INTERLEAVE_WHOLE_VECTORS)")
     args = ap.parse_args()
+    switches = args.ab.split(",") if args.ab else []
     pin_threads(args.threads)
     import numpy as np
 
     import tecomp as tc
     import tecomp.nn as nn
     from tecomp.strategy.cpu import grouped as grouped_mod
+    for name in switches:
+        if not isinstance(getattr(grouped_mod, name, None), bool):
+            raise SystemExit(f"--ab {name}: not a switch of tecomp.strategy.cpu.grouped")
 
     torch = torch_or_none(args.threads)
     if torch is None:
@@ -90,11 +98,13 @@ def main() -> None:
                 key = f"{kind} {layout} b{batch} {C}x{H}x{H} s{s}"
                 nbytes = 4 * (x.size + w.size + batch * C * OH * OH)
                 for on in (True, False) if args.ab and kind == "grouped" else (True,):
-                    grouped_mod.INTERLEAVE_WHOLE_VECTORS = on
+                    for name in switches:
+                        setattr(grouped_mod, name, on)
                     try:
                         f = tc.build(tc.auto_schedule([X, W, Y]), [X, W, Y])
                     finally:
-                        grouped_mod.INTERLEAVE_WHOLE_VECTORS = True
+                        for name in switches:
+                            setattr(grouped_mod, name, True)
                     out = tc.empty(tuple(int(e.value) for e in Y.shape), "float32")
                     f(xa, wa, out)
                     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
