@@ -12,16 +12,21 @@ machine (``tc.viz.host_peaks``).  Medians, ms; ratio = PyTorch's time over tecom
 tecomp is faster).  Every result is checked against PyTorch's first.
 
     python3 benchmarks/depthwise_conv.py [--threads 2] [--rounds 9] [--batch 1,8]
-        [--layout nchw,nhwc] [--only depthwise|grouped] [--ab [SWITCH,...]]
+        [--layout nchw,nhwc] [--only depthwise|grouped] [--ab [SWITCH,...]] [--cpu-time]
 
 ``--ab``: each grouped convolution also built with the switches of
 ``tecomp.strategy.cpu.grouped`` named (comma-separated) off, timed in the same turns
 ("before", and the speed-up over it): ``INTERLEAVE_WHOLE_VECTORS`` (the default: groups
 of one vector of output channels in channel blocks, as before interleaving them),
 ``COPY_NCHW_INPUT`` (the NCHW rows read their input planes in place, as before copying
-them per task).
+them per task), ``NCHW_TRANSPOSE_OUT`` (the NCHW channel blocks store their output
+with a scatter per vector, as before the register transposes).  ``--cpu-time`` (with
+``--threads 1``): each call's time is the process's CPU time, which on a loaded machine
+leaves out the time other processes run.
 """
 from __future__ import annotations
+
+import time
 
 from common import base_parser, interleaved_turns, pin_threads, torch_or_none
 
@@ -43,7 +48,11 @@ def main() -> None:
                     help="grouped: also time these switches of "
                          "tecomp.strategy.cpu.grouped off (default "
                          "INTERLEAVE_WHOLE_VECTORS)")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time calls by the process's CPU time (with --threads 1)")
     args = ap.parse_args()
+    if args.cpu_time and args.threads != 1:
+        ap.error("--cpu-time times one thread's calls: use it with --threads 1")
     switches = args.ab.split(",") if args.ab else []
     pin_threads(args.threads)
     import numpy as np
@@ -114,8 +123,10 @@ def main() -> None:
                                        F.conv2d(tx, tw, stride=s, padding=1, groups=g))
                 rows.append((key, nbytes))
     _, stream = tc.viz.host_peaks(args.threads)
-    t = interleaved_turns(fns, args.rounds)
-    print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds, read "
+    t = interleaved_turns(fns, args.rounds,
+                          clock=time.process_time if args.cpu_time else time.perf_counter)
+    print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds, "
+          f"{'CPU time' if args.cpu_time else 'wall clock'}, read "
           f"stream {stream:.1f} GB/s: 3x3 depthwise (MobileNet-v1) and grouped "
           f"({GROUPS} groups, ResNeXt-50 32x4d) convolutions, padding 1")
     for key, nbytes in rows:
