@@ -353,6 +353,55 @@ def test_grouped_nchw_channel_blocks_transpose_out(case, monkeypatch):
     np.testing.assert_allclose(out, c.ref() + ba[None, :, None, None], rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(24))
+def test_grouped_nchw_random_configs(seed):
+    """Random NCHW grouped convolutions (groups of 4 to 32 output channels, strides,
+    paddings, dilations, odd planes, 1 or 2 threads, 8 or 16 lanes) under random
+    configs of the template (either blocking, register blocks with tails, groups per
+    task, copy_input, transpose_out where it applies): each right.  Long:
+    TECOMP_LONG_TESTS=1."""
+    from tecomp.strategy.cpu.grouped import _transposes_out
+    rng = np.random.default_rng(seed)
+    lanes = int(rng.choice([8, 16]))
+    old_env = os.environ.get("TECOMP_VECTOR_LANES")
+    os.environ["TECOMP_VECTOR_LANES"] = str(lanes)
+    old = tc.get_num_threads()
+    tc.set_num_threads(int(rng.integers(1, 3)))
+    try:
+        g = int(rng.choice([2, 4]))
+        P = int(rng.choice([4, 8, 16, 32]))
+        I = int(rng.choice([2, 4, 8]))
+        H, W = (int(v) for v in rng.integers(3, 12, 2))
+        s, p, d = int(rng.integers(1, 3)), int(rng.integers(0, 3)), int(rng.integers(1, 3))
+        if H + 2 * p < 2 * d + 1 or W + 2 * p < 2 * d + 1:
+            p = d
+        c = Conv("grouped", True, int(rng.integers(1, 3)), g * I, H, W, g * P, 3, 3, s, p,
+                 d, groups=g, dtype="float32")
+        blocks = bool(rng.integers(0, 2))
+        config = {"channel_blocks": blocks, "copy_input": bool(rng.integers(0, 2))}
+        if blocks:
+            ob = int(rng.choice([v for v in (P, lanes, 2 * lanes) if P % v == 0]))
+            # (mostly a divisor of the row, so that the transposes apply)
+            OW = int(c.Y.shape[3].value)
+            rows = [v for v in range(2, min(OW, lanes) + 1) if OW % v == 0]
+            xb = int(rng.choice(rows)) if rows and rng.random() < 0.7 else \
+                int(rng.integers(1, 9))
+            config.update(ob=ob, yb=int(rng.integers(1, 4)), xb=xb,
+                          groups_per_task=int(rng.choice([1, g])))
+            config["transpose_out"] = bool(rng.random() < 0.7) and _transposes_out(
+                c.Y, cpu.cpu_model(), ob, config["yb"], xb)
+        s1 = cpu.schedule_group_conv2d_nchw(c.Y, config=config)
+        np.testing.assert_allclose(c.run(s1), c.ref(), rtol=1e-5, atol=1e-4,
+                                   err_msg=str(config))
+    finally:
+        tc.set_num_threads(old)
+        if old_env is None:
+            os.environ.pop("TECOMP_VECTOR_LANES", None)
+        else:
+            os.environ["TECOMP_VECTOR_LANES"] = old_env
+
+
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_grouped_channel_blocks_epilogue_no_padding_symbolic_batch(layout):
     """Channel blocks with a bias and a ReLU on the block on its way out (one kernel),
