@@ -327,7 +327,8 @@ TRANSPOSED = [(16, 1, 32, 7, 7, 32, 1, 1, 2, 2, 7), (8, 1, 64, 5, 12, 64, 2, 1, 
 def test_grouped_nchw_channel_blocks_transpose_out(case, monkeypatch):
     """NCHW channel blocks storing each block row through ``x86.transpose_f32_<xb>x<L>``
     (``transpose_out``) or a scatter per vector: the same result, the transposes where
-    asked; with a bias on the block, the epilogue's stage keeps the scatter."""
+    asked; with a bias and a ReLU on the block, computed into a register tile of their
+    own, which the transposes store."""
     lanes, N, C, H, W, O, s, p, g, yb, xb = case
     monkeypatch.setenv("TECOMP_VECTOR_LANES", str(lanes))
     c = Conv("grouped", True, N, C, H, W, O, 3, 3, s, p, groups=g, dtype="float32")
@@ -342,15 +343,31 @@ def test_grouped_nchw_channel_blocks_transpose_out(case, monkeypatch):
         assert (name in low) == on, low
         np.testing.assert_allclose(c.run(s1), c.ref(), rtol=1e-5, atol=1e-4)
     b = tc.placeholder((O,), name="b")
-    Z = nn.bias_add(c.Y, b, axis=1)
+    Z = nn.relu(nn.bias_add(c.Y, b, axis=1))
     s2 = cpu.schedule_group_conv2d_nchw(Z, config=config | {"transpose_out": True})
-    assert name not in str(tc.lower(s2, [c.X, c.W, b, Z]))
+    assert name in str(tc.lower(s2, [c.X, c.W, b, Z]))
     f = tc.build(s2, [c.X, c.W, b, Z])
     xa, wa = c.arrays()
     ba = RNG.standard_normal(O).astype("float32")
     out = np.zeros(c.ref().shape, "float32")
     f(xa, wa, ba, out)
-    np.testing.assert_allclose(out, c.ref() + ba[None, :, None, None], rtol=1e-5, atol=1e-4)
+    want = np.maximum(c.ref() + ba[None, :, None, None], 0)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
+def test_grouped_nchw_transpose_out_keeps_the_scatter_for_a_float16_epilogue():
+    """An epilogue rounding the block to float16: the float32 transposes cannot store
+    it, so it keeps the scatter (transpose_out asked for by default), and is right."""
+    c = Conv("grouped", True, 1, 32, 7, 7, 32, 3, 3, 1, 1, groups=2, dtype="float32")
+    Z = tc.compute(c.Y.shape, lambda *i: c.Y(*i).astype("float16"), name="half")
+    s1 = cpu.schedule_group_conv2d_nchw(Z, config={"channel_blocks": True, "ob": 16,
+                                                   "yb": 2, "xb": 7})
+    assert "x86.transpose_f32_7x" not in str(tc.lower(s1, [c.X, c.W, Z]))
+    f = tc.build(s1, [c.X, c.W, Z])
+    xa, wa = c.arrays()
+    out = np.zeros(c.ref().shape, "float16")
+    f(xa, wa, out)
+    np.testing.assert_allclose(out.astype("float32"), c.ref(), rtol=2e-3, atol=2e-2)
 
 
 @pytest.mark.slow
@@ -359,7 +376,8 @@ def test_grouped_nchw_random_configs(seed):
     """Random NCHW grouped convolutions (groups of 4 to 32 output channels, strides,
     paddings, dilations, odd planes, 1 or 2 threads, 8 or 16 lanes) under random
     configs of the template (either blocking, register blocks with tails, groups per
-    task, copy_input, transpose_out where it applies): each right.  Long:
+    task, copy_input, transpose_out where it applies), half of them with a bias and a
+    ReLU on the block: each right.  Long:
     TECOMP_LONG_TESTS=1."""
     from tecomp.strategy.cpu.grouped import _transposes_out
     rng = np.random.default_rng(seed)
@@ -391,9 +409,21 @@ def test_grouped_nchw_random_configs(seed):
                           groups_per_task=int(rng.choice([1, g])))
             config["transpose_out"] = bool(rng.random() < 0.7) and _transposes_out(
                 c.Y, cpu.cpu_model(), ob, config["yb"], xb)
-        s1 = cpu.schedule_group_conv2d_nchw(c.Y, config=config)
-        np.testing.assert_allclose(c.run(s1), c.ref(), rtol=1e-5, atol=1e-4,
-                                   err_msg=str(config))
+        if rng.random() < 0.5:
+            s1 = cpu.schedule_group_conv2d_nchw(c.Y, config=config)
+            np.testing.assert_allclose(c.run(s1), c.ref(), rtol=1e-5, atol=1e-4,
+                                       err_msg=str(config))
+            return
+        # a bias and a ReLU on the block
+        b = tc.placeholder((g * P,), name="b")
+        Z = nn.relu(nn.bias_add(c.Y, b, axis=1))
+        f = tc.build(cpu.schedule_group_conv2d_nchw(Z, config=config), [c.X, c.W, b, Z])
+        xa, wa = c.arrays()
+        ba = rng.standard_normal(g * P).astype("float32")
+        out = np.zeros(c.ref().shape, "float32")
+        f(xa, wa, ba, out)
+        np.testing.assert_allclose(out, np.maximum(c.ref() + ba[None, :, None, None], 0),
+                                   rtol=1e-5, atol=1e-4, err_msg=str(config))
     finally:
         tc.set_num_threads(old)
         if old_env is None:

@@ -23,7 +23,9 @@ only while it stays inside one group:
   (``x86.transpose_f32_<XB>x<L>``, ``transpose_out``) into the ``L`` channel planes,
   where a vector per pixel was a scatter across them (Zen 5, one thread, batch 8, under
   load: 512x14x14 2.25 -> 1.59 ms, 1024x7x7 1.69 -> 1.27 ms, 512x28x28 stride 2 2.53
-  -> 2.17 ms; batch 1 7-8% faster).
+  -> 2.17 ms; batch 1 7-8% faster).  An elementwise epilogue (bias, ReLU) is computed
+  into a register tile of its own first, which the transposes store (with a bias and
+  a ReLU, batch 8: 512x14x14 2.15 -> 1.39 ms, 1024x7x7 1.70 -> 1.29 ms).
 * Rows (NCHW, :func:`.depthwise._nchw_rows_into`): a block is ``OB`` output channels
   of one group (``OB`` divides ``P``) x ``YB`` rows x one vector of columns; the
   block's channels read the same input rows, so each input vector loaded feeds ``OB``
@@ -341,13 +343,31 @@ def _group_blocks_into(s: Schedule, outs, info: CpuModel, nchw: bool, p: dict) -
     fused = _fusable_epilogue(outs, conv)
     # (the input channel innermost, as the dense NHWC kernel: with it outside the
     # window instead, within the noise or slower)
-    st, (n, oc, yc, xc), cs = _pixels_by_channels(s, conv, ob, yb, xb, fused, nchw)
-    if nchw and p["transpose_out"] and fused is None:
+    # (an epilogue rounding to another dtype keeps the scatter: the transposes are
+    # float32's)
+    transpose = nchw and p["transpose_out"] and (fused is None or fused.dtype == "float32")
+    if transpose and fused is not None:
+        # the epilogue into a register tile of its own (its stage computed at the
+        # output's tile loop), the output a plain copy of it: transposed below
+        tile = s.cache_write(fused, "local")
+        a = s[tile].op.axis
+        # (stored channels innermost, as the accumulators: whole vectors, the rows of
+        # the transposes)
+        s[tile].storage_order(a[0], a[2], a[3], a[1])
+        _, _, cs = _pixels_by_channels(s, conv, ob, yb, xb, tile, nchw)
+        st = s[fused]
+        n, a = st.op.axis[0], st.op.axis[1:]
+        (oc, oi), (yc, yi), (xc, xi) = (st.split(x, factor=f) for x, f in zip(a, (ob, yb, xb)))
+        st.reorder(n, oc, yc, xc, yi, xi, oi)
+        s[tile].compute_at(st, xc)
+    else:
+        st, (n, oc, yc, xc), cs = _pixels_by_channels(s, conv, ob, yb, xb, fused, nchw)
+    if transpose:
         # the block's L-channel vectors stored to the channel planes through register
         # transposes: per output row of the block, L channels x xb pixels
-        yi, xi, oi = st.leaf_iter_vars[-3:]
+        xi, oi = st.leaf_iter_vars[-2:]
         ov, ol = st.split(oi, factor=L)
-        st.reorder(yi, ov, ol, xi)
+        st.reorder(ov, ol, xi)
         st.tensorize(ol, transpose_intrin(info.target, L, conv.dtype, xb))
     go, gi = st.split(oc, factor=gpt * (P // ob))
     st.reorder(n, go, gi, yc, xc)
