@@ -12,16 +12,23 @@ machine (``tc.viz.host_peaks``).  Medians, ms; ratio = PyTorch's time over tecom
 tecomp is faster).  Every result is checked against PyTorch's first.
 
     python3 benchmarks/depthwise_conv.py [--threads 2] [--rounds 9] [--batch 1,8]
-        [--layout nchw,nhwc] [--only depthwise|grouped] [--ab]
+        [--layout nchw,nhwc] [--only depthwise|grouped] [--ab [SWITCH,...]] [--cpu-time]
 
-``--ab``: each grouped convolution also built with
-``tecomp.strategy.cpu.grouped.INTERLEAVE_WHOLE_VECTORS`` off (groups of one vector of
-output channels in channel blocks, as before interleaving them), and each depthwise one
-with ``tecomp.strategy.cpu.depthwise.FMA`` and ``STREAM_OUTPUT`` off (a multiply and an
-add per tap, every output store through the cache: the template before 2026-11-30),
-timed in the same turns ("before", and the speed-up over it).
+``--ab``: each convolution also built with the switches named (comma-separated; by
+default all of them) off, timed in the same turns ("before", and the speed-up over it).
+Switches of ``tecomp.strategy.cpu.grouped`` (grouped rows): ``INTERLEAVE_WHOLE_VECTORS``
+(groups of one vector of output channels in channel blocks, as before interleaving
+them), ``COPY_NCHW_INPUT`` (the NCHW rows read their input planes in place, as before
+copying them per task), ``NCHW_TRANSPOSE_OUT`` (the NCHW channel blocks store their
+output with a scatter per vector, as before the register transposes).  Of
+``tecomp.strategy.cpu.depthwise`` (depthwise rows): ``FMA`` (a multiply and an add per
+tap) and ``STREAM_OUTPUT`` (every output store through the cache).  ``--cpu-time`` (with
+``--threads 1``): each call's time is the process's CPU time, which on a loaded machine
+leaves out the time other processes run.
 """
 from __future__ import annotations
+
+import time
 
 from common import base_parser, interleaved_turns, pin_threads, torch_or_none
 
@@ -32,6 +39,9 @@ DEPTHWISE = [(32, 112, 1), (64, 112, 2), (128, 56, 1), (128, 56, 2), (256, 28, 1
 GROUPED = [(128, 56, 1), (256, 56, 2), (256, 28, 1), (512, 28, 2), (512, 14, 1),
            (1024, 7, 1)]
 GROUPS = 32
+#: the module switches ``--ab`` turns off: tecomp.strategy.cpu.grouped's, depthwise's
+GROUPED_SWITCHES = ["INTERLEAVE_WHOLE_VECTORS", "COPY_NCHW_INPUT", "NCHW_TRANSPOSE_OUT"]
+DEPTHWISE_SWITCHES = ["FMA", "STREAM_OUTPUT"]
 
 
 def main() -> None:
@@ -39,10 +49,16 @@ def main() -> None:
     ap.add_argument("--batch", default="1,8")
     ap.add_argument("--layout", default="nchw,nhwc")
     ap.add_argument("--only", default="depthwise,grouped")
-    ap.add_argument("--ab", action="store_true",
-                    help="also time grouped with INTERLEAVE_WHOLE_VECTORS off, depthwise "
-                         "with FMA and STREAM_OUTPUT off")
+    ap.add_argument("--ab", nargs="?", const=",".join(GROUPED_SWITCHES + DEPTHWISE_SWITCHES),
+                    default=None,
+                    help="also time these switches off (comma-separated; default all: "
+                         + ", ".join(GROUPED_SWITCHES + DEPTHWISE_SWITCHES) + ")")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time calls by the process's CPU time (with --threads 1)")
     args = ap.parse_args()
+    if args.cpu_time and args.threads != 1:
+        ap.error("--cpu-time times one thread's calls: use it with --threads 1")
+    switches = args.ab.split(",") if args.ab else []
     pin_threads(args.threads)
     import numpy as np
 
@@ -50,6 +66,10 @@ def main() -> None:
     import tecomp.nn as nn
     from tecomp.strategy.cpu import depthwise as depthwise_mod
     from tecomp.strategy.cpu import grouped as grouped_mod
+    for name in switches:
+        if name not in GROUPED_SWITCHES + DEPTHWISE_SWITCHES:
+            raise SystemExit(f"--ab {name}: not one of "
+                             + ", ".join(GROUPED_SWITCHES + DEPTHWISE_SWITCHES))
 
     torch = torch_or_none(args.threads)
     if torch is None:
@@ -93,16 +113,19 @@ def main() -> None:
                 ref = want.numpy() if nchw else want.permute(0, 2, 3, 1).numpy()
                 key = f"{kind} {layout} b{batch} {C}x{H}x{H} s{s}"
                 nbytes = 4 * (x.size + w.size + batch * C * OH * OH)
-                for on in (True, False) if args.ab else (True,):
-                    grouped_mod.INTERLEAVE_WHOLE_VECTORS = on
-                    depthwise_mod.FMA = on
-                    depthwise_mod.STREAM_OUTPUT = None if on else False
+                mod = grouped_mod if kind == "grouped" else depthwise_mod
+                mine = [n for n in switches
+                        if n in (GROUPED_SWITCHES if kind == "grouped" else DEPTHWISE_SWITCHES)]
+                for on in (True, False) if mine else (True,):
+                    saved = {n: getattr(mod, n) for n in mine}
+                    for name in mine:
+                        # STREAM_OUTPUT: None (the template's rule) or False (never)
+                        setattr(mod, name, saved[name] if on else False)
                     try:
                         f = tc.build(tc.auto_schedule([X, W, Y]), [X, W, Y])
                     finally:
-                        grouped_mod.INTERLEAVE_WHOLE_VECTORS = True
-                        depthwise_mod.FMA = True
-                        depthwise_mod.STREAM_OUTPUT = None
+                        for name in mine:
+                            setattr(mod, name, saved[name])
                     out = tc.empty(tuple(int(e.value) for e in Y.shape), "float32")
                     f(xa, wa, out)
                     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
@@ -112,8 +135,10 @@ def main() -> None:
                                        F.conv2d(tx, tw, stride=s, padding=1, groups=g))
                 rows.append((key, nbytes))
     _, stream = tc.viz.host_peaks(args.threads)
-    t = interleaved_turns(fns, args.rounds)
-    print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds, read "
+    t = interleaved_turns(fns, args.rounds,
+                          clock=time.process_time if args.cpu_time else time.perf_counter)
+    print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds, "
+          f"{'CPU time' if args.cpu_time else 'wall clock'}, read "
           f"stream {stream:.1f} GB/s: 3x3 depthwise (MobileNet-v1) and grouped "
           f"({GROUPS} groups, ResNeXt-50 32x4d) convolutions, padding 1")
     for key, nbytes in rows:

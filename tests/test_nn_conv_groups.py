@@ -282,6 +282,158 @@ def test_grouped_template_configs(config, layout):
         tc.set_num_threads(old)
 
 
+@pytest.mark.parametrize("case, copy", [((1, 1, 1), True), ((1, 1, 1), False),
+                                        ((2, 0, 2), True), (((2, 1), (1, 0, 0, 1), 1), True)],
+                         ids=["pad-copy", "pad-in-place", "no-pad-dilated-copy",
+                              "strided-asymmetric-copy"])
+def test_grouped_nchw_rows_copy_input(case, copy):
+    """NCHW rows with each task's input planes copied first (``copy_input``) or read in
+    place, a bias and a ReLU on the way out, a symbolic batch, on 2 threads: the same
+    result; the copy is a buffer of the task's planes; the knob offers both."""
+    s, p, d = case
+    c = Conv("grouped", True, 3, 32, 9, 10, 32, 3, 3, s, p, d, groups=4, dtype="float32",
+             batch=tc.var("n"))
+    b = tc.placeholder((32,), name="b")
+    Z = nn.relu(nn.bias_add(c.Y, b, axis=1))
+    old = tc.get_num_threads()
+    tc.set_num_threads(2)
+    try:
+        config = {"channel_blocks": False, "copy_input": copy}
+        s1 = cpu.schedule_group_conv2d_nchw(Z, config=config)
+        low = str(tc.lower(s1, [c.X, c.W, b, Z]))
+        assert ("X.global" in low) == copy, low
+        f = tc.build(s1, [c.X, c.W, b, Z])
+        xa, wa = c.arrays()
+        ba = RNG.standard_normal(32).astype("float32")
+        out = np.zeros(c.ref().shape, "float32")
+        f(xa, wa, ba, out)
+        want = np.maximum(c.ref() + ba[None, :, None, None], 0)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+        knobs = Knobs({"group_conv2d.channel_blocks": False, "group_conv2d.copy_input": copy})
+        s2 = apply_rules([c.X, c.W, b, Z], knobs, cpu.cpu_model())
+        assert sorted(knobs.space["group_conv2d.copy_input"]) == [False, True]
+        assert str(tc.lower(s2, [c.X, c.W, b, Z])) == low
+    finally:
+        tc.set_num_threads(old)
+
+
+# (lanes, N, C, H, W, O, stride, padding, groups, yb, xb): groups of 16 and 32 output
+# channels (one or two vectors of 16 or 8 lanes), rows that the block's rows do not
+# divide (a guarded bottom block), a stride, no padding, a row of 2 columns
+TRANSPOSED = [(16, 1, 32, 7, 7, 32, 1, 1, 2, 2, 7), (8, 1, 64, 5, 12, 64, 2, 1, 2, 3, 3),
+              (16, 1, 32, 5, 4, 32, 1, 0, 2, 1, 2)]
+
+
+@pytest.mark.parametrize("case", TRANSPOSED, ids=[f"t{k}" for k in range(len(TRANSPOSED))])
+def test_grouped_nchw_channel_blocks_transpose_out(case, monkeypatch):
+    """NCHW channel blocks storing each block row through ``x86.transpose_f32_<xb>x<L>``
+    (``transpose_out``) or a scatter per vector: the same result, the transposes where
+    asked; with a bias and a ReLU on the block, computed into a register tile of their
+    own, which the transposes store."""
+    lanes, N, C, H, W, O, s, p, g, yb, xb = case
+    monkeypatch.setenv("TECOMP_VECTOR_LANES", str(lanes))
+    c = Conv("grouped", True, N, C, H, W, O, 3, 3, s, p, groups=g, dtype="float32")
+    ob = lanes if (O // g) % (2 * lanes) else 2 * lanes
+    name = f"x86.transpose_f32_{xb}x{lanes}"
+    if not any(t.name == name for t in tc.tensor_intrins_for("llvm")):
+        pytest.skip(f"this CPU has no {name}")
+    # (the scatter, the default before, once: on the smallest case)
+    for on in (True, False) if xb == 2 else (True,):
+        config = {"channel_blocks": True, "ob": ob, "yb": yb, "xb": xb, "transpose_out": on}
+        s1 = cpu.schedule_group_conv2d_nchw(c.Y, config=config)
+        low = str(tc.lower(s1, [c.X, c.W, c.Y]))
+        assert (name in low) == on, low
+        np.testing.assert_allclose(c.run(s1), c.ref(), rtol=1e-5, atol=1e-4)
+    b = tc.placeholder((O,), name="b")
+    Z = nn.relu(nn.bias_add(c.Y, b, axis=1))
+    s2 = cpu.schedule_group_conv2d_nchw(Z, config=config | {"transpose_out": True})
+    assert name in str(tc.lower(s2, [c.X, c.W, b, Z]))
+    f = tc.build(s2, [c.X, c.W, b, Z])
+    xa, wa = c.arrays()
+    ba = RNG.standard_normal(O).astype("float32")
+    out = np.zeros(c.ref().shape, "float32")
+    f(xa, wa, ba, out)
+    want = np.maximum(c.ref() + ba[None, :, None, None], 0)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
+def test_grouped_nchw_transpose_out_keeps_the_scatter_for_a_float16_epilogue():
+    """An epilogue rounding the block to float16: the float32 transposes cannot store
+    it, so it keeps the scatter (transpose_out asked for by default), and is right."""
+    c = Conv("grouped", True, 1, 32, 7, 7, 32, 3, 3, 1, 1, groups=2, dtype="float32")
+    Z = tc.compute(c.Y.shape, lambda *i: c.Y(*i).astype("float16"), name="half")
+    s1 = cpu.schedule_group_conv2d_nchw(Z, config={"channel_blocks": True, "ob": 16,
+                                                   "yb": 2, "xb": 7})
+    assert "x86.transpose_f32_7x" not in str(tc.lower(s1, [c.X, c.W, Z]))
+    f = tc.build(s1, [c.X, c.W, Z])
+    xa, wa = c.arrays()
+    out = np.zeros(c.ref().shape, "float16")
+    f(xa, wa, out)
+    np.testing.assert_allclose(out.astype("float32"), c.ref(), rtol=2e-3, atol=2e-2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(24))
+def test_grouped_nchw_random_configs(seed):
+    """Random NCHW grouped convolutions (groups of 4 to 32 output channels, strides,
+    paddings, dilations, odd planes, 1 or 2 threads, 8 or 16 lanes) under random
+    configs of the template (either blocking, register blocks with tails, groups per
+    task, copy_input, transpose_out where it applies), half of them with a bias and a
+    ReLU on the block: each right.  Long:
+    TECOMP_LONG_TESTS=1."""
+    from tecomp.strategy.cpu.grouped import _transposes_out
+    rng = np.random.default_rng(seed)
+    lanes = int(rng.choice([8, 16]))
+    old_env = os.environ.get("TECOMP_VECTOR_LANES")
+    os.environ["TECOMP_VECTOR_LANES"] = str(lanes)
+    old = tc.get_num_threads()
+    tc.set_num_threads(int(rng.integers(1, 3)))
+    try:
+        g = int(rng.choice([2, 4]))
+        P = int(rng.choice([4, 8, 16, 32]))
+        I = int(rng.choice([2, 4, 8]))
+        H, W = (int(v) for v in rng.integers(3, 12, 2))
+        s, p, d = int(rng.integers(1, 3)), int(rng.integers(0, 3)), int(rng.integers(1, 3))
+        if H + 2 * p < 2 * d + 1 or W + 2 * p < 2 * d + 1:
+            p = d
+        c = Conv("grouped", True, int(rng.integers(1, 3)), g * I, H, W, g * P, 3, 3, s, p,
+                 d, groups=g, dtype="float32")
+        blocks = bool(rng.integers(0, 2))
+        config = {"channel_blocks": blocks, "copy_input": bool(rng.integers(0, 2))}
+        if blocks:
+            ob = int(rng.choice([v for v in (P, lanes, 2 * lanes) if P % v == 0]))
+            # (mostly a divisor of the row, so that the transposes apply)
+            OW = int(c.Y.shape[3].value)
+            rows = [v for v in range(2, min(OW, lanes) + 1) if OW % v == 0]
+            xb = int(rng.choice(rows)) if rows and rng.random() < 0.7 else \
+                int(rng.integers(1, 9))
+            config.update(ob=ob, yb=int(rng.integers(1, 4)), xb=xb,
+                          groups_per_task=int(rng.choice([1, g])))
+            config["transpose_out"] = bool(rng.random() < 0.7) and _transposes_out(
+                c.Y, cpu.cpu_model(), ob, config["yb"], xb)
+        if rng.random() < 0.5:
+            s1 = cpu.schedule_group_conv2d_nchw(c.Y, config=config)
+            np.testing.assert_allclose(c.run(s1), c.ref(), rtol=1e-5, atol=1e-4,
+                                       err_msg=str(config))
+            return
+        # a bias and a ReLU on the block
+        b = tc.placeholder((g * P,), name="b")
+        Z = nn.relu(nn.bias_add(c.Y, b, axis=1))
+        f = tc.build(cpu.schedule_group_conv2d_nchw(Z, config=config), [c.X, c.W, b, Z])
+        xa, wa = c.arrays()
+        ba = rng.standard_normal(g * P).astype("float32")
+        out = np.zeros(c.ref().shape, "float32")
+        f(xa, wa, ba, out)
+        np.testing.assert_allclose(out, np.maximum(c.ref() + ba[None, :, None, None], 0),
+                                   rtol=1e-5, atol=1e-4, err_msg=str(config))
+    finally:
+        tc.set_num_threads(old)
+        if old_env is None:
+            os.environ.pop("TECOMP_VECTOR_LANES", None)
+        else:
+            os.environ["TECOMP_VECTOR_LANES"] = old_env
+
+
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_grouped_channel_blocks_epilogue_no_padding_symbolic_batch(layout):
     """Channel blocks with a bias and a ReLU on the block on its way out (one kernel),
@@ -307,7 +459,8 @@ def test_grouped_template_defaults():
     """The heuristic: channel blocks where a group's output channels make whole
     vectors, and in NHWC without a stride where a group is wider than a quarter of a
     vector; rows / pixels otherwise.  A task's groups read at least 128 channels of a
-    pixel while there are 4 tasks per thread."""
+    pixel while there are 4 tasks per thread.  NCHW rows copy a task's input planes
+    where the data outgrow the caches."""
     info = cpu.cpu_model("llvm -mcpu=skylake-avx512")
     for nchw, C, groups, stride, blocks in (
             (True, 512, 32, 2, True), (True, 128, 32, 1, False), (False, 128, 32, 1, False),
@@ -322,6 +475,18 @@ def test_grouped_template_defaults():
         if blocks:
             assert p["groups_per_task"] * C // groups >= 128 or \
                 8 * groups // p["groups_per_task"] < 8 * info.threads
+        # NCHW rows (and NHWC) read the planes in place here: batch 8 of 128 channels
+        # at 14x14, 1.6 MB, stays in a quarter of L3
+        assert not p["copy_input"]
+    # NCHW rows copy a task's input planes (a group's) first where they fit in a quarter
+    # of L2 and the input and output outgrow a quarter of L3 (56x56: 25.7 MB at batch
+    # 8, 3.2 MB at batch 1), or the batch is symbolic
+    for N, C, copy in ((8, 128, True), (1, 128, False), ("n", 128, True), (8, 8192, False)):
+        X = tc.placeholder((tc.var(N) if N == "n" else N, C, 56, 56), name="X")
+        W = tc.placeholder((C, C // 32, 3, 3), name="W")
+        Y = nn.conv2d_nchw(X, W, 1, 1, groups=32)
+        # (8192 channels: a group's 256 input planes, 3.2 MB, beyond a quarter of L2)
+        assert group_conv2d_params(Y, info)["copy_input"] == copy, (N, C)
 
 
 # (N, C, H, W, O, stride, padding, dilation, groups): groups of 2 and 4 output channels

@@ -327,9 +327,13 @@ def test_auto_schedule_picks_vnni_where_the_target_has_it():
     # the sums in a local block (registers), not in C: LLVM stored C's at every step of
     # the serial kernel (one thread)
     assert "allocate C.local" in str(tc.lower(s, [X, W, C], target=t))
-    assert [x.name for x in tc.tensor_intrins_for(t)] == [VNNI16, T16, I16, VNNI8, AVX2, T8,
-                                                           I8]
-    assert [x.name for x in tc.tensor_intrins_for("llvm -mcpu=haswell")] == [I16, AVX2, T8, I8]
+    # (the M x L transposes, M < L, after each square one)
+    rows16 = [f"x86.transpose_f32_{m}x16" for m in range(2, 16)]
+    rows8 = [f"x86.transpose_f32_{m}x8" for m in range(2, 8)]
+    assert [x.name for x in tc.tensor_intrins_for(t)] == [VNNI16, T16, *rows16, I16, VNNI8,
+                                                           AVX2, T8, *rows8, I8]
+    assert [x.name for x in tc.tensor_intrins_for("llvm -mcpu=haswell")] == [
+        I16, AVX2, T8, *rows8, I8]
 
 
 
@@ -588,6 +592,24 @@ def test_interleave_intrinsic_packs_groups_of_four_rows(backend, L):
         out[:] = 0
         f(wide[:, :2 * L], out)
         np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("L, M", [(16, 14), (16, 7), (8, 3)])
+def test_transpose_of_fewer_rows_than_lanes(L, M):
+    """``x86.transpose_f32_<M>x<L>`` (c[i, j] = a[j, i], ``a`` M x L): ``M`` rows of
+    ``L`` (here ``L + 2`` apart) into ``L`` rows of ``M``, where the CPU has it."""
+    name = f"x86.transpose_f32_{M}x{L}"
+    if not any(t.name == name for t in tc.tensor_intrins_for("llvm")):
+        pytest.skip(f"this CPU has no {name}")
+    A = tc.placeholder((3, M, L + 2), name="A")
+    C = tc.compute((3, L, M), lambda b, i, j: A[b, j, i + 1], name="C")
+    s = tc.create_schedule(C.op)
+    s[C].tensorize(s[C].op.axis[1], tc.tensor_intrin(name))
+    assert f"tensorize {name}" in str(tc.lower(s, [A, C]))
+    a = np.random.default_rng(3).standard_normal((3, M, L + 2)).astype(np.float32)
+    out = np.zeros((3, L, M), np.float32)
+    tc.build(s, [A, C])(a, out)
+    np.testing.assert_array_equal(out, a[:, :, 1:L + 1].transpose(0, 2, 1))
 
 
 def _auto_transposed(args, *extents):

@@ -23,6 +23,12 @@ batch 1 (benchmarks/DECISIONS.md, "Rules: weight panels transposed in registers"
 
 * ``x86.transpose_f32_8x8`` -- 256-bit registers (AVX).
 * ``x86.transpose_f32_16x16`` -- 512-bit registers (AVX-512F).
+* ``x86.transpose_f32_Mx16`` (``M`` 2 to 15), ``x86.transpose_f32_Mx8`` (2 to 7) --
+  ``M`` rows of ``L`` into ``L`` rows of ``M`` (``c[i, j] = a[j, i]``, ``a`` being ``M x
+  L``): the square transpose of the ``M`` rows (the others any value), each result row
+  stored ``M`` wide.  The store of a block of ``M`` pixels x ``L`` channels into ``L``
+  channel planes (an NCHW output whose rows are not whole vectors: 14 or 7 columns),
+  instead of a scatter per pixel.
 
 The interleaves compute ``c[i, r] = a[r, i]`` for 4 rows of ``L`` int8 values at any row
 stride: the dot products' packing of B (``B[k, j]`` into groups of 4 consecutive ``k``
@@ -79,17 +85,26 @@ def _transpose_decl(lanes: int):
     return compute((lanes, lanes), lambda i, j: a[j, i], name="c")
 
 
-def _transpose(lanes: int):
+def _transpose_rows_decl(m: int, lanes: int):
+    a = placeholder((m, lanes), "float32", name="a")
+    return compute((lanes, m), lambda i, j: a[j, i], name="c")
+
+
+def _transpose(lanes: int, m: int = 0):
+    """The emitter of the ``m x lanes`` transpose (``m`` 0: ``lanes``)."""
     vec = f"<{lanes} x float>"
+    m = m or lanes
 
     def emit(ib, ins, outs):
         a, c = ins[0], outs[0]
         if a.strides[-1] != 1 or c.strides[-1] != 1:
             for i in range(lanes):
-                for j in range(lanes):
+                for j in range(m):
                     ib.store(c, ib.load(a, "float", (j, i)), (i, j))
             return
-        rows = [ib.load(a, vec, (r, 0)) for r in range(lanes)]
+        rows = [ib.load(a, vec, (r, 0)) for r in range(m)]
+        # (the rows past m: any value, their lanes are not stored)
+        rows += [rows[0]] * (lanes - m)
         # round d swaps the off-diagonal d x d blocks of every 2d x 2d block
         d = 1
         while d < lanes:
@@ -102,7 +117,8 @@ def _transpose(lanes: int):
                         j + d if not j & d else lanes + j for j in range(lanes)])
             rows, d = new, 2 * d
         for i in range(lanes):
-            ib.store(c, rows[i], (i, 0))
+            ib.store(c, rows[i] if m == lanes else ib.shuffle(rows[i], rows[i], range(m)),
+                     (i, 0))
     return emit
 
 
@@ -138,6 +154,11 @@ def declarations():
         (_dot_decl(8, "c"), _avx2_emit, "x86.avx2_u8s8s32_8x4", ("avx2",), True),
         (_transpose_decl(16), _transpose(16), "x86.transpose_f32_16x16", ("avx512f",), False),
         (_transpose_decl(8), _transpose(8), "x86.transpose_f32_8x8", ("avx",), False),
+    ] + [
+        (_transpose_rows_decl(m, lanes), _transpose(lanes, m),
+         f"x86.transpose_f32_{m}x{lanes}", features, False)
+        for lanes, features in ((16, ("avx512f",)), (8, ("avx",))) for m in range(2, lanes)
+    ] + [
         (_interleave_decl(16), _interleave(16), "x86.interleave_s8_4x16", ("sse2",), False),
         (_interleave_decl(8), _interleave(8), "x86.interleave_s8_4x8", ("sse2",), False),
     ]

@@ -1495,7 +1495,8 @@ def test_cpu_conv_template_bad_config(layout, config, match):
 
 @pytest.mark.parametrize("layout, config, match", [
     ("nchw", {"block": 4}, r"group_conv2d_nchw schedule: unknown parameters \['block'\]; use "
-                           r"channel_blocks, ob, yb, xb, groups_per_task, interleave"),
+                           r"channel_blocks, ob, yb, xb, groups_per_task, interleave, "
+                           r"copy_input, transpose_out"),
     ("nhwc", {"interleave": 1}, "group_conv2d_nhwc schedule: interleave must be True or "
                                 "False, got 1"),
     ("nhwc", {"interleave": True}, r"group_conv2d_nhwc schedule: interleave=True needs an "
@@ -1508,6 +1509,17 @@ def test_cpu_conv_template_bad_config(layout, config, match):
     ("nhwc", {"channel_blocks": 1}, "group_conv2d_nhwc schedule: channel_blocks must be True "
                                     "or False, got 1"),
     ("nchw", {"yb": 0}, "group_conv2d_nchw schedule: yb must be a positive int, got 0"),
+    ("nchw", {"copy_input": "yes"}, "group_conv2d_nchw schedule: copy_input must be True or "
+                                    "False, got 'yes'"),
+    ("nchw", {"channel_blocks": False, "transpose_out": True},
+     r"group_conv2d_nchw schedule: transpose_out=True needs the NCHW channel blocks "
+     r"\(channel_blocks=True\) .*use transpose_out=False"),
+    ("nchw", {"channel_blocks": True, "ob": 8, "xb": 6, "transpose_out": True},
+     r"transpose_out=True needs .*xb from 2 to the lanes dividing the output's columns"),
+    ("nhwc", {"transpose_out": True}, r"group_conv2d_nhwc schedule: transpose_out=True needs "
+                                      r"the NCHW channel blocks"),
+    ("nhwc", {"copy_input": True}, r"group_conv2d_nhwc schedule: copy_input=True is an option "
+                                   r"of the NCHW rows blocking .*leave copy_input out"),
     ("nhwc", {"ob": 3}, r"ob=3 must divide the 4 output channels of a group \(a block stays "
                         r"in one group\); give a divisor of 4"),
     ("nchw", {"groups_per_task": 3}, "groups_per_task=3 must divide the 2 groups; give a "

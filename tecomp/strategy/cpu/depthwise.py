@@ -28,8 +28,9 @@ from typing import Optional
 from ...ir import dtype as _dt
 from ...schedule.schedule import Schedule
 from .._common import _bytes, _cint, _largest_divisor_at_most
-from .common import _NoTemplate, _template_or_rules
-from .conv2d import _conv_parts, _conv_register_block, _own_pad, _unroll_window
+from .common import _NoTemplate, _template_or_rules, _vector_split
+from .conv2d import (_conv_parts, _conv_register_block, _conv_weight, _own_pad,
+                     _unroll_window)
 from .conv2d_tasks import _conv_parallel
 from .elementwise import _epilogue, _fusable_epilogue
 from ...target import CpuModel
@@ -112,13 +113,20 @@ def _inline_pad(s: Schedule, st, pad, loops) -> None:
 
 
 def _nchw_rows_into(s: Schedule, outs, info: CpuModel, tag: str, ob: int,
-                    fma: bool = False, stream: bool = False) -> None:
+                    fma: bool = False, stream: bool = False, copy: bool = False) -> None:
     """Schedule the NCHW convolution stage tagged ``tag`` (depthwise or grouped) under
     ``outs``: blocks of ``ob`` output channels (which read the same input channels:
     ``ob`` divides a group's) x ``YB`` rows x one vector of columns (the whole row when
     it is narrower), accumulated in registers over the channels of the group (none for
     a depthwise one) and the window (unrolled; the rows' input vectors shared between
-    taps and channels by LLVM); tasks are the (image, channel block) pairs."""
+    taps and channels by LLVM); tasks are the (image, channel block) pairs.
+
+    ``fma``: the window's multiply-adds contracted (``pragma fp_contract``); ``stream``:
+    the output stored past the cache where :func:`_streams_output` says so (``pragma
+    nontemporal``).  ``copy``: each task first copies the input channels it reads (a group's planes,
+    contiguous in memory, unpadded: the padding is still read in place) into a buffer,
+    one sequential stream of independent loads, where the blocks read the planes row
+    by row in place (grouped, :mod:`.grouped`)."""
     conv, pad = _conv_parts(outs, tag)
     pad = _own_pad(s, pad)
     N, O, OH, OW = (_cint(e) for e in conv.shape)
@@ -138,6 +146,12 @@ def _nchw_rows_into(s: Schedule, outs, info: CpuModel, tag: str, ob: int,
     task = st.fuse(n, oc)
     if info.threads > 1:
         st.parallel(task)
+    if copy:
+        src = pad.op.input_tensors[0] if pad is not None else [
+            t for t in conv.op.input_tensors if t is not _conv_weight(conv)][0]
+        cp = s[s.cache_read(src, "global", [s[pad] if pad is not None else cs])]
+        cp.compute_at(st, task)
+        _vector_split(cp, cp.fuse(*cp.op.axis[2:]), None, L)
     _inline_pad(s, st, pad, (yc, xc))
     if fma:
         st.pragma(task, "fp_contract")

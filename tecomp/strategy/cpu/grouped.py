@@ -18,11 +18,20 @@ only while it stays inside one group:
   an NHWC pixel is 64 bytes every ``C * 4`` bytes, and a 512-channel image's block
   kept 2 KB-strided lines, a few L1 sets' worth, where it needed 60.  The default
   where the groups make whole vectors (``P`` a multiple of ``L``), and for an NHWC
-  convolution without a stride.
+  convolution without a stride.  NCHW: each output row of a block (``XB`` pixels x
+  ``L`` channels) is stored through one register transpose
+  (``x86.transpose_f32_<XB>x<L>``, ``transpose_out``) into the ``L`` channel planes,
+  where a vector per pixel was a scatter across them (Zen 5, one thread, batch 8, under
+  load: 512x14x14 2.25 -> 1.59 ms, 1024x7x7 1.69 -> 1.27 ms, 512x28x28 stride 2 2.53
+  -> 2.17 ms; batch 1 7-8% faster).  An elementwise epilogue (bias, ReLU) is computed
+  into a register tile of its own first, which the transposes store (with a bias and
+  a ReLU, batch 8: 512x14x14 2.15 -> 1.39 ms, 1024x7x7 1.70 -> 1.29 ms).
 * Rows (NCHW, :func:`.depthwise._nchw_rows_into`): a block is ``OB`` output channels
   of one group (``OB`` divides ``P``) x ``YB`` rows x one vector of columns; the
   block's channels read the same input rows, so each input vector loaded feeds ``OB``
-  FMAs (the weights are broadcasts).  Tasks are the (image, channel block) pairs.
+  FMAs (the weights are broadcasts).  Tasks are the (image, channel block) pairs; each
+  copies its group's input planes first where the data outgrow the caches
+  (``copy_input``, :func:`group_conv2d_params`).
 * Pixels (NHWC, :func:`.depthwise._nhwc_pixels_into`): a block is ``XB`` pixels x
   ``OB`` output channels, vectors along the channels, the input read in place.  Tasks
   are blocks of output rows.  Where a group is at most a quarter of a vector
@@ -73,12 +82,14 @@ from .common import (_NoTemplate, _template_or_rules, _vector_split, check_posit
 from .conv2d import (_conv_block_nhwc, _conv_parts, _conv_weight, _own_pad,
                      _pixels_by_channels)
 from .conv2d_tasks import _weight_transpose
+from ...te.tensor_intrin import transpose_intrin
 from .depthwise import _block, _lanes, _nchw_rows_into, _nhwc_pixels_into
 from .elementwise import _epilogue, _fusable_epilogue
 from ...target import CpuModel
 
 #: the fields of a grouped convolution template's ``config``
-GROUP_CONV_FIELDS = ("channel_blocks", "ob", "yb", "xb", "groups_per_task", "interleave")
+GROUP_CONV_FIELDS = ("channel_blocks", "ob", "yb", "xb", "groups_per_task", "interleave",
+                     "copy_input", "transpose_out")
 
 
 def _per_group(conv) -> int:
@@ -135,6 +146,30 @@ def _across_groups(conv, info: CpuModel) -> bool:
 #: one vector per pixel, as before (the A/B switch of ``benchmarks/depthwise_conv.py
 #: --ab``)
 INTERLEAVE_WHOLE_VECTORS = True
+
+
+#: whether the NCHW rows blocking copies each task's input planes first where they fit
+#: (``copy_input``, :func:`group_conv2d_params`); off, the rows read them in place, as
+#: before (an A/B switch of ``benchmarks/depthwise_conv.py --ab COPY_NCHW_INPUT``)
+COPY_NCHW_INPUT = True
+
+#: whether the NCHW channel blocks store their output through register transposes
+#: (``transpose_out``, :func:`_transposes_out`); off, one scatter per vector, as before
+#: (``benchmarks/depthwise_conv.py --ab NCHW_TRANSPOSE_OUT``)
+NCHW_TRANSPOSE_OUT = True
+
+
+def _transposes_out(conv, info: CpuModel, ob: int, yb: int, xb: int) -> bool:
+    """Whether the NCHW channel blocks of ``ob`` channels x ``yb x xb`` pixels of the
+    grouped stage ``conv`` can store each output row of a block through ``x86.transpose_
+    f32_<xb>x<L>`` (``xb`` pixels x ``L`` channels into ``L`` rows of ``xb``): float32,
+    whole vectors of channels, a row of at most a vector, and blocks that tile the
+    rows (no guarded columns; a guarded row at the bottom edge is one row less)."""
+    N, O, OH, OW, G, P, I = _group_dims(conv)
+    L = _lanes(conv, info)
+    return (conv.dtype == "float32" and None not in (OH, OW) and ob % L == 0
+            and 2 <= xb <= L and OW % xb == 0
+            and transpose_intrin(info.target, L, "float32", xb) is not None)
 
 
 def _interleave_shape(P: int, L: int):
@@ -217,8 +252,29 @@ def group_conv2d_params(conv, info: CpuModel) -> dict:
                and _packed_bytes(conv, 2 * gpt) <= info.l2_bytes // 4
                and (N or 1) * (G // (2 * gpt)) >= 4 * max(1, info.threads)):
             gpt *= 2
+    # NCHW rows: a task (an image's block of channels of one group) copies the group's
+    # input planes first where they fit in a quarter of L2 and the input and output
+    # together outgrow a quarter of L3 (or the batch is symbolic).  Read in place, row
+    # by row, the planes came from memory at 6 GB/s there (Zen 5, one thread, under
+    # load, batch 8: 128x56x56 4.0 -> 1.9 ms, 256x56x56 stride 2 12.2 -> 3.4 ms,
+    # 256x28x28 2.5 -> 1.6 ms; 128x56x56 ran at 175 GFLOP/s in place up to batch 2,
+    # 6.4 MB, and at 50 from batch 3, 9.6 MB); with the input in the cache the copy
+    # cost 3-9% (batch 1, the same layers)
+    both = None if N is None or one is None else N * _packed_bytes(conv, G) + _bytes(conv)
+    copy = (nchw and not blocks and COPY_NCHW_INPUT and one is not None
+            and one <= info.l2_bytes // 4 and (both is None or both > info.l3_bytes // 4))
     return {"channel_blocks": blocks, "ob": ob, "yb": yb, "xb": xb, "groups_per_task": gpt,
-            "interleave": not nchw and _interleaves(conv, info)}
+            "interleave": not nchw and _interleaves(conv, info), "copy_input": copy,
+            "transpose_out": _transpose_out_default(conv, info, blocks, ob, yb, xb)}
+
+
+def _transpose_out_default(conv, info: CpuModel, blocks: bool, ob: int, yb: int,
+                           xb: int) -> bool:
+    """The heuristic's ``transpose_out``: NCHW channel blocks store through register
+    transposes wherever they can (:func:`_transposes_out`).  Measured: see
+    :data:`NCHW_TRANSPOSE_OUT`."""
+    return ("group_conv2d_nchw" in conv.op.tag.split(",") and blocks and NCHW_TRANSPOSE_OUT
+            and _transposes_out(conv, info, ob, yb, xb))
 
 
 def _group_config(conv, info: CpuModel, config, layout: str) -> dict:
@@ -226,15 +282,28 @@ def _group_config(conv, info: CpuModel, config, layout: str) -> dict:
     heuristic's (:func:`group_conv2d_params`), checked."""
     who = f"group_conv2d_{layout} schedule"
     p = group_conv2d_params(conv, info)
-    p.update(config_fields(config, who, GROUP_CONV_FIELDS))
-    if not isinstance(p["channel_blocks"], bool):
-        raise ScheduleError(f"{who}: channel_blocks must be True or False, got "
-                            f"{p['channel_blocks']!r:.40}")
+    given = config_fields(config, who, GROUP_CONV_FIELDS)
+    p.update(given)
     for k in ("ob", "yb", "xb", "groups_per_task"):
         check_positive_int(who, k, p[k])
-    if not isinstance(p["interleave"], bool):
-        raise ScheduleError(f"{who}: interleave must be True or False, got "
-                            f"{p['interleave']!r:.40}")
+    for k in ("channel_blocks", "interleave", "copy_input", "transpose_out"):
+        if not isinstance(p[k], bool):
+            raise ScheduleError(f"{who}: {k} must be True or False, got {p[k]!r:.40}")
+    if "transpose_out" not in given:
+        # (the heuristic's for the blocking and the block given)
+        p["transpose_out"] = _transpose_out_default(conv, info, p["channel_blocks"], p["ob"],
+                                                    p["yb"], p["xb"])
+    if p["copy_input"] and layout != "nchw":
+        raise ScheduleError(f"{who}: copy_input=True is an option of the NCHW rows blocking "
+                            f"(its tasks copy their input planes); an NHWC convolution's "
+                            f"blockings choose their own copies: leave copy_input out")
+    if p["transpose_out"] and not (layout == "nchw" and p["channel_blocks"] and
+                                   _transposes_out(conv, info, p["ob"], p["yb"], p["xb"])):
+        raise ScheduleError(
+            f"{who}: transpose_out=True needs the NCHW channel blocks (channel_blocks=True) "
+            f"of a float32 convolution on a target with register transposes, ob a multiple "
+            f"of the {_lanes(conv, info)} lanes, and xb from 2 to the lanes dividing the "
+            f"output's columns; use transpose_out=False")
     if p["interleave"] and (layout != "nhwc" or not _interleaves(conv, info)):
         raise ScheduleError(
             f"{who}: interleave=True needs an NHWC float32 convolution whose groups' output "
@@ -274,7 +343,32 @@ def _group_blocks_into(s: Schedule, outs, info: CpuModel, nchw: bool, p: dict) -
     fused = _fusable_epilogue(outs, conv)
     # (the input channel innermost, as the dense NHWC kernel: with it outside the
     # window instead, within the noise or slower)
-    st, (n, oc, yc, xc), cs = _pixels_by_channels(s, conv, ob, yb, xb, fused, nchw)
+    # (an epilogue rounding to another dtype keeps the scatter: the transposes are
+    # float32's)
+    transpose = nchw and p["transpose_out"] and (fused is None or fused.dtype == "float32")
+    if transpose and fused is not None:
+        # the epilogue into a register tile of its own (its stage computed at the
+        # output's tile loop), the output a plain copy of it: transposed below
+        tile = s.cache_write(fused, "local")
+        a = s[tile].op.axis
+        # (stored channels innermost, as the accumulators: whole vectors, the rows of
+        # the transposes)
+        s[tile].storage_order(a[0], a[2], a[3], a[1])
+        _, _, cs = _pixels_by_channels(s, conv, ob, yb, xb, tile, nchw)
+        st = s[fused]
+        n, a = st.op.axis[0], st.op.axis[1:]
+        (oc, oi), (yc, yi), (xc, xi) = (st.split(x, factor=f) for x, f in zip(a, (ob, yb, xb)))
+        st.reorder(n, oc, yc, xc, yi, xi, oi)
+        s[tile].compute_at(st, xc)
+    else:
+        st, (n, oc, yc, xc), cs = _pixels_by_channels(s, conv, ob, yb, xb, fused, nchw)
+    if transpose:
+        # the block's L-channel vectors stored to the channel planes through register
+        # transposes: per output row of the block, L channels x xb pixels
+        xi, oi = st.leaf_iter_vars[-2:]
+        ov, ol = st.split(oi, factor=L)
+        st.reorder(ov, ol, xi)
+        st.tensorize(ol, transpose_intrin(info.target, L, conv.dtype, xb))
     go, gi = st.split(oc, factor=gpt * (P // ob))
     st.reorder(n, go, gi, yc, xc)
     task = st.fuse(n, go)
@@ -452,7 +546,7 @@ def _grouped_nchw_into(s: Schedule, outs, info: CpuModel, config=None) -> None:
         return
     # up to 8 channels of one group share the input vectors
     _nchw_rows_into(s, outs, info, "group_conv2d_nchw",
-                    _largest_divisor_at_most(_per_group(conv), 8))
+                    _largest_divisor_at_most(_per_group(conv), 8), copy=p["copy_input"])
 
 
 def _grouped_nhwc_into(s: Schedule, outs, info: CpuModel, config=None) -> None:
@@ -495,8 +589,10 @@ def schedule_group_conv2d_nchw(outs, target: str = "llvm", config=None) -> Sched
         across them, over a padded copy of each task's groups; False: blocks of rows,
         vectors along them, the input read in place), ``ob``, ``yb``, ``xb`` (the
         channel blocks' register block: ``ob`` channels, a divisor of a group's, x
-        ``yb`` x ``xb`` pixels) and ``groups_per_task`` (a divisor of the groups).
-        Every choice computes the same result.
+        ``yb`` x ``xb`` pixels), ``groups_per_task`` (a divisor of the groups) and
+        ``copy_input`` (rows: True copies each task's input planes, unpadded, before
+        its blocks read them; the heuristic's choice where they fit in a quarter of
+        L2).  Every choice computes the same result.
 
     Returns
     -------
@@ -536,7 +632,9 @@ def schedule_group_conv2d_nhwc(outs, target: str = "llvm", config=None) -> Sched
         An LLVM CPU target; its machine model sizes the blocks.
     config : dict, optional
         As :func:`schedule_group_conv2d_nchw`'s (``channel_blocks`` False: blocks of
-        pixels, vectors across the channels, the input read in place).
+        pixels, vectors across the channels, the input read in place; no
+        ``copy_input``) and ``interleave`` (True: interleaved vectors, where the
+        groups divide a vector or fill one).
 
     Returns
     -------
@@ -556,7 +654,8 @@ def group_conv2d_knobs(conv, knobs, info: CpuModel) -> dict:
     """The grouped template's config for the stage ``conv`` with its decisions as the
     auto-scheduler's knobs (the heuristic's choice first): ``group_conv2d.channel_blocks``
     and, for channel blocks, ``group_conv2d.groups_per_task`` (the heuristic's, half
-    and twice it, where they divide the groups); first, where the groups can be
+    and twice it, where they divide the groups), for NCHW rows
+    ``group_conv2d.copy_input``; first, where the groups can be
     interleaved (:func:`_interleaves`), ``group_conv2d.interleave`` (True first).  Applied by
     ``schedule_group_conv2d_*(outs, target, config)``."""
     out = conv.output(0)
@@ -569,6 +668,11 @@ def group_conv2d_knobs(conv, knobs, info: CpuModel) -> dict:
     p["channel_blocks"] = knobs.choose("group_conv2d.channel_blocks",
                                        [p["channel_blocks"], not p["channel_blocks"]],
                                        p["channel_blocks"])
+    if not p["channel_blocks"] and "group_conv2d_nchw" in out.op.tag.split(","):
+        c = p["copy_input"]
+        p["copy_input"] = knobs.choose("group_conv2d.copy_input", [c, not c], c)
+    p["transpose_out"] = _transpose_out_default(out, info, p["channel_blocks"], p["ob"],
+                                                p["yb"], p["xb"])
     if p["channel_blocks"]:
         g = p["groups_per_task"]
         choices = [g] + [v for v in (g // 2, 2 * g) if v >= 1 and G % v == 0 and v != g]
