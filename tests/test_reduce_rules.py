@@ -67,7 +67,7 @@ CASES = [
     ((2, 40, 30), "any", None, False, "bool", "any.split"),
     ((4, 8, 300), "argmax", -1, False, "float32", "argmax.tuple_rows"),   # a lane tail
     ((6, 1000), "argmin", 1, True, "float32", "argmin.tuple_rows"),
-    # rows and planes of packed bytes and half-width values
+    # planes of packed bytes, rows of bools and of half-width values
     ((6, 500), "max", 1, False, "float16", "max.rows_per_task"),
     ((6, 40, 256), "any", -1, False, "bool", "any.rows_per_task"),
     ((4, 6, 40, 64), "all", (2, 3), False, "bool", "all.plane"),

@@ -42,8 +42,9 @@ in spirit):
    Over several axes whose last is contiguous (batch norm's statistics over ``n, h, w``):
    one vector of partial results per output element (:meth:`_Rules.plane_reduction`).
    An argmax's index and value pairs the same way, in vector lanes
-   (:meth:`_Rules.tuple_row_reduction`).  Bool and 8-bit values take 64 lanes of a
-   512-bit vector (packed bytes), 16-bit ones 32.
+   (:meth:`_Rules.tuple_row_reduction`).  A plane or column reduction of bool or
+   8-bit values takes 64 lanes of a 512-bit vector (packed bytes), of 16-bit ones 32
+   (a row keeps float32's 16: its lanes are then reduced one at a time).
    **Column reductions** (before rule 3: the reduction runs across rows, over a first or
    middle axis, and no value is read twice: a sum over an NCHW tensor's channels or
    batch, a matrix's column sums): tiles of whole output rows (a share of L2), the tiles
@@ -774,9 +775,12 @@ class _Rules(BlockRules):
         return u, mr, nr
 
     def _lanes_of(self, op) -> int:
-        """The lanes of a vector of reduction ``op``'s values: packed bytes for bool and
-        8-bit values (64 to a 512-bit vector, not the 16 of float32), 16-bit ones two
-        to a float32 lane; the float32 lanes for wider ones."""
+        """The lanes of a vector of reduction ``op``'s values in a plane or column
+        reduction: packed bytes for bool and 8-bit values (64 to a 512-bit vector, not
+        the 16 of float32), 16-bit ones two to a float32 lane; the float32 lanes for
+        wider ones.  (A row reduction keeps float32's lanes: it reduces its lanes one at
+        a time at the end of each row, 64 of them took 2.3x the time of 16 on rows of
+        256 bools.)"""
         size = max(_dt.nbytes(op.output(k).dtype) for k in range(len(op.bodies)))
         return self.L * 4 // size if size < 4 else self.L
 
@@ -907,7 +911,7 @@ class _Rules(BlockRules):
             ro = ri = row
         if self.info.threads > 1 and (total is None or total >= 2):
             st.parallel(ro)
-        row_reduce_at(s, cache, st, ri, self._lanes_of(op))
+        row_reduce_at(s, cache, st, ri, self.info.lanes)
 
     def tuple_row_reduction(self, st: Stage):
         """A row reduction of several values at once (an argmax's index and value, along
