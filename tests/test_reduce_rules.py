@@ -39,7 +39,11 @@ def data(shape, dtype, op):
 
 def np_reduce(op, x, axis, keepdims):
     if op in ("argmax", "argmin"):
-        return getattr(np, op)(x, axis=axis, keepdims=keepdims)
+        if not isinstance(axis, tuple):
+            return getattr(np, op)(x, axis=axis, keepdims=keepdims)
+        rest = [d for d in range(x.ndim) if d not in axis]   # (the flat position)
+        moved = np.transpose(x, rest + list(axis))
+        return getattr(np, op)(moved.reshape(moved.shape[:len(rest)] + (-1,)), axis=-1)
     acc = x.astype("float64") if x.dtype.kind == "f" else x
     return getattr(np, op)(acc, axis=axis, keepdims=keepdims)
 
@@ -67,6 +71,8 @@ CASES = [
     ((2, 40, 30), "any", None, False, "bool", "any.split"),
     ((4, 8, 300), "argmax", -1, False, "float32", "argmax.tuple_rows"),   # a lane tail
     ((6, 1000), "argmin", 1, True, "float32", "argmin.tuple_rows"),
+    ((3, 4, 6, 50), "argmax", (2, 3), False, "float32", "argmax.tuple_rows"),
+    ((4, 8, 300), "argmin", None, True, "float32", "argmin.split"),   # pairs in lanes
     # planes of packed bytes, rows of bools and of half-width values
     ((6, 500), "max", 1, False, "float16", "max.rows_per_task"),
     ((6, 40, 256), "any", -1, False, "bool", "any.rows_per_task"),

@@ -552,8 +552,9 @@ class _Rules(BlockRules):
     def _row_reducible(self, op, tuples: bool = False) -> bool:
         """A sum/max/min whose last reduce axis runs along contiguous memory in every load
         that moves with it, with at least two vectors' worth of steps (``tuples``: an
-        argmax's index and value too)."""
-        if len(op.reduce_axis) != 1 or (len(op.bodies) != 1 and not tuples) or \
+        argmax's index and value too, over one or more axes, the last one contiguous)."""
+        if (len(op.reduce_axis) != 1 and not tuples) or not op.reduce_axis or \
+                (len(op.bodies) != 1 and not tuples) or \
                 not all(isinstance(b, Reduce) for b in op.bodies):
             return False   # (a tuple reduction: tuple_row_reduction, at the root)
         r = op.reduce_axis[-1]
@@ -695,6 +696,8 @@ class _Rules(BlockRules):
         elif not self.plane_reduction(pst):
             if self._row_reducible(pst.op):
                 self.row_reduction_root(pst)
+            elif len(pst.op.bodies) > 1 and self._row_reducible(pst.op, tuples=True):
+                self.tuple_row_reduction(pst)
             else:
                 self.fallback(pst)
         self.done.add(id(pst.op))
@@ -915,17 +918,17 @@ class _Rules(BlockRules):
 
     def tuple_row_reduction(self, st: Stage):
         """A row reduction of several values at once (an argmax's index and value, along
-        contiguous memory), at the root: ``rfactor``-ed whole into vectors of partial
+        contiguous memory; over several axes, the others outside), at the root: ``rfactor``-ed whole into vectors of partial
         pairs (four vectors a step, then one), computed at the row loop, which runs in
         parallel; the lanes are then combined in order.  (A multi-output stage takes no
         ``cache_write``: the partials are the stage's own.)"""
         s, L = self.s, self.L
         op = st.op
-        K = self.ext(op.reduce_axis[0].dom.extent)
+        K = self.ext(op.reduce_axis[-1].dom.extent)
         parts = []
         for F in ([4 * L, L] if K >= 8 * L else [L]):
             rs = s[op.output(0)]
-            _, ki = rs.split(rs.op.reduce_axis[0], factor=F)
+            _, ki = rs.split(rs.op.reduce_axis[-1], factor=F)
             parts.append(s[s.rfactor(op.output(0), ki, factor_axis=len(rs.op.axis))])
         st = s[op.output(0)]
         axes = list(st.op.axis)
@@ -935,9 +938,8 @@ class _Rules(BlockRules):
             st.parallel(row)
         for rf in parts:
             rf.compute_at(st, row)
-            rko, = rf.op.reduce_axis
             rki = rf.op.axis[-1]
-            rf.reorder(*(list(rf.op.axis[:-1]) + [rko, rki]))
+            rf.reorder(*(list(rf.op.axis[:-1]) + list(rf.op.reduce_axis) + [rki]))
             rf.vectorize(rki)
             self.done.add(id(rf.op))
 
