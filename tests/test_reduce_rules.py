@@ -164,3 +164,27 @@ def test_random_knobs_of_the_reduction_rules_stay_correct(seed):
         tc.build(s, [X, Y])(x, got)
         want = np_reduce(op, x, axis, False)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+def test_column_reduction_inlines_an_elementwise_producer_read_once():
+    """sum(exp(x), axis=1): each exp is read once, so it is computed in the reduction's
+    loop (no full-size exp array); an exp that a second stage reads too (a softmax over
+    channels) keeps the register block's per-task copy.  Both against numpy."""
+    x = rng.standard_normal((3, 24, 8, 48)).astype("float32")
+    X = tc.placeholder(x.shape, name="X")
+    Y = nn.sum(nn.exp(X), axis=1)
+    s, knobs = schedule([X, Y])
+    assert knobs.values.get("sum.columns") is True
+    assert "allocate exp" not in str(tc.lower(s, [X, Y]))
+    got = np.zeros((3, 8, 48), "float32")
+    tc.build(s, [X, Y])(x, got)
+    np.testing.assert_allclose(got, np.exp(x.astype("float64")).sum(1), rtol=1e-5)
+    E = nn.exp(X)
+    S = nn.sum(E, axis=1, keepdims=True)
+    P = tc.compute(x.shape, lambda n, c, h, w: E[n, c, h, w] / S[n, 0, h, w], name="P")
+    s, knobs = schedule([X, P])
+    assert "sum.columns" not in knobs.values
+    got = np.zeros(x.shape, "float32")
+    tc.build(s, [X, P])(x, got)
+    e = np.exp(x.astype("float64"))
+    np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=1e-5)

@@ -720,6 +720,22 @@ class _Rules(BlockRules):
         return math.prod(exts) < max(2, T) or (col is not None and T > 1 and
                                                self._column_tasks(op, col) < T)
 
+    def _column_input(self, op, t) -> Optional[str]:
+        """How column reduction ``op`` reads tensor ``t``: ``"memory"`` (an input, or a
+        stage in memory or inlined already), ``"inline"`` (an elementwise stage only
+        ``op`` reads: inlined into it, each of its values computed once, as each is read
+        once), or None (an elementwise stage that others read too: the register block's
+        rule computes it per task instead)."""
+        if not isinstance(t.op, ComputeOp):
+            return "memory"
+        st = self.s[t.op]
+        if st.attach_type == "inline" or t.op.reduce_axis or not _is_injective(t.op):
+            return "memory"
+        if st.is_output or id(t.op) in self.done or st.attach_type != "root" or \
+                [r for r in self.readers(t.op)] != [op]:
+            return None
+        return "inline"
+
     def _column_tasks(self, op, plan) -> int:
         """The tiles (tasks) of column reduction ``op`` under ``plan``."""
         u, mr, nr = plan
@@ -748,6 +764,8 @@ class _Rules(BlockRules):
             return None
         loads = [ld for b in op.bodies for ld in _loads(b.source)]
         if not loads:
+            return None
+        if any(self._column_input(op, ld.producer) is None for ld in loads):
             return None
         for ld in loads:
             idx = ld.indices
@@ -797,6 +815,10 @@ class _Rules(BlockRules):
         op = red.op
         u, mr, nr = self._column_plan(op)
         pos_u = len(op.axis) - 2 if u is not None else None
+        for t in op.input_tensors:
+            if self._column_input(op, t) == "inline":
+                self.s[t.op].compute_inline()
+                self.done.add(id(t.op))
 
         def tile(st):
             axes = list(st.op.axis)
