@@ -15,7 +15,7 @@ reduction the read stream (a tecomp row sum of as many bytes, rows of 4096 float
 an elementwise operator a copy of its input (a tecomp kernel, vectorized and parallel,
 counting its read and its write).  Every result is checked against PyTorch's first.
 
-    python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...]
+    python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...] [--rules-off]
 """
 from __future__ import annotations
 
@@ -144,6 +144,20 @@ def elementwise_workloads():
     return work
 
 
+def rules_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` scheduled with the column, split and tuple-row
+    rules of ``tecomp.strategy.rules`` off (every stage's knobs ``.columns``,
+    ``.split``, ``.tuple_rows`` False): the schedule the rules gave before them."""
+    from tecomp.strategy.cpu import apply_rules, cpu_model
+    from tecomp.strategy.rules import Knobs
+    from tecomp.strategy._common import _walk
+    off = {f"{op.name}.{k}": False for op in _walk([t for t in sig[-1:]])
+           for k in ("columns", "split", "tuple_rows")}
+    f = tc.build(apply_rules(sig, Knobs(off), cpu_model("llvm")), sig)
+    out = tc.empty(tuple(int(e.value) for e in sig[-1].shape), sig[-1].dtype)
+    return lambda: f(*ins, out)
+
+
 def _input(np, rng, shape, kind):
     x = rng.standard_normal(shape).astype("float32")
     if kind == "pos":
@@ -161,6 +175,9 @@ def main() -> None:
     ap = base_parser(__doc__, rounds=7)
     ap.add_argument("--only", default="", help="comma-separated workload names (a prefix "
                     "each: sum, sum:hw, exp, ...); default: all")
+    ap.add_argument("--rules-off", action="store_true", help="also time each reduction "
+                    "scheduled without the column, split and tuple-row rules (their knobs "
+                    "off: the schedule before them), in the same turns")
     args = ap.parse_args()
     pin_threads(args.threads)
     import os
@@ -247,9 +264,11 @@ def main() -> None:
             ok = False
             print(f"  {name}: MISMATCH against PyTorch: {str(e).splitlines()[3:5]}")
         ref_fn, ref_bytes = reference(family, x.nbytes)
-        t = interleaved_turns({"tecomp": lambda: f(*ins, out),
-                               "torch": lambda: tfn(torch, tx, tout),
-                               "stream": ref_fn}, args.rounds)
+        fns = {"tecomp": lambda: f(*ins, out), "torch": lambda: tfn(torch, tx, tout),
+               "stream": ref_fn}
+        if args.rules_off and family == "reduce":
+            fns["off"] = rules_off(tc, sig, ins)
+        t = interleaved_turns(fns, args.rounds)
         gbs = (x.nbytes + out.nbytes) / t["tecomp"] / 1e9
         stream = ref_bytes / t["stream"] / 1e9
         ratio = t["torch"] / t["tecomp"]
@@ -257,8 +276,9 @@ def main() -> None:
         print(f"  {name:22s} {'x'.join(map(str, shape)):>13s} -> {'x'.join(map(str, oshape)) or '()':>11s}"
               f"  tecomp {t['tecomp'] * 1e3:7.3f} ms | torch {t['torch'] * 1e3:7.3f} ms | "
               f"ratio {ratio:5.2f}x | {gbs:6.1f} GB/s ({100 * gbs / stream:4.0f}% of "
-              f"{'read' if family == 'reduce' else 'copy'} {stream:5.1f}){'' if ok else ' WRONG'}",
-              flush=True)
+              f"{'read' if family == 'reduce' else 'copy'} {stream:5.1f}){'' if ok else ' WRONG'}"
+              + (f" | rules off {t['off'] * 1e3:7.3f} ms ({t['off'] / t['tecomp']:5.2f}x)"
+                 if "off" in t else ""), flush=True)
     bad = [r for r in rows if r[1] < 1.0 or r[2] < 80]
     print(f"load {os.getloadavg()[0]:.2f}; {len(rows) - len(bad)} of {len(rows)} rows at "
           f">= 1.0x PyTorch and >= 80% of the stream")
