@@ -77,6 +77,7 @@ CASES = [
     ((6, 500), "max", 1, False, "float16", "max.rows_per_task"),
     ((6, 40, 256), "any", -1, False, "bool", "any.rows_per_task"),
     ((4, 6, 40, 64), "all", (2, 3), False, "bool", "all.plane"),
+    ((2, 3, 5, 256), "any", (2, 3), True, "bool", "any.plane"),      # four byte vectors
 ]
 
 
