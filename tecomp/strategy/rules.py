@@ -658,11 +658,11 @@ class _Rules(BlockRules):
         if self._row_reducible(op) and op.axis:
             self.row_reduction_root(st)
             return
+        if self.plane_reduction(st):
+            return   # (several independent sums over several axes too: batch norm's)
         if len(op.bodies) > 1 and op.axis and self._row_reducible(op, tuples=True) and \
                 self.k.choose(f"{op.name}.tuple_rows", [True, False], True):
             self.tuple_row_reduction(st)
-            return
-        if self.plane_reduction(st):
             return
         self.fallback(st)
 
