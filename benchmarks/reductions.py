@@ -273,7 +273,8 @@ def main() -> None:
         stream = ref_bytes / t["stream"] / 1e9
         ratio = t["torch"] / t["tecomp"]
         rows.append((name, ratio, 100 * gbs / stream))
-        print(f"  {name:22s} {'x'.join(map(str, shape)):>13s} -> {'x'.join(map(str, oshape)) or '()':>11s}"
+        dims = 'x'.join(map(str, oshape)) or '()'
+        print(f"  {name:22s} {'x'.join(map(str, shape)):>13s} -> {dims:>11s}"
               f"  tecomp {t['tecomp'] * 1e3:7.3f} ms | torch {t['torch'] * 1e3:7.3f} ms | "
               f"ratio {ratio:5.2f}x | {gbs:6.1f} GB/s ({100 * gbs / stream:4.0f}% of "
               f"{'read' if family == 'reduce' else 'copy'} {stream:5.1f}){'' if ok else ' WRONG'}"

@@ -745,17 +745,17 @@ class _Rules(BlockRules):
     def _column_plan(self, op) -> Optional[Tuple[Optional[object], int, int]]:
         """``(u, mr, nr)`` for a reduction that streams its input in columns: every
         load moves along the innermost output axis ``v`` by one element, depends on every
-        output axis of extent > 1 (no value is read for two outputs: nothing to keep in registers, as
-        a GEMM's block does) and on no reduce axis in its last index (the reduction runs
-        across rows: a sum over the first or a middle axis, over an NCHW tensor's
-        batch, a column sum).  The tile is ``mr`` values of ``u`` (the axis before ``v``,
-        when every load reads its rows back to back: whole rows of ``v``) by ``nr`` of
-        ``v``, a share of L2 in accumulators (:data:`COLUMN_TILE_L2`): each reduction step then
-        reads one contiguous run of that size.  None where it does not apply."""
+        output axis of extent > 1 (no value is read for two outputs: nothing to keep in
+        registers, as a GEMM's block does) and on no reduce axis in its last index (the
+        reduction runs across rows: a sum over the first or a middle axis, over an NCHW
+        tensor's batch, a column sum); an elementwise stage it reads must be one only it
+        reads (:meth:`_column_input`).  The tile is ``mr`` values of ``u`` (the axis
+        before ``v``, when every load reads its rows back to back: whole rows of ``v``)
+        by ``nr`` of ``v``, a share of L2 in accumulators (:data:`COLUMN_TILE_L2`): each
+        reduction step then reads one contiguous run of that size.  None where it does
+        not apply."""
         if not op.axis or not op.reduce_axis or \
-                (len(op.bodies) > 1 and not all(isinstance(b, Reduce) for b in op.bodies)):
-            return None
-        if not all(isinstance(b, Reduce) for b in op.bodies):
+                not all(isinstance(b, Reduce) for b in op.bodies):
             return None
         v = op.axis[-1]
         ev = self.ext(v.dom.extent)
