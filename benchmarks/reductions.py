@@ -1,0 +1,291 @@
+"""Reductions over any axes and elementwise math operators on 16M elements, auto-scheduled, against PyTorch.
+
+Each workload is one ``tecomp.nn`` operator (``sum``, ``mean``, ``max``, ``min``, ``prod``,
+``argmax``, ``argmin``, ``all``, ``any`` over the given axes, with or without
+``keepdims``; ``exp``, ``log``, ... ``cast``, ``clip``, ``prelu``) on 16M float32
+elements (8x64x128x256 as NCHW, or 4096x4096; 16M bools for ``all``/``any``), scheduled by
+``tc.auto_schedule(args)`` at trials=0 (none of these operators has a template: the
+generic rules of ``tecomp.strategy.rules`` schedule them, rules 3-5), timed against
+PyTorch's operator (its ``out=`` variant into a preallocated tensor where one exists:
+``torch.sum(..., out=)``, ``torch.ops.aten.silu.out``, ``Tensor.copy_`` for a cast),
+interleaved in one process, medians in ms.  ``ratio`` is PyTorch's time over
+tecomp's (> 1: tecomp is faster).  ``GB/s`` counts the input read once and the output
+written once; ``%`` compares it with the memory stream timed in the same turns: for a
+reduction the read stream (a tecomp row sum of as many bytes, rows of 4096 float32), for
+an elementwise operator a copy of its input (a tecomp kernel, vectorized and parallel,
+counting its read and its write).  Every result is checked against PyTorch's first.
+
+    python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...] [--rules-off]
+"""
+from __future__ import annotations
+
+from common import base_parser, interleaved_turns, pin_threads, torch_or_none
+
+NCHW = (8, 64, 128, 256)
+SQUARE = (4096, 4096)
+
+#: the axes each reduction is timed over: (label, shape, axis)
+AXES = [("last", NCHW, -1), ("first", NCHW, 0), ("middle", NCHW, 1), ("hw", NCHW, (2, 3)),
+        ("nhw", NCHW, (0, 2, 3)), ("all", NCHW, None),
+        ("rows", SQUARE, 1), ("cols", SQUARE, 0), ("all", SQUARE, None)]
+
+
+def _dims(shape, axis):
+    if axis is None:
+        return tuple(range(len(shape)))
+    return tuple(a % len(shape) for a in (axis if isinstance(axis, tuple) else (axis,)))
+
+
+def reduction_workloads():
+    """name -> (shape, input kind, tecomp builder(nn, X), torch fn(torch, x, out), out
+    dtype or None, kind)."""
+    work = {}
+
+    def add(op, label, shape, axis, keep, tfn, kind="float", out=None):
+        name = f"{op}:{label}{'+keep' if keep else ''}"
+        work[name] = (shape, kind, lambda nn, X: getattr(nn, op)(X, axis=axis, keepdims=keep),
+                      tfn(axis, keep), out, "reduce")
+
+    def torch_reduce(fn, one_dim=False):
+        def make(axis, keep):
+            def f(torch, x, out):
+                dims = _dims(x.shape, axis)
+                if len(dims) == x.ndim and not keep:
+                    if out is None:
+                        return getattr(torch, fn)(x)
+                    return getattr(torch, fn)(x, dim=dims, out=out) if not one_dim else \
+                        out.copy_(getattr(torch, fn)(x))
+                if one_dim and len(dims) > 1:
+                    # (torch.prod takes one dim: the reduced axes moved last, flattened)
+                    rest = [d for d in range(x.ndim) if d not in dims]
+                    y = x.permute(*rest, *dims).reshape(*[x.shape[d] for d in rest], -1)
+                    r = getattr(torch, fn)(y, -1)
+                    if keep:
+                        r = r.reshape(out.shape)
+                    return out.copy_(r)
+                d = dims[0] if one_dim else dims
+                return getattr(torch, fn)(x, d, keepdim=keep, out=out)
+            return f
+        return make
+
+    for label, shape, axis in AXES:
+        add("sum", label, shape, axis, False, torch_reduce("sum"))
+        add("max", label, shape, axis, False, torch_reduce("amax"))
+        if shape is NCHW:
+            add("sum", label, shape, axis, True, torch_reduce("sum"))
+    for label, shape, axis in AXES:
+        if shape is NCHW and label in ("last", "middle", "hw", "nhw", "all"):
+            add("mean", label, shape, axis, False, torch_reduce("mean"))
+            add("min", label, shape, axis, False, torch_reduce("amin"))
+            add("prod", label, shape, axis, False, torch_reduce("prod", one_dim=True),
+                kind="near1")
+
+    def torch_arg(fn):
+        def make(axis, keep):
+            return lambda torch, x, out: getattr(torch, fn)(x, axis, keepdim=keep, out=out)
+        return make
+
+    for op in ("argmax", "argmin"):
+        for label, shape, axis in (("last", NCHW, -1), ("middle", NCHW, 1),
+                                   ("cols", SQUARE, 0)):
+            name = f"{op}:{label}"
+            work[name] = (shape, "float", lambda nn, X, op=op, axis=axis: getattr(nn, op)(
+                X, axis=axis, dtype="int64"), torch_arg(op)(axis, False), "int64", "reduce")
+
+    def torch_logic(fn):
+        def make(axis, keep):
+            def f(torch, x, out):
+                dims = _dims(x.shape, axis)
+                if len(dims) == x.ndim:
+                    return out.copy_(getattr(torch, fn)(x))
+                return getattr(torch, fn)(x, dims if len(dims) > 1 else dims[0],
+                                          keepdim=keep, out=out)
+            return f
+        return make
+
+    for op in ("all", "any"):
+        for label, shape, axis in (("last", NCHW, -1), ("middle", NCHW, 1), ("hw", NCHW, (2, 3)),
+                                   ("all", NCHW, None)):
+            add(op, label, shape, axis, False, torch_logic(op), kind="all" if op == "all"
+                else "any")
+    return work
+
+
+def elementwise_workloads():
+    """name -> (shape, input kind, tecomp builder(nn, X[, S]), torch fn, out dtype, kind)."""
+    def aten(op, *extra):
+        def f(torch, x, out):
+            return getattr(torch.ops.aten, op).out(x, *extra, out=out)
+        return f
+
+    plain = [("exp", "float"), ("log", "pos"), ("sqrt", "pos"), ("rsqrt", "pos"),
+             ("erf", "float"), ("abs", "float"), ("sign", "float"), ("floor", "float"),
+             ("ceil", "float"), ("round", "float"), ("tan", "float"), ("isnan", "float"),
+             ("isinf", "float"), ("elu", "float"), ("hardswish", "float"),
+             ("hardsigmoid", "float"), ("silu", "float"), ("softplus", "float")]
+    work = {}
+    for op, kind in plain:
+        out = "bool" if op in ("isnan", "isinf") else None
+        tfn = {"isnan": lambda torch, x, out: torch.isnan(x),
+               "isinf": lambda torch, x, out: torch.isinf(x),
+               "elu": aten("elu", 1.0, 1, 1),
+               "softplus": aten("softplus", 1.0, 20.0)}.get(op, aten(op))
+        work[op] = (NCHW, kind, lambda nn, X, op=op: getattr(nn, op)(X), tfn, out, "elem")
+    work["clip"] = (NCHW, "float", lambda nn, X: nn.clip(X, -0.5, 0.5),
+                    lambda torch, x, out: torch.clamp(x, -0.5, 0.5, out=out), None, "elem")
+    work["leaky_relu"] = (NCHW, "float", lambda nn, X: nn.leaky_relu(X, 0.01),
+                          aten("leaky_relu", 0.01), None, "elem")
+    work["cast:float16"] = (NCHW, "float", lambda nn, X: nn.cast(X, "float16"),
+                            lambda torch, x, out: out.copy_(x), "float16", "elem")
+    work["cast:int32"] = (NCHW, "float", lambda nn, X: nn.cast(X, "int32"),
+                          lambda torch, x, out: out.copy_(x), "int32", "elem")
+    work["prelu:channel"] = (NCHW, "float", "prelu",
+                             lambda torch, x, out, w=None: torch.prelu(x, w), None, "elem")
+    return work
+
+
+def rules_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` scheduled with the column, split and tuple-row
+    rules of ``tecomp.strategy.rules`` off (every stage's knobs ``.columns``,
+    ``.split``, ``.tuple_rows`` False): the schedule the rules gave before them."""
+    from tecomp.strategy.cpu import apply_rules, cpu_model
+    from tecomp.strategy.rules import Knobs
+    from tecomp.strategy._common import _walk
+    off = {f"{op.name}.{k}": False for op in _walk([t for t in sig[-1:]])
+           for k in ("columns", "split", "tuple_rows")}
+    f = tc.build(apply_rules(sig, Knobs(off), cpu_model("llvm")), sig)
+    out = tc.empty(tuple(int(e.value) for e in sig[-1].shape), sig[-1].dtype)
+    return lambda: f(*ins, out)
+
+
+def _input(np, rng, shape, kind):
+    x = rng.standard_normal(shape).astype("float32")
+    if kind == "pos":
+        return np.abs(x) + np.float32(0.1)
+    if kind == "near1":   # a product of 256 values that stays finite
+        return (np.float32(1) + x * np.float32(1e-3)).astype("float32")
+    if kind == "all":     # mostly True: every element must be read
+        return rng.random(shape) > 1e-7
+    if kind == "any":     # mostly False
+        return rng.random(shape) < 1e-7
+    return x
+
+
+def main() -> None:
+    ap = base_parser(__doc__, rounds=7)
+    ap.add_argument("--only", default="", help="comma-separated workload names (a prefix "
+                    "each: sum, sum:hw, exp, ...); default: all")
+    ap.add_argument("--rules-off", action="store_true", help="also time each reduction "
+                    "scheduled without the column, split and tuple-row rules (their knobs "
+                    "off: the schedule before them), in the same turns")
+    args = ap.parse_args()
+    pin_threads(args.threads)
+    import os
+    # PyTorch's OpenMP workers sleep between calls instead of spinning against tecomp's
+    # (its best configuration on a shared 2-core VM: benchmarks/run.py)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import numpy as np
+
+    import tecomp as tc
+    from tecomp import nn
+
+    torch = torch_or_none(args.threads)
+    if torch is None:
+        return
+    rng = np.random.default_rng(0)
+    print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds, OMP_WAIT_POLICY="
+          f"{os.environ['OMP_WAIT_POLICY']}; load {os.getloadavg()[0]:.2f}")
+    picked = [p for p in args.only.split(",") if p]
+    refs = {}
+
+    def reference(kind, nbytes):
+        """(function, bytes it moves): the read stream (a row sum) or a copy, of
+        ``nbytes`` bytes of float32."""
+        key = (kind, nbytes)
+        if key not in refs:
+            n = nbytes // 4
+            if kind == "reduce":
+                A = tc.placeholder((n // 4096, 4096), name="A")
+                B = nn.sum(A, axis=-1)
+                a, b = tc.aligned(np.ones((n // 4096, 4096), "float32")), tc.empty((n // 4096,))
+            else:
+                A = tc.placeholder((n,), name="A")
+                B = tc.compute((n,), lambda i: A[i], name="copy")
+                a, b = tc.aligned(np.ones(n, "float32")), tc.empty((n,))
+            f = tc.build(tc.auto_schedule([A, B]), [A, B])
+            refs[key] = ((lambda: f(a, b)), nbytes * (2 if kind == "elem" else 1))
+        return refs[key]
+
+    work = {**reduction_workloads(), **elementwise_workloads()}
+    rows = []
+    for name, (shape, kind, build, tfn, odt, family) in work.items():
+        if picked and not any(name.startswith(p) for p in picked):
+            continue
+        x = tc.aligned(_input(np, rng, shape, kind))
+        tx = torch.from_numpy(x)
+        X = tc.placeholder(shape, dtype=str(x.dtype), name="X")
+        ins, tins = [x], [tx]
+        if build == "prelu":
+            w = tc.aligned(rng.uniform(0.05, 0.3, shape[1]).astype("float32"))
+            S = tc.placeholder((shape[1],), name="S")
+            Y = nn.prelu(X, S)
+            ins.append(w)
+            tw = torch.from_numpy(w)
+            tfn = (lambda f, tw: lambda torch, x, out: f(torch, x, out, tw))(tfn, tw)
+            sig = [X, S, Y]
+        else:
+            Y = build(nn, X)
+            sig = [X, Y]
+        f = tc.build(tc.auto_schedule(sig), sig)
+        oshape = tuple(int(e.value) for e in Y.shape)
+        out = tc.empty(oshape, Y.dtype)
+        tout = torch.empty(oshape, dtype=getattr(torch, Y.dtype))
+        f(*ins, out)
+        want = tfn(torch, tx, tout)
+        if want is None or want is tout or (isinstance(want, torch.Tensor) and
+                                             want.data_ptr() == tout.data_ptr()):
+            want = tout
+        else:   # (no out= variant: the allocating call is what PyTorch offers)
+            tout = None
+        got, ref = np.asarray(out), want.numpy()
+        tol = {"tan": 1e-4, "prod": 1e-4, "mean": 1e-4, "sum": 1e-4}.get(name.split(":")[0],
+                                                                        1e-5)
+        ok = True
+        try:
+            if got.dtype == np.float16:
+                np.testing.assert_allclose(got.astype("float32"), ref.astype("float32"),
+                                           rtol=1e-3, atol=1e-3)
+            elif got.dtype.kind == "f":
+                scale = 1.0 if family == "elem" else float(np.abs(ref).max() or 1)
+                np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * scale)
+            else:
+                np.testing.assert_array_equal(got, ref)
+        except AssertionError as e:
+            ok = False
+            print(f"  {name}: MISMATCH against PyTorch: {str(e).splitlines()[3:5]}")
+        ref_fn, ref_bytes = reference(family, x.nbytes)
+        fns = {"tecomp": lambda: f(*ins, out), "torch": lambda: tfn(torch, tx, tout),
+               "stream": ref_fn}
+        if args.rules_off and family == "reduce":
+            fns["off"] = rules_off(tc, sig, ins)
+        t = interleaved_turns(fns, args.rounds)
+        gbs = (x.nbytes + out.nbytes) / t["tecomp"] / 1e9
+        stream = ref_bytes / t["stream"] / 1e9
+        ratio = t["torch"] / t["tecomp"]
+        rows.append((name, ratio, 100 * gbs / stream))
+        dims = 'x'.join(map(str, oshape)) or '()'
+        print(f"  {name:22s} {'x'.join(map(str, shape)):>13s} -> {dims:>11s}"
+              f"  tecomp {t['tecomp'] * 1e3:7.3f} ms | torch {t['torch'] * 1e3:7.3f} ms | "
+              f"ratio {ratio:5.2f}x | {gbs:6.1f} GB/s ({100 * gbs / stream:4.0f}% of "
+              f"{'read' if family == 'reduce' else 'copy'} {stream:5.1f}){'' if ok else ' WRONG'}"
+              + (f" | rules off {t['off'] * 1e3:7.3f} ms ({t['off'] / t['tecomp']:5.2f}x)"
+                 if "off" in t else ""), flush=True)
+    bad = [r for r in rows if r[1] < 1.0 or r[2] < 80]
+    print(f"load {os.getloadavg()[0]:.2f}; {len(rows) - len(bad)} of {len(rows)} rows at "
+          f">= 1.0x PyTorch and >= 80% of the stream")
+    for name, ratio, pct in sorted(bad, key=lambda r: min(r[1], r[2] / 80)):
+        print(f"  below: {name:22s} {ratio:5.2f}x {pct:4.0f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""The auto-scheduler's rules for reductions that are not row reductions: column
+reductions (over a first or middle axis: the innermost output axis vectorized, the
+reduce axes outside the tile) and split reductions (to fewer values than threads, or
+columns of too few tiles: the first reduce axis cut into parallel chunks by rfactor),
+checked against numpy, odd extents and tails included; the machine model is this host's
+with two threads, so the same rules apply on any CPU."""
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp import nn
+from tecomp.strategy.cpu import apply_rules, cpu_model
+from tecomp.strategy.rules import Knobs
+
+rng = np.random.default_rng(1552)
+
+
+def info2():
+    return dataclasses.replace(cpu_model("llvm"), threads=2)
+
+
+def schedule(args):
+    knobs = Knobs()
+    return apply_rules(args, knobs, info2()), knobs
+
+
+def data(shape, dtype, op):
+    if dtype == "bool":
+        return rng.random(shape) > (0.02 if op == "all" else 0.98)
+    if dtype.startswith("int"):
+        return rng.integers(-5, 6, shape).astype(dtype)
+    if op == "prod":
+        return (1 + 0.01 * rng.standard_normal(shape)).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def np_reduce(op, x, axis, keepdims):
+    if op in ("argmax", "argmin"):
+        if not isinstance(axis, tuple):
+            return getattr(np, op)(x, axis=axis, keepdims=keepdims)
+        rest = [d for d in range(x.ndim) if d not in axis]   # (the flat position)
+        moved = np.transpose(x, rest + list(axis))
+        return getattr(np, op)(moved.reshape(moved.shape[:len(rest)] + (-1,)), axis=-1)
+    acc = x.astype("float64") if x.dtype.kind == "f" else x
+    return getattr(np, op)(acc, axis=axis, keepdims=keepdims)
+
+
+CASES = [
+    # shape, op, axis, keepdims, dtype, the knob that says which rule applied
+    ((3, 40, 6, 48), "sum", 1, False, "float32", "sum.columns"),
+    ((3, 40, 6, 40), "max", 1, True, "float32", "max.columns"),      # a vector tail
+    ((5, 7, 33), "mean", 0, False, "float32", "mean.sum.columns"),    # epilogue
+    ((4, 9, 2, 64), "min", (0, 1), False, "float32", "min.columns"),
+    ((3, 40, 6, 48), "sum", 1, False, "int32", "sum.columns"),
+    ((3, 40, 6, 48), "sum", 1, False, "float16", "sum.acc.columns"),
+    ((3, 40, 6, 48), "argmax", 1, False, "float32", "argmax.columns"),
+    ((3, 40, 6, 48), "argmin", 0, True, "float32", "argmin.columns"),
+    ((3, 40, 6, 64), "any", 1, False, "bool", "any.columns"),
+    ((3, 40, 6, 64), "all", (0, 1), False, "bool", "all.columns"),
+    ((1100, 20), "sum", 0, False, "float32", "sum.split"),            # too few tiles
+    ((1100, 20), "argmax", 0, False, "float32", "argmax.split"),
+    ((4, 33, 50), "sum", None, False, "float32", "sum.split"),        # 0-d
+    ((4, 33, 50), "prod", None, False, "float32", "prod.split"),
+    ((4, 33, 50), "mean", None, True, "float32", "mean.sum.split"),
+    ((3, 1030), "max", None, True, "float32", "max.split"),
+    ((1030,), "sum", 0, False, "float32", "sum.split"),               # chunks with a tail
+    ((2, 1030), "argmin", None, False, "float32", "argmin.split"),
+    ((2, 40, 30), "any", None, False, "bool", "any.split"),
+    ((4, 8, 300), "argmax", -1, False, "float32", "argmax.tuple_rows"),   # a lane tail
+    ((6, 1000), "argmin", 1, True, "float32", "argmin.tuple_rows"),
+    ((3, 4, 6, 50), "argmax", (2, 3), False, "float32", "argmax.tuple_rows"),
+    ((4, 8, 300), "argmin", None, True, "float32", "argmin.split"),   # pairs in lanes
+    # planes of packed bytes, rows of bools and of half-width values
+    ((6, 500), "max", 1, False, "float16", "max.rows_per_task"),
+    ((6, 40, 256), "any", -1, False, "bool", "any.rows_per_task"),
+    ((4, 6, 40, 64), "all", (2, 3), False, "bool", "all.plane"),
+    ((2, 3, 5, 256), "any", (2, 3), True, "bool", "any.plane"),      # four byte vectors
+]
+
+
+@pytest.mark.parametrize("shape,op,axis,keepdims,dtype,knob", CASES)
+def test_reduction_rules_against_numpy(shape, op, axis, keepdims, dtype, knob):
+    X = tc.placeholder(shape, dtype, name="X")
+    kw = {"dtype": "int64"} if op.startswith("arg") else {}
+    Y = getattr(nn, op)(X, axis=axis, keepdims=keepdims, **kw)
+    s, knobs = schedule([X, Y])
+    assert knobs.values.get(knob, False) is not False, sorted(knobs.values)
+    f = tc.build(s, [X, Y])
+    x = data(shape, dtype, op)
+    if op.startswith("arg"):   # ties: the first position wins
+        x.flat[rng.integers(0, x.size, 3)] = x.max() if op == "argmax" else x.min()
+    got = np.zeros(tuple(int(e.value) for e in Y.shape), Y.dtype)
+    f(x, got)
+    want = np_reduce(op, x, axis, keepdims)
+    assert got.shape == want.shape
+    if dtype == "float16":
+        np.testing.assert_allclose(got.astype("float64"), want, rtol=2e-3, atol=2e-2)
+    elif got.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(x.size))
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_column_reduction_streams_rows_into_a_tile():
+    """A mean over a middle axis: the sum is computed per tile of the output (no
+    full-size intermediate), the reduce axis outside the tile's vectorized rows."""
+    X = tc.placeholder((4, 32, 16, 64), name="X")
+    Y = nn.mean(X, axis=1)
+    s, _ = schedule([X, Y])
+    ir = str(tc.lower(s, [X, Y]))
+    m = re.search(r"allocate mean\.sum: float32\[([\d, ]+)\]", ir)
+    assert m, ir
+    assert np.prod([int(d) for d in m.group(1).split(",")]) < 4 * 16 * 64, ir
+    body = ir[ir.index("for (k1"):]
+    assert "vectorized" in body and "X[" in body
+
+
+def test_split_reduction_runs_chunks_in_parallel():
+    """A 0-d sum: one vectorized partial per chunk, in parallel, then the partials."""
+    X = tc.placeholder((8, 64, 32), name="X")
+    Y = nn.sum(X)
+    s, _ = schedule([X, Y])
+    ir = str(tc.lower(s, [X, Y]))
+    assert "parallel (k0.outer" in ir and "vectorized" in ir, ir
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+def test_row_argmax_in_vector_lanes_keeps_numpys_nan_and_ties(op):
+    """Index and value pairs in vector lanes: the first NaN wins, else the first of
+    equal extremes (or the last with ``select_last_index``), across lanes and chunks."""
+    x = rng.standard_normal((5, 200)).astype("float32")
+    x[0, [17, 150]] = np.nan
+    x[1, [3, 99, 140]] = 50.0 if op == "argmax" else -50.0
+    x[2, :] = 1.0
+    x[3, 190] = np.inf if op == "argmax" else -np.inf
+    for last in (False, True):
+        X = tc.placeholder(x.shape, name="X")
+        Y = getattr(nn, op)(X, axis=1, select_last_index=last)
+        s, knobs = schedule([X, Y])
+        assert knobs.values.get(f"{op}.tuple_rows") is True
+        got = np.zeros(5, "int32")
+        tc.build(s, [X, Y])(x, got)
+        want = getattr(np, op)(x, axis=1)
+        if last:   # numpy has no select_last_index: the reversed rows' first
+            want = 199 - getattr(np, op)(x[:, ::-1], axis=1)
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_knobs_of_the_reduction_rules_stay_correct(seed):
+    """Any value of the new knobs (tile bytes, steps a pass with a tail, chunks, the
+    rules on or off) gives the same results."""
+    import random
+    r = random.Random(seed)
+    for shape, op, axis in (((3, 42, 6, 40), "sum", 1), ((1030, 24), "max", 0),
+                            ((5, 37, 50), "mean", None), ((4, 9, 70), "argmax", -1)):
+        X = tc.placeholder(shape, name="X")
+        Y = getattr(nn, op)(X, axis=axis)
+        s = apply_rules([X, Y], Knobs(rng=r), info2())
+        x = data(shape, "float32", op)
+        got = np.zeros(tuple(int(e.value) for e in Y.shape), Y.dtype)
+        tc.build(s, [X, Y])(x, got)
+        want = np_reduce(op, x, axis, False)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+def test_column_reduction_inlines_an_elementwise_producer_read_once():
+    """sum(exp(x), axis=1): each exp is read once, so it is computed in the reduction's
+    loop (no full-size exp array); an exp that a second stage reads too (a softmax over
+    channels) keeps the register block's per-task copy.  Both against numpy."""
+    x = rng.standard_normal((3, 24, 8, 48)).astype("float32")
+    X = tc.placeholder(x.shape, name="X")
+    Y = nn.sum(nn.exp(X), axis=1)
+    s, knobs = schedule([X, Y])
+    assert knobs.values.get("sum.columns") is True
+    assert "allocate exp" not in str(tc.lower(s, [X, Y]))
+    got = np.zeros((3, 8, 48), "float32")
+    tc.build(s, [X, Y])(x, got)
+    np.testing.assert_allclose(got, np.exp(x.astype("float64")).sum(1), rtol=1e-5)
+    E = nn.exp(X)
+    S = nn.sum(E, axis=1, keepdims=True)
+    P = tc.compute(x.shape, lambda n, c, h, w: E[n, c, h, w] / S[n, 0, h, w], name="P")
+    s, knobs = schedule([X, P])
+    assert "sum.columns" not in knobs.values
+    got = np.zeros(x.shape, "float32")
+    tc.build(s, [X, P])(x, got)
+    e = np.exp(x.astype("float64"))
+    np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=1e-5)
