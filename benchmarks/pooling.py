@@ -9,32 +9,38 @@ is checked against PyTorch's first.
 
 The memory stream.  Pooling reads its input once and writes a smaller output: it is
 bound by how fast the input is read.  ``GB/s`` counts the input read once and the output
-written once over tecomp's median time (timed in turns with the stream, PyTorch's
+written once over tecomp's median time (timed in turns with a read kernel, PyTorch's
 spinning threads out of the way), and ``%`` compares it with the memory stream of the
-row, which depends on where the row's arrays live between calls (the benchmark calls
-the kernel on the same arrays again and again):
+row, which depends on where the input lives between calls (the benchmark calls the
+kernel on the same arrays again and again):
 
-* the input and output together larger than half the L3 (``cpu_model().l3_bytes``;
-  the other half: the other tenants' data, the cache's associativity): every call reads
-  the input from DRAM, and the stream is the machine's read stream,
-  ``tc.viz.host_peaks(threads)`` (a tecomp kernel summing 64 MiB into vector
-  accumulators, the best of 3 calls): the issue's "memory stream";
-* smaller: the input stays in the L3 and DRAM is no bound (a row can run at 150% of
-  it); the stream is then the same read kernel run over the row's own input array
-  (``"L3"``), timed in turns with the pooling: the bar a bandwidth-bound kernel on
-  cached data can reach.  (A copy of the array, the former reference, writes as many
-  bytes as it reads: in the L3 it ran at 195-234 GB/s on the Zen 5, neither the DRAM
-  stream nor the cache's read rate.)
+* ``DRAM``: the input does not stay in the cache (on the Zen 5, L3 32 MiB: a footprint
+  near or past the L3 with the other tenants' data).  Every call reads it from DRAM,
+  and the stream is the machine's read stream, ``tc.viz.host_peaks(threads)`` (a
+  tecomp kernel summing 64 MiB into vector accumulators, the best of 3 calls): the
+  issue's "memory stream".
+* ``cache``: the input stays in the L3 between calls, and DRAM is no bound (such a
+  row can run at 150% of it).  The stream is then the same read kernel run over the
+  row's own input (``tc.viz.peaks.read_kernel``), in turns with the pooling: the bar
+  a bandwidth-bound kernel on cached data can reach.
 
-Each row names the stream it is compared with, and gives its share of the DRAM stream
-too.  On the Zen 5 (L3 32 MiB): ``avg2d_nchw`` and the 7x7 global poolings (12.8 MB)
-are L3 rows, the others DRAM rows.
+Which one a row is, is measured, not guessed from its size: the read kernel runs over
+every row's input in turns with the pooling, and a row whose input it reads more than
+``CACHED`` times as fast as the DRAM stream is a ``cache`` row.  (A copy of the array,
+the former reference, writes as many bytes as it reads: from the L3 it ran at 195-234
+GB/s on the Zen 5, neither the DRAM stream nor the cache's read rate.)  Each row also
+gives its share of the DRAM stream.
 
     python3 benchmarks/pooling.py [--threads 2] [--rounds 7] [--only max2d_nchw,...]
 """
 from __future__ import annotations
 
 from common import base_parser, interleaved_turns, pin_threads, torch_or_none
+
+
+#: a row whose input is read again (the read kernel, in turns with the pooling) this many
+#: times faster than the DRAM stream stays in the cache between calls
+CACHED = 1.5
 
 
 def workloads(nn):
@@ -107,10 +113,10 @@ def main() -> None:
         return
     rng = np.random.default_rng(0)
     info = tc.target.cpu_model()
-    l3, V = info.l3_bytes or 0, 4 * info.lanes
+    l3, V = (info.l3_bytes or 0) >> 20, 4 * info.lanes
     _, dram = tc.viz.host_peaks(args.threads)
     print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds, float32; "
-          f"L3 {l3 >> 20} MiB, DRAM read stream {dram:.1f} GB/s")
+          f"L3 {l3} MiB, DRAM read stream {dram:.1f} GB/s")
     picked = [p for p in args.only.split(",") if p]
     for name, (shape, layout, op, tfn) in workloads(nn).items():
         if picked and not any(name.startswith(p) for p in picked):
@@ -133,25 +139,25 @@ def main() -> None:
         got = out if perm is None else out.transpose(np.argsort(perm))
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
         inout = xl.nbytes + out.nbytes
-        if inout > l3 // 2:
-            where, stream = "DRAM", dram
-        else:   # the read kernel over this input (the first P * per elements of it)
-            per = xl.size // args.threads // V * V
-            rows, acc = xl.reshape(-1)[:args.threads * per].reshape(args.threads, per), \
-                tc.empty((args.threads, 1, V), "float32")
-            read = read_kernel(args.threads, per)
-            m = interleaved_turns({"tecomp": lambda: f(xl, out), "read": lambda: read(rows, acc)},
-                                  args.rounds)
-            where, stream = "L3", rows.nbytes / m["read"] / 1e9
+        # the read kernel over this input (its first P * per elements), in turns with
+        # the pooling: as fast as the DRAM stream (x CACHED) where the input does not
+        # stay in the cache between calls
+        per = xl.size // args.threads // V * V
+        rows = xl.reshape(-1)[:args.threads * per].reshape(args.threads, per)
+        acc = tc.empty((args.threads, 1, V), "float32")
+        read = read_kernel(args.threads, per)
+        m = interleaved_turns({"tecomp": lambda: f(xl, out), "read": lambda: read(rows, acc)},
+                              args.rounds)
+        again = rows.nbytes / m["read"] / 1e9
+        where, stream = ("cache", again) if again > CACHED * dram else ("DRAM", dram)
         t = interleaved_turns({"tecomp": lambda: f(xl, out), "torch": lambda: tfn(tx)},
                               args.rounds)
-        alone = m["tecomp"] if where == "L3" else interleaved_turns(
-            {"tecomp": lambda: f(xl, out)}, args.rounds)["tecomp"]
+        alone = m["tecomp"]
         gbs = inout / alone / 1e9
         print(f"  {name:26s} {'x'.join(map(str, xl.shape)):>16s}  tecomp {t['tecomp'] * 1e3:7.3f}"
               f" ms | torch {t['torch'] * 1e3:7.3f} ms | ratio {t['torch'] / t['tecomp']:5.2f}x"
               f" | {alone * 1e3:7.3f} ms {gbs:6.1f} GB/s ({100 * gbs / stream:4.0f}% of the "
-              f"{where:4s} stream {stream:5.1f}; {100 * gbs / dram:4.0f}% of DRAM's)")
+              f"{where:5s} stream {stream:5.1f}; {100 * gbs / dram:4.0f}% of DRAM's)")
 
 if __name__ == "__main__":
     main()

@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 
 from ...schedule.schedule import Schedule
-from .._common import _cint, _is_injective, _walk
+from ...ir.expr import Const
+from ...ir.simplify import simplify
+from .._common import _cint, _is_injective, _is_padding, _loads, _walk
 from .common import _NoTemplate, _find, _op_tags, _template_or_rules
 from ...target import CpuModel
 
@@ -16,6 +18,11 @@ POOL_TAGS = {"pool_max", "pool_sum"}
 UNROLL_WINDOW = 64
 #: vectors of an output row computed together (their window loops interleaved)
 VECTORS = 4
+#: windows side by side along the rows (kernel = stride), channels first: each window
+#: row reduced in contiguous vectors into a local row, then the windows from it
+#: (:func:`_rows_then_windows`); False: the output row vectorized over the window's
+#: taps (strided loads of the data), as before (an A/B switch)
+ROWS_THEN_WINDOWS = True
 #: the narrowest window row reduced along the data in vector partial results (a
 #: masked vector of 4-15 lanes); narrower rows are summed in scalars
 ALONG_MIN = 4
@@ -55,6 +62,12 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         if not first or K is None or K < ALONG_MIN:
             raise _NoTemplate("a large window over a narrow row, not along the data")
         _window_along_the_data(s, out, pool.output(0), info, small)
+        return
+    if ROWS_THEN_WINDOWS and first and len(window) > 1 and _tiles_rows(pool):
+        # windows side by side along the data row (kernel = stride, adaptive pooling by
+        # a divisor): the rows reduced whole in contiguous vectors, then each row's
+        # windows (gathers of one row from a local buffer, not of the whole window)
+        _rows_then_windows(s, out, pool.output(0), info, small)
         return
     if first and last == 1 and K is not None and K >= ALONG_MIN:
         # one output a row (global pooling of a 7x7 map): a vector over the outputs
@@ -111,6 +124,72 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         ps.vectorize(pxi)
 
 
+def _tiles_rows(pool) -> bool:
+    """Whether the windows of ``pool`` (channels first) lie side by side along the data
+    rows: its one load's last index is ``x * K + kx`` (``kx`` the window's last axis, of
+    ``K`` > 1 taps, ``x`` the output's last axis), no padding along the row, no
+    ``where=`` (a window of another size)."""
+    body = pool.body
+    lds = _loads(body.source)
+    cond = body.condition
+    if len(lds) != 1 or not (isinstance(cond, Const) and bool(cond.value)):
+        return False
+    src = lds[0].producer
+    if (_is_padding(src.op) and _cint(src.shape[-1])
+            != _cint(src.op.input_tensors[0].shape[-1])):
+        return False
+    kx, x = pool.reduce_axis[-1], pool.axis[-1]
+    K = _cint(kx.dom.extent)
+    if K is None or K < 2:
+        return False
+    d = simplify(lds[0].indices[-1] - (x.var * K + kx.var))
+    return isinstance(d, Const) and int(d.value) == 0
+
+
+def _rows_then_windows(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
+    """Windows side by side along the rows (:func:`_tiles_rows`), channels first: per
+    output row, the window's rows reduced over its other axes into a local row
+    (``rfactor`` of the window's last axis: ``red.rf[x, kx]``, the data row's element
+    ``x * K + kx``) in contiguous vectors, then each output the reduction of its ``K``
+    elements of that row, vectorized along the outputs; the tasks are (batch x
+    channels), the outer spatial loops inside."""
+    L = info.lanes
+    rs = s[red]
+    rf = s[s.rfactor(red, rs.op.reduce_axis[-1], factor_axis=len(rs.op.axis))]
+    st = s[out]
+    n, c, *outer, x = st.op.axis
+    rows = st.fuse(n, c)
+    if info.threads > 1:
+        st.parallel(rows)
+    at = outer[-1] if outer else rows
+    rf.set_scope("local")
+    rf.compute_at(st, at)
+    *ra, rx, rk = rf.op.axis
+    rf.reorder(*(ra + list(rf.op.reduce_axis) + [rx, rk]))
+    row = rf.fuse(rx, rk)
+    ro, ri = rf.split(row, factor=L)
+    if small:
+        for k in rf.op.reduce_axis:
+            rf.unroll(k)
+    width = math.prod(_cint(a.dom.extent) or UNROLL_WINDOW for a in rf.op.axis[-2:])
+    if width <= 2 * VECTORS * L:
+        rf.unroll(ro)
+    rf.vectorize(ri)
+    # each output: its K elements of the row (a strided load from the local row)
+    stages = [(st, [rows] + outer)]
+    if red.op is not out.op:
+        s[red].set_scope("local")
+        s[red].compute_at(st, at)
+        stages.append((s[red], list(s[red].op.axis[:-1])))
+    for sg, lead in stages:
+        xo, xi = sg.split(sg.op.axis[-1], factor=L)
+        sg.reorder(*(lead + [xo] + list(sg.op.reduce_axis) + [xi]))
+        for k in sg.op.reduce_axis:
+            if (_cint(k.dom.extent) or UNROLL_WINDOW + 1) <= UNROLL_WINDOW:
+                sg.unroll(k)
+        sg.vectorize(xi)
+
+
 def _window_along_the_data(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     """A window over a narrow output row, channels first (global pooling): the window's
     last axis, contiguous in the data, is reduced in up to ``VECTORS * lanes`` partial
@@ -158,6 +237,10 @@ def schedule_pool(outs, target: str = "llvm") -> Schedule:
     unroll over a row narrower than a vector, or any window over rows of one output
     (global pooling), is reduced along the data rows in vector partial results
     (``rfactor``; a 7x7 map's: one partial vector of 7 lanes, a sum per column) where
-    the window's rows are 4 elements or wider; otherwise, and for any other DAG, the
-    auto-scheduler's rules."""
+    the window's rows are 4 elements or wider.  Channels first, windows side by side
+    along the rows (kernel = stride there, no padding along them: 2x2/2, adaptive
+    pooling by a divisor), 2-d and 3-d: per output row, the window's rows reduced in
+    contiguous vectors into a local row, then each output from its part of that row
+    (a strided load from the cache, not one per tap from the data).  Otherwise, and for
+    any other DAG, the auto-scheduler's rules."""
     return _template_or_rules(pool_into, outs, target)
