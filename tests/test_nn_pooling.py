@@ -279,7 +279,7 @@ def test_auto_schedule_uses_the_pooling_template(build):
 
 
 @pytest.mark.parametrize("build,shape", [
-    (nn.global_avg_pool2d, (2, 8, 56, 56)),     # rows of 56: 7 half vectors
+    (nn.global_avg_pool2d, (2, 8, 56, 56)),     # rows of 56: the row, 3.5 vectors
     (nn.global_max_pool2d, (2, 8, 64, 64)),     # rows of 64: four vectors
     (lambda X: nn.adaptive_avg_pool2d(X, (2, 3)), (1, 3, 61, 61)),  # uneven, a tail
     (lambda X: nn.adaptive_max_pool3d(X, (1, 2, 1)), (1, 2, 5, 9, 40)),
@@ -305,6 +305,16 @@ def test_large_windows_over_narrow_rows(build, shape):
     np.testing.assert_allclose(run([X], Y, [x], schedule=s), ref, rtol=1e-5, atol=1e-5)
     lanes = [int(v) for v in re.findall(r"vectorized \([\w.]+, 0, (\d+)\)", text)]
     assert ".rf[" in text and max(lanes) >= min(shape[-1], 8), text
+
+
+def test_global_rows_of_whole_and_half_vectors():
+    """A 56-wide row (3.5 vectors of 16 lanes, 7 of 8) is summed in the whole row's
+    partial results (independent chains of adds), not in one half vector's."""
+    lanes = tc.target.cpu_model().lanes
+    X = tc.placeholder((1, 2, 7 * lanes // 2, 7 * lanes // 2), name="X")
+    Y = nn.global_avg_pool2d(X)
+    text = str(tc.lower(sc.schedule_pool(Y), [X, Y]))
+    assert f".rf: float32[1, 1, 1, 1, {7 * lanes // 2}]" in text, text
 
 
 @pytest.mark.parametrize("build,shape", [

@@ -23,6 +23,11 @@ VECTORS = 4
 #: (:func:`_rows_then_windows`); False: the output row vectorized over the window's
 #: taps (strided loads of the data), as before (an A/B switch)
 ROWS_THEN_WINDOWS = True
+#: a window row of whole half vectors (56 floats) in half-vector partial results
+#: (one chain of adds a row: 392 on a 56x56 map), as before; False: in the whole row's
+#: partial results where it takes at most VECTORS vectors (four chains, the last
+#: vector partial); an A/B switch
+HALF_VECTOR_ROWS = False
 #: the narrowest window row reduced along the data in vector partial results (a
 #: masked vector of 4-15 lanes); narrower rows are summed in scalars
 ALONG_MIN = 4
@@ -197,13 +202,15 @@ def _window_along_the_data(s: Schedule, out, red, info: CpuModel, small: bool) -
     tasks are the outputs.  ``small``: the window's other axes are unrolled."""
     rs = s[red]
     K = _cint(rs.op.reduce_axis[-1].dom.extent)
-    # partial results: the most whole vectors (or half vectors) that divide the window's
-    # row, up to VECTORS of them (a partial vector at the row's end would shuffle lanes);
-    # else the whole row where it takes at most VECTORS vectors (a row of 7 or 14: one
-    # partial vector), else one vector (a guarded tail)
+    # partial results: the most whole vectors that divide the window's row, up to
+    # VECTORS of them (a partial vector at the row's end would shuffle lanes); else the
+    # whole row where it takes at most VECTORS vectors (a row of 7 or 14: one partial
+    # vector; of 56: 3.5 vectors, four chains of adds, not one of half vectors), else
+    # half vectors that divide it, else one vector (a guarded tail)
     L = info.lanes
-    F = next((f for f in [L * v for v in range(VECTORS, 0, -1)] + [L // 2] if K % f == 0),
-             K if K <= VECTORS * L else L)
+    halves = [L // 2] if HALF_VECTOR_ROWS else []
+    F = next((f for f in [L * v for v in range(VECTORS, 0, -1)] + halves if K % f == 0),
+             K if K <= VECTORS * L else next((f for f in [L // 2] if K % f == 0), L))
     if F == K:
         kxi = rs.op.reduce_axis[-1]
     else:
