@@ -31,7 +31,11 @@ the former reference, writes as many bytes as it reads: from the L3 it ran at 19
 GB/s on the Zen 5, neither the DRAM stream nor the cache's read rate.)  Each row also
 gives its share of the DRAM stream.
 
-    python3 benchmarks/pooling.py [--threads 2] [--rounds 7] [--only max2d_nchw,...]
+    python3 benchmarks/pooling.py [--threads 2] [--rounds 7] [--only max2d_nchw,...] [--ab]
+
+``--ab``: each row also built with the template's switches of :data:`BEFORE` (the
+template before this session's changes), timed in the same turns ("before", and the
+speed-up over it).
 """
 from __future__ import annotations
 
@@ -41,6 +45,10 @@ from common import base_parser, interleaved_turns, pin_threads, torch_or_none
 #: a row whose input is read again (the read kernel, in turns with the pooling) this many
 #: times faster than the DRAM stream stays in the cache between calls
 CACHED = 1.5
+#: ``--ab``: the switches of ``tecomp.strategy.cpu.pool`` that give its template of the
+#: morning of 2026-11-30 (each row strided along the data, one half vector's sums a
+#: global row, max pooling's rows in the output)
+BEFORE = {"ROWS_THEN_WINDOWS": False, "HALF_VECTOR_ROWS": True, "MAX_IN_A_LOCAL": False}
 
 
 def workloads(nn):
@@ -100,12 +108,15 @@ def main() -> None:
     ap = base_parser(__doc__, rounds=7)
     ap.add_argument("--only", default="", help="comma-separated workload names (a prefix "
                     "each); default: all")
+    ap.add_argument("--ab", action="store_true", help="also time each row built with "
+                    "the switches of BEFORE (the template of 2026-11-30 morning)")
     args = ap.parse_args()
     pin_threads(args.threads)
     import numpy as np
 
     import tecomp as tc
     from tecomp import nn
+    from tecomp.strategy.cpu import pool as pool_template
     from tecomp.viz.peaks import read_kernel
 
     torch = torch_or_none(args.threads)
@@ -135,9 +146,23 @@ def main() -> None:
         f = tc.build(tc.auto_schedule([X, Y]), [X, Y])
         out = tc.empty(tuple(int(e.value) for e in Y.shape), "float32")
         want = tfn(tx)
-        f(xl, out)
-        got = out if perm is None else out.transpose(np.argsort(perm))
-        np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+        fns = {"tecomp": lambda: f(xl, out), "torch": lambda: tfn(tx)}
+        if args.ab:
+            now = {k: getattr(pool_template, k) for k in BEFORE}
+            try:
+                for k, v in BEFORE.items():
+                    setattr(pool_template, k, v)
+                fb = tc.build(tc.auto_schedule([X, Y]), [X, Y])
+            finally:
+                for k, v in now.items():
+                    setattr(pool_template, k, v)
+            fns["before"] = lambda: fb(xl, out)
+        for fn in fns.values():
+            if fn is fns["torch"]:
+                continue
+            fn()
+            got = out if perm is None else out.transpose(np.argsort(perm))
+            np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
         inout = xl.nbytes + out.nbytes
         # the read kernel over this input (its first P * per elements), in turns with
         # the pooling: as fast as the DRAM stream (x CACHED) where the input does not
@@ -150,14 +175,15 @@ def main() -> None:
                               args.rounds)
         again = rows.nbytes / m["read"] / 1e9
         where, stream = ("cache", again) if again > CACHED * dram else ("DRAM", dram)
-        t = interleaved_turns({"tecomp": lambda: f(xl, out), "torch": lambda: tfn(tx)},
-                              args.rounds)
+        t = interleaved_turns(fns, args.rounds)
         alone = m["tecomp"]
         gbs = inout / alone / 1e9
         print(f"  {name:26s} {'x'.join(map(str, xl.shape)):>16s}  tecomp {t['tecomp'] * 1e3:7.3f}"
               f" ms | torch {t['torch'] * 1e3:7.3f} ms | ratio {t['torch'] / t['tecomp']:5.2f}x"
               f" | {alone * 1e3:7.3f} ms {gbs:6.1f} GB/s ({100 * gbs / stream:4.0f}% of the "
-              f"{where:5s} stream {stream:5.1f}; {100 * gbs / dram:4.0f}% of DRAM's)")
+              f"{where:5s} stream {stream:5.1f}; {100 * gbs / dram:4.0f}% of DRAM's)"
+              + (f" | before {t['before'] * 1e3:7.3f} ms ({t['before'] / t['tecomp']:4.2f}x)"
+                 if args.ab else ""))
 
 if __name__ == "__main__":
     main()

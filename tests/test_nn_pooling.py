@@ -327,8 +327,12 @@ def test_global_rows_of_whole_and_half_vectors():
     (lambda X: nn.avg_pool3d(X, 2), (1, 2, 4, 6, 22)),                # 3-d, a row tail
     (lambda X: nn.adaptive_max_pool3d(X, (2, 3, 4)), (1, 2, 4, 6, 20)),
     (lambda X: nn.max_pool2d(X, 2), (1, 2, 4, 300)),                  # a long row
+    # windows of one size, overlapping by a little (n / out not whole): their starts
+    # x * n // out, read in constant patterns from the unrolled vectors of the row
+    (lambda X: nn.adaptive_max_pool2d(X, (2, 7)), (1, 2, 10, 50)),     # 50 -> 7: 8 wide
+    (lambda X: nn.adaptive_avg_pool2d(X, (4, 5)), (2, 3, 8, 16)),      # 16 -> 5: 4 wide
 ], ids=["adaptive_avg", "max_2x2", "max_padded_rows_ceil", "avg_excl", "avg_incl", "avg3d",
-        "adaptive_max3d", "max_long_row"])
+        "adaptive_max3d", "max_long_row", "adaptive_max_50_7", "adaptive_avg_16_5"])
 def test_windows_side_by_side(build, shape):
     """Channels first, windows side by side along the rows (kernel = stride, no padding
     along them): each window row reduced in contiguous vectors into a local row
@@ -348,15 +352,16 @@ def test_windows_side_by_side(build, shape):
     lambda X: nn.max_pool2d(X, 2, 2, ((0, 0), (1, 1))),   # padded along the row
     lambda X: nn.max_pool2d(X, 2, 2, dilation=(1, 2)),     # taps apart
     lambda X: nn.max_pool2d(X, 3, 2),                      # overlapping windows
-    lambda X: nn.adaptive_avg_pool2d(X, (4, 5)),           # 16 / 5: unequal windows
-], ids=["padded", "dilated", "overlapping", "unequal"])
+    lambda X: nn.adaptive_avg_pool2d(X, (4, 6)),           # 16 / 6: windows of 3 and 4
+    lambda X: nn.adaptive_max_pool2d(X, (4, 15)),          # windows of 2, rows of 30 > 1.25 x 16
+], ids=["padded", "dilated", "overlapping", "unequal", "overlapping_adaptive"])
 def test_windows_not_side_by_side(build):
     """Only windows that tile the data row take the row-then-windows path."""
     X = tc.placeholder((1, 2, 8, 16), name="X")
     Y = build(X)
     pool = next(op for op in [Y.op] + [t.op for t in Y.op.input_tensors]
                 if "pool_" in (op.tag or "") and op.reduce_axis)
-    assert not _tiles_rows(pool)
+    assert not _tiles_rows(pool, tc.target.cpu_model().lanes)
     x = rng.standard_normal((1, 2, 8, 16)).astype("float32")
     ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
     np.testing.assert_allclose(run([X], Y, [x]), ref, rtol=1e-5, atol=1e-6)
