@@ -32,12 +32,16 @@ GB/s on the Zen 5, neither the DRAM stream nor the cache's read rate.)  Each row
 gives its share of the DRAM stream.
 
     python3 benchmarks/pooling.py [--threads 2] [--rounds 7] [--only max2d_nchw,...] [--ab]
+        [--threads 1 --cpu-time]
 
 ``--ab``: each row also built with the template's switches of :data:`BEFORE` (the
 template before this session's changes), timed in the same turns ("before", and the
-speed-up over it).
+speed-up over it).  ``--cpu-time`` (one thread): each call timed by the process's CPU
+time, which leaves out the time other processes run on a loaded machine.
 """
 from __future__ import annotations
+
+import time
 
 from common import base_parser, interleaved_turns, pin_threads, torch_or_none
 
@@ -47,8 +51,9 @@ from common import base_parser, interleaved_turns, pin_threads, torch_or_none
 CACHED = 1.5
 #: ``--ab``: the switches of ``tecomp.strategy.cpu.pool`` that give its template of the
 #: morning of 2026-11-30 (each row strided along the data, one half vector's sums a
-#: global row, max pooling's rows in the output)
-BEFORE = {"ROWS_THEN_WINDOWS": False, "HALF_VECTOR_ROWS": True, "MAX_IN_A_LOCAL": False}
+#: global row, max pooling's rows in the output, a global plane by rows)
+BEFORE = {"ROWS_THEN_WINDOWS": False, "HALF_VECTOR_ROWS": True, "MAX_IN_A_LOCAL": False,
+          "WHOLE_PLANES": False}
 
 
 def workloads(nn):
@@ -110,7 +115,12 @@ def main() -> None:
                     "each); default: all")
     ap.add_argument("--ab", action="store_true", help="also time each row built with "
                     "the switches of BEFORE (the template of 2026-11-30 morning)")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time by the process's CPU time (with --threads 1)")
     args = ap.parse_args()
+    if args.cpu_time and args.threads != 1:
+        ap.error("--cpu-time times one thread's calls: use it with --threads 1")
+    clock = {"clock": time.process_time} if args.cpu_time else {}
     pin_threads(args.threads)
     import numpy as np
 
@@ -172,10 +182,10 @@ def main() -> None:
         acc = tc.empty((args.threads, 1, V), "float32")
         read = read_kernel(args.threads, per)
         m = interleaved_turns({"tecomp": lambda: f(xl, out), "read": lambda: read(rows, acc)},
-                              args.rounds)
+                              args.rounds, **clock)
         again = rows.nbytes / m["read"] / 1e9
         where, stream = ("cache", again) if again > CACHED * dram else ("DRAM", dram)
-        t = interleaved_turns(fns, args.rounds)
+        t = interleaved_turns(fns, args.rounds, **clock)
         alone = m["tecomp"]
         gbs = inout / alone / 1e9
         print(f"  {name:26s} {'x'.join(map(str, xl.shape)):>16s}  tecomp {t['tecomp'] * 1e3:7.3f}"

@@ -307,14 +307,25 @@ def test_large_windows_over_narrow_rows(build, shape):
     assert ".rf[" in text and max(lanes) >= min(shape[-1], 8), text
 
 
-def test_global_rows_of_whole_and_half_vectors():
-    """A 56-wide row (3.5 vectors of 16 lanes, 7 of 8) is summed in the whole row's
-    partial results (independent chains of adds), not in one half vector's."""
+@pytest.mark.parametrize("kind", ["avg", "max"])
+@pytest.mark.parametrize("hw", [(7, 7), (56, 56), (3, 3), (14, 14)])
+def test_global_pooling_of_a_plane_in_vectors(kind, hw):
+    """Channels first, global pooling: the plane one contiguous run (its axes fused)
+    in whole vectors of partial results (one, its last step guarded, where none divides
+    the plane: 49 = 3 x 16 + 1), their lanes summed as a tree (halves down to 2)."""
     lanes = tc.target.cpu_model().lanes
-    X = tc.placeholder((1, 2, 7 * lanes // 2, 7 * lanes // 2), name="X")
-    Y = nn.global_avg_pool2d(X)
-    text = str(tc.lower(sc.schedule_pool(Y), [X, Y]))
-    assert f".rf: float32[1, 1, 1, 1, {7 * lanes // 2}]" in text, text
+    X = tc.placeholder((2, 3) + hw, name="X")
+    Y = getattr(nn, f"global_{kind}_pool2d")(X)
+    s = sc.schedule_pool(Y)
+    text = str(tc.lower(s, [X, Y]))
+    assert str(tc.lower(tc.auto_schedule([X, Y], trials=0), [X, Y])) == text
+    plane = hw[0] * hw[1]
+    F = min(plane, next((lanes * v for v in (4, 3, 2, 1) if plane % (lanes * v) == 0), lanes))
+    assert f".rf: float32[1, 1, 1, 1, {F}]" in text and "ky.kx.fused" in text, text
+    assert "float32[1, 1, 1, 1, 2]" in text, text   # (the tree's last half)
+    x = rng.standard_normal((2, 3) + hw).astype("float32")
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    np.testing.assert_allclose(run([X], Y, [x], schedule=s), ref, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("build,shape", [

@@ -228,6 +228,28 @@ def test_rfactor(backend, factor_axis):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("split", [None, 8])
+def test_rfactor_of_fused_reduce_axes(backend, split):
+    """Reduce axes fused (a global pooling's plane as one run), the run itself or its
+    inner part (a guarded tail: 30 = 3 x 8 + 6) factored; a reduce axis that starts
+    past 0 (``r2`` in 1..6) kept where it starts."""
+    X = tc.placeholder((4, 6, 6), name="X")
+    r1 = tc.reduce_axis((0, 6), name="r1")
+    r2 = tc.reduce_axis((1, 6), name="r2")
+    Y = tc.compute((4,), lambda i: tc.max(X[i, r1, r2], axis=[r1, r2]), name="Y")
+    s = tc.create_schedule(Y.op)
+    run_ = s[Y].fuse(r1, r2)
+    axis = run_ if split is None else s[Y].split(run_, factor=split)[1]
+    YF = s.rfactor(Y, axis, factor_axis=1)
+    assert tuple(int(e.value) for e in YF.shape) == (4, 30 if split is None else split)
+    s[YF].vectorize(s[YF].op.axis[1])
+    x = np.random.default_rng(5).standard_normal((4, 6, 6)).astype("float32")
+    y = np.empty(4, "float32")
+    run(s, [X, Y], [x, y], backend)
+    np.testing.assert_array_equal(y, x[:, :, 1:].max(axis=(1, 2)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_reduce_where_and_multiple_axes(backend):
     X = tc.placeholder((4, 5, 6), name="X")
     r1 = tc.reduce_axis((0, 5), name="r1")

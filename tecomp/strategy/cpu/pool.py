@@ -29,6 +29,10 @@ ROWS_THEN_WINDOWS = True
 #: partial results where it takes at most VECTORS vectors (four chains, the last
 #: vector partial); an A/B switch
 HALF_VECTOR_ROWS = False
+#: a global pooling's plane (channels first) as one run of contiguous elements in whole
+#: vectors, their lanes summed as a tree (:func:`_plane_in_vectors`); False: its rows
+#: along the data, one partial result a column (an A/B switch)
+WHOLE_PLANES = True
 #: max pooling whose output row is narrower than a vector (adaptive pooling to 7): the
 #: maxima in a local block copied out (``cache_write``), not kept in the output (a
 #: masked store and load back per tap); False: as before (an A/B switch)
@@ -72,6 +76,10 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
             s[op].compute_inline()
     first = pool.attrs.get("layout", "NC")[1] == "C"
     K = _cint(pool.reduce_axis[-1].dom.extent)
+    plane = _whole_plane(pool.output(0)) if WHOLE_PLANES and first else None
+    if plane is not None and len(window) > 1:
+        _plane_in_vectors(s, out, pool.output(0), info, plane)
+        return
     if not small and (last is None or last < L):
         if not first or K is None or K < ALONG_MIN:
             raise _NoTemplate("a large window over a narrow row, not along the data")
@@ -270,13 +278,66 @@ def _window_along_the_data(s: Schedule, out, red, info: CpuModel, small: bool) -
     rf.vectorize(lane)
 
 
+def _whole_plane(red):
+    """The elements of the data's plane where the window of the reduction ``red`` is
+    all of it (its reduce axes as long as the trailing axes of its one input, every
+    output extent there 1: global pooling, channels first, unpadded); else None."""
+    nd = len(red.op.reduce_axis)
+    if len(red.op.input_tensors) != 1:
+        return None
+    window = [_cint(iv.dom.extent) for iv in red.op.reduce_axis]
+    size = [_cint(e) for e in red.op.input_tensors[0].shape[-nd:]]
+    if None in window or window != size or any(_cint(e) != 1 for e in red.shape[-nd:]):
+        return None
+    return math.prod(window)
+
+
+def _plane_in_vectors(s: Schedule, out, red, info: CpuModel, plane: int) -> None:
+    """Global pooling, channels first (:func:`_whole_plane`): the plane one contiguous
+    run (the window's axes fused), reduced in up to ``VECTORS`` whole vectors of
+    partial results (one vector, its last step guarded, where none divides the plane:
+    a 7x7 map's 49 = 3 vectors and a lane, not 7 rows of 7 lanes), then their lanes as
+    a tree (``lane_vectors``' halves: ``L/2 + L/2``, ...), not one after another."""
+    L = info.lanes
+    rs = s[red]
+    run = rs.fuse(*rs.op.reduce_axis)
+    F = next((L * v for v in range(VECTORS, 0, -1) if plane % (L * v) == 0), L)
+    _, ri = rs.split(run, factor=F)
+    rf = s[s.rfactor(red, ri, factor_axis=len(rs.op.axis))]
+    halves, w = [], L
+    while w > 2:   # (F lanes: first the vectors onto one, then halves of it)
+        w = L if F > L and not halves else w // 2
+        _, kq = s[red].split(s[red].op.reduce_axis[0], factor=w)
+        halves.append(s[s.rfactor(red, kq, factor_axis=len(rs.op.axis))])
+    st = s[out]
+    rows = st.fuse(*st.op.axis) if len(st.op.axis) > 1 else st.op.axis[0]
+    if info.threads > 1:
+        st.parallel(rows)
+    for stage in [rf] + halves:
+        stage.compute_at(st, rows)
+        lane = stage.op.axis[-1]
+        stage.reorder(*(list(stage.op.axis[:-1]) + list(stage.op.reduce_axis) + [lane]))
+        if stage is not rf:
+            for k in stage.op.reduce_axis:
+                stage.unroll(k)
+        if _cint(lane.dom.extent) > L:
+            lo, lane = stage.split(lane, factor=L)
+            stage.unroll(lo)
+        stage.vectorize(lane)
+    if red.op is not out.op:
+        s[red].compute_at(st, rows)
+    s[red].unroll(s[red].op.reduce_axis[0])
+
+
 def schedule_pool(outs, target: str = "llvm") -> Schedule:
     """Max, average, adaptive and global pooling (1-, 2- and 3-d, channels first or
     last): the padding inlined (a guarded load); the tasks are (batch x channels) with
     the outer spatial loops inside them (channels first: their padded first and last
     rows partitioned off) or every output row (channels last); the last axis is
     vectorized, up to four vectors of it a step, with the window unrolled around them
-    (an average's sums computed per step).  Channels first, a window too large to
+    (an average's sums computed per step).  Global pooling channels first: the plane
+    one contiguous run in whole vectors of partial results, their lanes as a tree
+    (:func:`_plane_in_vectors`).  Channels first, a window too large to
     unroll over a row narrower than a vector, or any window over rows of one output
     (global pooling), is reduced along the data rows in vector partial results
     (``rfactor``; a 7x7 map's: one partial vector of 7 lanes, a sum per column) where
