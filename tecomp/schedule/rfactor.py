@@ -47,7 +47,9 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     for rel in st.relations:
         if isinstance(rel, Fuse) and rel.outer in ext and rel.inner in ext:
             # (fused reduce axes: a global pooling's whole plane as one run)
-            ext[rel.fused] = _op.mul(ext[rel.outer], ext[rel.inner])
+            # (in the fused axis's type: int64 where the product passes int32's range)
+            dt = rel.fused.var.dtype
+            ext[rel.fused] = _op.mul(_op.widen(ext[rel.outer], dt), _op.widen(ext[rel.inner], dt))
         elif isinstance(rel, Split) and rel.parent in ext:
             pe = ext[rel.parent]
             # (a factor or nparts past a constant extent covers it in one piece, as
@@ -82,8 +84,9 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     conds = []
     for rel in reversed(st.relations):
         if isinstance(rel, Fuse) and rel.fused in value:
-            value[rel.outer] = _op.floordiv(value[rel.fused], ext[rel.inner])
-            value[rel.inner] = _op.floormod(value[rel.fused], ext[rel.inner])
+            inner = _op.widen(ext[rel.inner], rel.fused.var.dtype)
+            value[rel.outer] = _op.floordiv(value[rel.fused], inner)
+            value[rel.inner] = _op.floormod(value[rel.fused], inner)
         elif isinstance(rel, Split) and rel.parent in ext:
             v = _op.add(_op.mul(value[rel.outer], ext[rel.inner]), value[rel.inner])
             value[rel.parent] = v
