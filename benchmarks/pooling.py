@@ -3,20 +3,57 @@
 Each workload is one ``tecomp.nn`` pooling operator scheduled by
 ``tc.auto_schedule(args)`` (trials=0: the pooling template of ``tecomp.strategy.cpu``), timed
 against PyTorch's ``torch.nn.functional`` operator on the same arrays (channels-last
-data as PyTorch's ``channels_last`` memory format; every PyTorch result written into a
-preallocated tensor where it has an ``out=`` variant, else allocated), interleaved in
-one process, medians in ms.  ``ratio`` is PyTorch's time over tecomp's (> 1: tecomp is
-faster); ``GB/s`` (with the time it comes from) counts the input read once and the
-output written once, and ``%
-stream`` compares it with the GB/s of a copy of the input (a tecomp kernel, vectorized
-and parallel: the memory stream in the same cache regime; pooling is bandwidth-bound),
-timed in turns with the pooling alone (PyTorch's spinning threads out of the way).  Every result is checked against PyTorch's first.
+data as PyTorch's ``channels_last`` memory format), interleaved in one process, medians
+in ms.  ``ratio`` is PyTorch's time over tecomp's (> 1: tecomp is faster).  Every result
+is checked against PyTorch's first.
 
-    python3 benchmarks/pooling.py [--threads 2] [--rounds 7] [--only max2d_nchw,...]
+The memory stream.  Pooling reads its input once and writes a smaller output: it is
+bound by how fast the input is read.  ``GB/s`` counts the input read once and the output
+written once over tecomp's median time (timed in turns with a read kernel, PyTorch's
+spinning threads out of the way), and ``%`` compares it with the memory stream of the
+row, which depends on where the input lives between calls (the benchmark calls the
+kernel on the same arrays again and again):
+
+* ``DRAM``: the input does not stay in the cache (on the Zen 5, L3 32 MiB: a footprint
+  near or past the L3 with the other tenants' data).  Every call reads it from DRAM,
+  and the stream is the machine's read stream, ``tc.viz.host_peaks(threads)`` (a
+  tecomp kernel summing 64 MiB into vector accumulators, the best of 3 calls): the
+  issue's "memory stream".
+* ``cache``: the input stays in the L3 between calls, and DRAM is no bound (such a
+  row can run at 150% of it).  The stream is then the same read kernel run over the
+  row's own input (``tc.viz.peaks.read_kernel``), in turns with the pooling: the bar
+  a bandwidth-bound kernel on cached data can reach.
+
+Which one a row is, is measured, not guessed from its size: the read kernel runs over
+every row's input in turns with the pooling, and a row whose input it reads more than
+``CACHED`` times as fast as the DRAM stream is a ``cache`` row.  (A copy of the array,
+the former reference, writes as many bytes as it reads: from the L3 it ran at 195-234
+GB/s on the Zen 5, neither the DRAM stream nor the cache's read rate.)  Each row also
+gives its share of the DRAM stream.
+
+    python3 benchmarks/pooling.py [--threads 2] [--rounds 7] [--only max2d_nchw,...] [--ab]
+        [--threads 1 --cpu-time]
+
+``--ab``: each row also built with the template's switches of :data:`BEFORE` (the
+template before this session's changes), timed in the same turns ("before", and the
+speed-up over it).  ``--cpu-time`` (one thread): each call timed by the process's CPU
+time, which leaves out the time other processes run on a loaded machine.
 """
 from __future__ import annotations
 
+import time
+
 from common import base_parser, interleaved_turns, pin_threads, torch_or_none
+
+
+#: a row whose input is read again (the read kernel, in turns with the pooling) this many
+#: times faster than the DRAM stream stays in the cache between calls
+CACHED = 1.5
+#: ``--ab``: the switches of ``tecomp.strategy.cpu.pool`` that give its template of the
+#: morning of 2026-11-30 (each row strided along the data, one half vector's sums a
+#: global row, max pooling's rows in the output, a global plane by rows)
+BEFORE = {"ROWS_THEN_WINDOWS": False, "HALF_VECTOR_ROWS": True, "MAX_IN_A_LOCAL": False,
+          "WHOLE_PLANES": False}
 
 
 def workloads(nn):
@@ -76,18 +113,31 @@ def main() -> None:
     ap = base_parser(__doc__, rounds=7)
     ap.add_argument("--only", default="", help="comma-separated workload names (a prefix "
                     "each); default: all")
+    ap.add_argument("--ab", action="store_true", help="also time each row built with "
+                    "the switches of BEFORE (the template of 2026-11-30 morning)")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time by the process's CPU time (with --threads 1)")
     args = ap.parse_args()
+    if args.cpu_time and args.threads != 1:
+        ap.error("--cpu-time times one thread's calls: use it with --threads 1")
+    clock = {"clock": time.process_time} if args.cpu_time else {}
     pin_threads(args.threads)
     import numpy as np
 
     import tecomp as tc
     from tecomp import nn
+    from tecomp.strategy.cpu import pool as pool_template
+    from tecomp.viz.peaks import read_kernel
 
     torch = torch_or_none(args.threads)
     if torch is None:
         return
     rng = np.random.default_rng(0)
-    print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds, float32")
+    info = tc.target.cpu_model()
+    l3, V = (info.l3_bytes or 0) >> 20, 4 * info.lanes
+    _, dram = tc.viz.host_peaks(args.threads)
+    print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds, float32; "
+          f"L3 {l3} MiB, DRAM read stream {dram:.1f} GB/s")
     picked = [p for p in args.only.split(",") if p]
     for name, (shape, layout, op, tfn) in workloads(nn).items():
         if picked and not any(name.startswith(p) for p in picked):
@@ -106,25 +156,44 @@ def main() -> None:
         f = tc.build(tc.auto_schedule([X, Y]), [X, Y])
         out = tc.empty(tuple(int(e.value) for e in Y.shape), "float32")
         want = tfn(tx)
-        f(xl, out)
-        got = out if perm is None else out.transpose(np.argsort(perm))
-        np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
-        n = xl.size
-        C = tc.placeholder((n,), name="C")
-        D = tc.compute((n,), lambda i: C[i], name="copy")
-        copy = tc.build(tc.auto_schedule([C, D]), [C, D])
-        flat, dst = xl.reshape(-1), tc.empty((n,), "float32")
-        t = interleaved_turns({"tecomp": lambda: f(xl, out), "torch": lambda: tfn(tx)},
-                              args.rounds)
-        m = interleaved_turns({"tecomp": lambda: f(xl, out), "copy": lambda: copy(flat, dst)},
-                              args.rounds)
-        gbs = (xl.nbytes + out.nbytes) / m["tecomp"] / 1e9
-        stream = 2 * xl.nbytes / m["copy"] / 1e9
+        fns = {"tecomp": lambda: f(xl, out), "torch": lambda: tfn(tx)}
+        if args.ab:
+            now = {k: getattr(pool_template, k) for k in BEFORE}
+            try:
+                for k, v in BEFORE.items():
+                    setattr(pool_template, k, v)
+                fb = tc.build(tc.auto_schedule([X, Y]), [X, Y])
+            finally:
+                for k, v in now.items():
+                    setattr(pool_template, k, v)
+            fns["before"] = lambda: fb(xl, out)
+        for fn in fns.values():
+            if fn is fns["torch"]:
+                continue
+            fn()
+            got = out if perm is None else out.transpose(np.argsort(perm))
+            np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+        inout = xl.nbytes + out.nbytes
+        # the read kernel over this input (its first P * per elements), in turns with
+        # the pooling: as fast as the DRAM stream (x CACHED) where the input does not
+        # stay in the cache between calls
+        per = xl.size // args.threads // V * V
+        rows = xl.reshape(-1)[:args.threads * per].reshape(args.threads, per)
+        acc = tc.empty((args.threads, 1, V), "float32")
+        read = read_kernel(args.threads, per)
+        m = interleaved_turns({"tecomp": lambda: f(xl, out), "read": lambda: read(rows, acc)},
+                              args.rounds, **clock)
+        again = rows.nbytes / m["read"] / 1e9
+        where, stream = ("cache", again) if again > CACHED * dram else ("DRAM", dram)
+        t = interleaved_turns(fns, args.rounds, **clock)
+        alone = m["tecomp"]
+        gbs = inout / alone / 1e9
         print(f"  {name:26s} {'x'.join(map(str, xl.shape)):>16s}  tecomp {t['tecomp'] * 1e3:7.3f}"
               f" ms | torch {t['torch'] * 1e3:7.3f} ms | ratio {t['torch'] / t['tecomp']:5.2f}x"
-              f" | {m['tecomp'] * 1e3:7.3f} ms {gbs:6.1f} GB/s ({100 * gbs / stream:4.0f}% of a "
-              f"copy's {stream:5.1f})")
-
+              f" | {alone * 1e3:7.3f} ms {gbs:6.1f} GB/s ({100 * gbs / stream:4.0f}% of the "
+              f"{where:5s} stream {stream:5.1f}; {100 * gbs / dram:4.0f}% of DRAM's)"
+              + (f" | before {t['before'] * 1e3:7.3f} ms ({t['before'] / t['tecomp']:4.2f}x)"
+                 if args.ab else ""))
 
 if __name__ == "__main__":
     main()

@@ -2665,3 +2665,58 @@ def test_float_max_min_of_every_lane_count(dtype):
         np.testing.assert_array_equal(mx[~both_zero], np.maximum(a, c)[~both_zero], str(lanes))
         np.testing.assert_array_equal(mn[~both_zero], np.minimum(a, c)[~both_zero], str(lanes))
         assert (mx[both_zero] == 0).all() and (mn[both_zero] == 0).all()
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 policy")
+def test_lane_patterns_through_an_unrolled_loop():
+    """A load whose lanes differ by constants only once the counter of an unrolled loop
+    around is fixed (adaptive pooling's windows ``o * 50 // 7 + k`` over a row of
+    unrolled vectors, ``o = (v * 16 + i) // 8``) is a load of the span and a shuffle in
+    each unrolled copy, not a gather; and the right values (a serial loop: the gather)."""
+    import tecomp as tc
+
+    A = tc.placeholder((50,), name="A")
+    B = tc.compute((56,), lambda f: A[(f // 8) * 50 // 7 + f % 8], name="B")
+    got = []
+    for unroll in (True, False):
+        s = tc.create_schedule(B.op)
+        vo, vi = s[B].split(B.op.axis[0], factor=16)
+        if unroll:
+            s[B].unroll(vo)
+        s[B].vectorize(vi)
+        f = tc.build(s, [A, B])
+        assert ("llvm.masked.gather" in f.get_source("llvm-unopt")) != unroll
+        a = np.random.default_rng(3).standard_normal(50).astype("float32")
+        out = np.zeros(56, "float32")
+        f(a, out)
+        got.append(out)
+    f_ = np.arange(56)
+    np.testing.assert_array_equal(got[0], a[(f_ // 8) * 50 // 7 + f_ % 8])
+    np.testing.assert_array_equal(got[1], got[0])
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 policy")
+def test_masked_strided_loads_as_one_wide_load(monkeypatch):
+    """A stride-2 load under a lane mask (a padded max pooling's first tap: lane 0 on
+    the padding), with ``emit_memory.MASKED_WIDE_LOADS``: one masked load of the span and
+    a shuffle instead of a gather; the same values as the gather, the padding's lanes
+    its -inf."""
+    import tecomp as tc
+    from tecomp import nn
+    from tecomp.codegen.llvm import emit_memory
+
+    X = tc.placeholder((2, 3, 70), name="X")
+    Y = nn.max_pool1d(X, 3, 2, 1)
+    x = np.random.default_rng(4).standard_normal((2, 3, 70)).astype("float32")
+    got = {}
+    for on in (False, True):
+        monkeypatch.setattr(emit_memory, "MASKED_WIDE_LOADS", on)
+        f = tc.build(tc.auto_schedule([X, Y]), [X, Y])
+        assert ("llvm.masked.gather" in f.get_source("llvm-unopt")) != on
+        out = np.zeros((2, 3, 35), "float32")
+        f(x, out)
+        got[on] = out
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1)), constant_values=-np.inf)
+    want = np.max([xp[..., k:k + 69:2] for k in range(3)], axis=0)
+    np.testing.assert_array_equal(got[True], want)
+    np.testing.assert_array_equal(got[False], want)

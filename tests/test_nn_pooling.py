@@ -16,6 +16,7 @@ import tecomp as tc
 from tecomp import autodiff as ad
 from tecomp import nn
 from tecomp.strategy import cpu as sc
+from tecomp.strategy.cpu.pool import _tiles_rows
 
 rng = np.random.default_rng(52)
 
@@ -278,7 +279,7 @@ def test_auto_schedule_uses_the_pooling_template(build):
 
 
 @pytest.mark.parametrize("build,shape", [
-    (nn.global_avg_pool2d, (2, 8, 56, 56)),     # rows of 56: 7 half vectors
+    (nn.global_avg_pool2d, (2, 8, 56, 56)),     # rows of 56: the row, 3.5 vectors
     (nn.global_max_pool2d, (2, 8, 64, 64)),     # rows of 64: four vectors
     (lambda X: nn.adaptive_avg_pool2d(X, (2, 3)), (1, 3, 61, 61)),  # uneven, a tail
     (lambda X: nn.adaptive_max_pool3d(X, (1, 2, 1)), (1, 2, 5, 9, 40)),
@@ -304,6 +305,77 @@ def test_large_windows_over_narrow_rows(build, shape):
     np.testing.assert_allclose(run([X], Y, [x], schedule=s), ref, rtol=1e-5, atol=1e-5)
     lanes = [int(v) for v in re.findall(r"vectorized \([\w.]+, 0, (\d+)\)", text)]
     assert ".rf[" in text and max(lanes) >= min(shape[-1], 8), text
+
+
+@pytest.mark.parametrize("kind", ["avg", "max"])
+@pytest.mark.parametrize("hw", [(7, 7), (56, 56), (3, 3), (14, 14)])
+def test_global_pooling_of_a_plane_in_vectors(kind, hw):
+    """Channels first, global pooling: the plane one contiguous run (its axes fused)
+    in whole vectors of partial results (one, its last step guarded, where none divides
+    the plane: 49 = 3 x 16 + 1), their lanes summed as a tree (halves down to 2)."""
+    lanes = tc.target.cpu_model().lanes
+    X = tc.placeholder((2, 3) + hw, name="X")
+    Y = getattr(nn, f"global_{kind}_pool2d")(X)
+    s = sc.schedule_pool(Y)
+    text = str(tc.lower(s, [X, Y]))
+    assert str(tc.lower(tc.auto_schedule([X, Y], trials=0), [X, Y])) == text
+    plane = hw[0] * hw[1]
+    F = min(plane, next((lanes * v for v in (4, 3, 2, 1) if plane % (lanes * v) == 0), lanes))
+    assert f".rf: float32[1, 1, 1, 1, {F}]" in text and "ky.kx.fused" in text, text
+    assert "float32[1, 1, 1, 1, 2]" in text, text   # (the tree's last half)
+    x = rng.standard_normal((2, 3) + hw).astype("float32")
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    np.testing.assert_allclose(run([X], Y, [x], schedule=s), ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("build,shape", [
+    (lambda X: nn.adaptive_avg_pool2d(X, 3), (2, 3, 12, 24)),         # 4x8 windows
+    (lambda X: nn.max_pool2d(X, 2), (1, 3, 6, 40)),                   # rows of 2.5 vectors
+    (lambda X: nn.max_pool2d(X, (3, 2), (2, 2), ((1, 1), (0, 0)), ceil_mode=True),
+     (1, 2, 8, 36)),                                                   # padded rows, ceil
+    (lambda X: nn.avg_pool2d(X, (3, 4), (1, 4), ((1, 1), (0, 0)), False), (1, 2, 5, 20)),
+    (lambda X: nn.avg_pool2d(X, (3, 4), (1, 4), ((1, 1), (0, 0)), True), (1, 2, 5, 20)),
+    (lambda X: nn.avg_pool3d(X, 2), (1, 2, 4, 6, 22)),                # 3-d, a row tail
+    (lambda X: nn.adaptive_max_pool3d(X, (2, 3, 4)), (1, 2, 4, 6, 20)),
+    (lambda X: nn.max_pool2d(X, 2), (1, 2, 4, 300)),                  # a long row
+    # windows of one size, overlapping by a little (n / out not whole): their starts
+    # x * n // out, read in constant patterns from the unrolled vectors of the row
+    (lambda X: nn.adaptive_max_pool2d(X, (2, 7)), (1, 2, 10, 50)),     # 50 -> 7: 8 wide
+    (lambda X: nn.adaptive_avg_pool2d(X, (4, 5)), (2, 3, 8, 16)),      # 16 -> 5: 4 wide
+], ids=["adaptive_avg", "max_2x2", "max_padded_rows_ceil", "avg_excl", "avg_incl", "avg3d",
+        "adaptive_max3d", "max_long_row", "adaptive_max_50_7", "adaptive_avg_16_5"])
+def test_windows_side_by_side(build, shape):
+    """Channels first, windows side by side along the rows (kernel = stride, no padding
+    along them): each window row reduced in contiguous vectors into a local row
+    (``.rf``), the windows from it; against the plain schedule and PyTorch's rules."""
+    X = tc.placeholder(shape, name="X")
+    Y = build(X)
+    s = sc.schedule_pool(Y)
+    text = str(tc.lower(s, [X, Y]))
+    assert str(tc.lower(tc.auto_schedule([X, Y], trials=0), [X, Y])) == text
+    assert ".rf[" in text and "(local)" in text, text
+    x = rng.standard_normal(shape).astype("float32")
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    np.testing.assert_allclose(run([X], Y, [x], schedule=s), ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("build", [
+    lambda X: nn.max_pool2d(X, 2, 2, ((0, 0), (1, 1))),   # padded along the row
+    lambda X: nn.max_pool2d(X, 2, 2, dilation=(1, 2)),     # taps apart
+    lambda X: nn.max_pool2d(X, 3, 2),                      # overlapping windows
+    lambda X: nn.adaptive_avg_pool2d(X, (4, 6)),           # 16 / 6: windows of 3 and 4
+    lambda X: nn.adaptive_max_pool2d(X, (4, 15)),          # windows of 2, rows of 30 > 1.25 x 16
+], ids=["padded", "dilated", "overlapping", "unequal", "overlapping_adaptive"])
+def test_windows_not_side_by_side(build):
+    """Only windows that tile the data row take the row-then-windows path."""
+    X = tc.placeholder((1, 2, 8, 16), name="X")
+    Y = build(X)
+    pool = next(op for op in [Y.op] + [t.op for t in Y.op.input_tensors]
+                if "pool_" in (op.tag or "") and op.reduce_axis)
+    assert not _tiles_rows(pool, tc.target.cpu_model().lanes)
+    x = rng.standard_normal((1, 2, 8, 16)).astype("float32")
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    np.testing.assert_allclose(run([X], Y, [x]), ref, rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------------

@@ -228,6 +228,44 @@ def test_rfactor(backend, factor_axis):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("split", [None, 8])
+def test_rfactor_of_fused_reduce_axes(backend, split):
+    """Reduce axes fused (a global pooling's plane as one run), the run itself or its
+    inner part (a guarded tail: 30 = 3 x 8 + 6) factored; a reduce axis that starts
+    past 0 (``r2`` in 1..6) kept where it starts."""
+    X = tc.placeholder((4, 6, 6), name="X")
+    r1 = tc.reduce_axis((0, 6), name="r1")
+    r2 = tc.reduce_axis((1, 6), name="r2")
+    Y = tc.compute((4,), lambda i: tc.max(X[i, r1, r2], axis=[r1, r2]), name="Y")
+    s = tc.create_schedule(Y.op)
+    run_ = s[Y].fuse(r1, r2)
+    axis = run_ if split is None else s[Y].split(run_, factor=split)[1]
+    YF = s.rfactor(Y, axis, factor_axis=1)
+    assert tuple(int(e.value) for e in YF.shape) == (4, 30 if split is None else split)
+    s[YF].vectorize(s[YF].op.axis[1])
+    x = np.random.default_rng(5).standard_normal((4, 6, 6)).astype("float32")
+    y = np.empty(4, "float32")
+    run(s, [X, Y], [x, y], backend)
+    np.testing.assert_array_equal(y, x[:, :, 1:].max(axis=(1, 2)))
+
+
+def test_rfactor_of_fused_reduce_axes_past_int32():
+    """A fused run longer than int32 (a 65536 x 65537 plane: 2**32 + 65536 elements)
+    keeps its extent in int64 (an int32 product wrapped to 65536: 1024 steps of 64,
+    the row index always 0), each axis recovered from it in int64."""
+    X = tc.placeholder((2, 65536, 65537), name="X")
+    r1 = tc.reduce_axis((0, 65536), name="r1")
+    r2 = tc.reduce_axis((0, 65537), name="r2")
+    Y = tc.compute((2,), lambda i: tc.sum(X[i, r1, r2], axis=[r1, r2]), name="Y")
+    s = tc.create_schedule(Y.op)
+    _, ri = s[Y].split(s[Y].fuse(r1, r2), factor=64)
+    s.rfactor(Y, ri, factor_axis=1)
+    text = str(tc.lower(s, [X, Y]))
+    assert f"r1.r2.fused.outer, 0i64, {(65536 * 65537) // 64}i64)" in text, text
+    assert "// 65537i64)" in text and "% 65537i64)" in text, text
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_reduce_where_and_multiple_axes(backend):
     X = tc.placeholder((4, 5, 6), name="X")
     r1 = tc.reduce_axis((0, 5), name="r1")

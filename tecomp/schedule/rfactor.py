@@ -4,7 +4,9 @@ For ``C[i] = sum(A[i, k], k)`` with ``k`` split into ``(ko, ki)``, ``rfactor(C, 
 makes ``C.rf[ki, i] = sum(A[i, ko*f + ki], ko)`` (``ki`` is now a data-parallel axis,
 put at position ``factor_axis``) and ``C[i] = sum(C.rf[ki, i], ki)``.  The other leaf
 axes derived from the reduce axes stay reductions of ``C.rf``; a tail that does not
-divide becomes part of the reduction's ``where=`` condition.  ``C``'s stage is reset
+divide becomes part of the reduction's ``where=`` condition.  Reduce axes may be fused
+first (``fuse(r1, r2)``, then split or not): a global pooling's plane as one run, each
+axis recovered as ``run // extent(r2)`` and ``run % extent(r2)``.  ``C``'s stage is reset
 (its loops are those of the new reduction).
 
 A multi-output reduction (a tuple reducer: ``tc.sum(x), tc.sum(x * x)`` in one compute,
@@ -40,14 +42,15 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     if not isinstance(factor_axis, int) or not 0 <= factor_axis <= ndim:
         raise ScheduleError(f"rfactor on stage {st.name}: factor_axis={factor_axis!r} must be an "
                             f"int in [0, {ndim}]")
-    for rel in st.relations:
-        if isinstance(rel, Fuse) and rel.fused.kind == "reduce":
-            raise ScheduleError(f"rfactor on stage {st.name}: fused reduction axes are not "
-                                "supported; split the reduction axis instead of fusing")
     # extents of every reduce-derived var (constant or symbolic)
     ext = {r: r.dom.extent for r in op.reduce_axis}
     for rel in st.relations:
-        if isinstance(rel, Split) and rel.parent in ext:
+        if isinstance(rel, Fuse) and rel.outer in ext and rel.inner in ext:
+            # (fused reduce axes: a global pooling's whole plane as one run)
+            # (in the fused axis's type: int64 where the product passes int32's range)
+            dt = rel.fused.var.dtype
+            ext[rel.fused] = _op.mul(_op.widen(ext[rel.outer], dt), _op.widen(ext[rel.inner], dt))
+        elif isinstance(rel, Split) and rel.parent in ext:
             pe = ext[rel.parent]
             # (a factor or nparts past a constant extent covers it in one piece, as
             # lowering does: C.rf gets the extent, not a factor of 2**31)
@@ -80,7 +83,11 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     value = {x: new_var[x] for x in red_leaves}
     conds = []
     for rel in reversed(st.relations):
-        if isinstance(rel, Split) and rel.parent in ext:
+        if isinstance(rel, Fuse) and rel.fused in value:
+            inner = _op.widen(ext[rel.inner], rel.fused.var.dtype)
+            value[rel.outer] = _op.floordiv(value[rel.fused], inner)
+            value[rel.inner] = _op.floormod(value[rel.fused], inner)
+        elif isinstance(rel, Split) and rel.parent in ext:
             v = _op.add(_op.mul(value[rel.outer], ext[rel.inner]), value[rel.inner])
             value[rel.parent] = v
             cover = _op.mul(ext[rel.outer], ext[rel.inner])

@@ -428,7 +428,9 @@ def gen_schedule(d, prog=None, *, max_steps: int = 6, allow_cache: bool = True,
         elif kind == "root" and st.attach_type != "root":
             _try(r, steps, ("compute_root", h))
         elif kind == "rfactor" and allow_rfactor and _is_reduce_stage(st) and not pin:
-            if any(isinstance(x, Fuse) for x in st.relations):
+            # (fused reduce axes factor, a global pooling's plane as one run; fused
+            # data-parallel axes are not tried)
+            if any(isinstance(x, Fuse) and x.fused.kind != "reduce" for x in st.relations):
                 continue
             red = [p for p, iv in enumerate(leaves) if iv.kind == "reduce"]
             if red:

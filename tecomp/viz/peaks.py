@@ -126,21 +126,30 @@ def fma_peak(threads: Optional[int] = None, steps: int = 200000, calls: int = 5,
 STREAM_BYTES = 64 << 20
 
 
+def read_kernel(threads: int, per: int):
+    """The read-stream kernel of :func:`stream_bandwidth`: ``f(x, y)`` sums each row of
+    ``x`` (``threads`` x ``per`` float32, ``per`` a multiple of ``4 * lanes``) into
+    ``y`` (``threads`` x 1 x ``4 * lanes``), a task per row, 4 vectors of accumulators
+    (``benchmarks/pooling.py`` runs it over a workload's own input, cached or not)."""
+    V = 4 * cpu_model().lanes
+    X = placeholder((threads, per), name="X")
+    k = reduce_axis((0, per // V), name="k")
+    Y = compute((threads, 1, V), lambda p, r, v: te_sum(X[p, k * V + v], axis=k), name="Y")
+    s = create_schedule(Y.op)
+    _accumulate(s, Y, threads > 1)
+    return build(s, [X, Y], name="stream")
+
+
 def stream_bandwidth(threads: Optional[int] = None, nbytes: Optional[int] = None,
                      calls: int = 3) -> float:
     """GB/s (10^9 bytes per second) at which a tecomp kernel reads an array of
     ``nbytes`` (default :data:`STREAM_BYTES`) on ``threads`` threads: each thread sums its part of the
-    array into 4 vectors of accumulators.  The best of ``calls`` calls after one that
-    warms up."""
+    array into 4 vectors of accumulators (:func:`read_kernel`).  The best of ``calls``
+    calls after one that warms up."""
     P = _threads(threads)
     V = 4 * cpu_model().lanes
     per = max(V, (int(nbytes or STREAM_BYTES) // 4 // P) // V * V)
-    X = placeholder((P, per), name="X")
-    k = reduce_axis((0, per // V), name="k")
-    Y = compute((P, 1, V), lambda p, r, v: te_sum(X[p, k * V + v], axis=k), name="Y")
-    s = create_schedule(Y.op)
-    _accumulate(s, Y, P > 1)
-    f = build(s, [X, Y], name="stream")
+    f = read_kernel(P, per)
     x = np.ones((P, per), "float32")   # written: pages never written read as the zero page
     y = np.empty((P, 1, V), "float32")
     try:

@@ -1232,16 +1232,6 @@ def test_tile_inlined_stage():
         s[B].tile(B.op.axis[0], B.op.axis[1], 2, 2)
 
 
-def test_rfactor_fused_reduce_axes():
-    with pytest.raises(tc.ScheduleError,
-                       match=r"rfactor on stage Y: fused reduction axes are not supported"):
-        X = tc.placeholder((4, 6, 5), name="X")
-        r1 = tc.reduce_axis((0, 6), name="r1")
-        r2 = tc.reduce_axis((0, 5), name="r2")
-        Y = tc.compute((4,), lambda i: tc.sum(X[i, r1, r2], axis=[r1, r2]), name="Y")
-        s = tc.create_schedule(Y.op)
-        s.rfactor(Y, s[Y].fuse(r1, r2))
-
 
 def test_storage_align_symbolic_stride():
     with pytest.raises(tc.ScheduleError,

@@ -42,6 +42,11 @@ MAX_STACK_ALLOC = 64 * 1024
 #: buffers meanwhile: 2 x 512 KiB stays well inside the smallest default thread stack
 #: (2 MiB, glibc's where the stack limit is unlimited; 8 MiB is usual)
 MAX_STACK_FRAME = 512 * 1024
+#: a strided load under a mask (a padded pooling window's first tap: lane 0 on the
+#: padding) as one masked load of the span, masked to the lanes' own elements, and a
+#: shuffle, where the policy loads the step wide unmasked; False: a gather (an A/B
+#: switch)
+MASKED_WIDE_LOADS = False
 
 
 #: a nest's stores bypass the cache (pragma nontemporal) where the buffer starts on a
@@ -485,6 +490,11 @@ class _MemoryEmitter:
             # a small constant step (x86: a stride-2 convolution's input row): one
             # contiguous load of step*lanes elements and a shuffle, instead of a gather
             x = self.wide_load(bi, off, memty, align, off.step * self.lanes, off.step)
+        elif (off.v is None and self.mask is not None and MASKED_WIDE_LOADS
+              and self.policy.strided_wide_load(off.step, self.lanes, memty)):
+            # the same under a mask (a padded window's first tap: lane 0 on the
+            # padding): the wide load masked to the elements of the lanes that are on
+            x = self.strided_masked_load(bi, off, memty, align, off.step)
         elif (self.mask is None
               and (pat := self.lane_pattern(bi, node.indices, memty)) is not None):
             # constant lane offsets within a short span (a grouped convolution's vector
@@ -508,6 +518,23 @@ class _MemoryEmitter:
         lanes use, so it reads nothing they would not."""
         return self.pattern_load(bi, off.s, memty, align,
                                  [i * step for i in range(self.lanes)], width)
+
+    def strided_masked_load(self, bi, off, memty, align, step: int):
+        """The lanes ``base + i*step`` under ``self.mask``: one ``llvm.masked.load`` of
+        ``step * lanes`` contiguous elements whose mask is on only at the elements of
+        the lanes that are on (it reads nothing they would not), and a shuffle that
+        keeps every ``step``-th (lanes off: zero, as a masked gather gives)."""
+        b, L = self.b, self.lanes
+        width = step * L
+        i1v = ir.VectorType(_I1, L)
+        wide_mask = b.shuffle_vector(self.mask, ir.Constant(i1v, [ir.Constant(_I1, 0)] * L),
+                                     ir.Constant(ir.VectorType(_I32, width), [
+                                         ir.Constant(_I32, j // step if j % step == 0 else L)
+                                         for j in range(width)]))
+        wty = ir.VectorType(memty, width)
+        w = self.masked_load(self._elem_ptr(bi, off.s, False), wty, align, wide_mask, bi)
+        return b.shuffle_vector(w, _poison(wty), ir.Constant(
+            ir.VectorType(_I32, L), [ir.Constant(_I32, i * step) for i in range(L)]))
 
     def pattern_load(self, bi, base, memty, align, offsets, width: Optional[int] = None):
         """The lanes ``base + offsets[i]`` (``offsets`` constants from 0 up) as one
@@ -534,21 +561,30 @@ class _MemoryEmitter:
         flat = self._flat_offset(bi, indices)
         if flat is None:
             return None
-        wide = None
+        wide, fixed = None, {}
         for v in free_vars(flat):
             val = self.env64.get(v, self.env.get(v))
-            if val is None or val.uniform:
+            if val is None:
+                continue
+            if val.uniform:
+                # (a counter of an unrolled loop around: a constant in this copy, so
+                # the lanes' offsets may differ by constants only in it: adaptive
+                # pooling's x * 50 // 7 over a row of unrolled vectors)
+                if _is_const(val.s):
+                    fixed[v] = int(val.s.constant)
                 continue
             if wide is not None or val.v is not None or not _is_const(val.s):
                 return None
             wide = (v, val.s.constant, val.step)
         if wide is None:
             return None
-        key = (node_text(flat), wide, self.lanes)
+        key = (node_text(flat), wide, self.lanes, tuple(sorted(
+            (v.name, id(v), k) for v, k in fixed.items())))
         hit = self._lane_patterns.get(key)
         if hit is None:
             v, start, step = wide
-            lanes = [simplify(substitute(flat, {v: Const(start + i * step, v.dtype)}))
+            at = {u: Const(k, u.dtype) for u, k in fixed.items()}
+            lanes = [simplify(substitute(flat, {**at, v: Const(start + i * step, v.dtype)}))
                      for i in range(self.lanes)]
             diffs = [simplify(Sub(e, lanes[0], e.dtype)) for e in lanes]
             hit = (None,)

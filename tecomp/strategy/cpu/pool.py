@@ -6,7 +6,10 @@ from __future__ import annotations
 import math
 
 from ...schedule.schedule import Schedule
-from .._common import _cint, _is_injective, _walk
+from ...ir.expr import Const
+from ...ir.simplify import simplify
+from ...ir.functor import uses_var
+from .._common import _cint, _is_injective, _is_padding, _loads, _walk
 from .common import _NoTemplate, _find, _op_tags, _template_or_rules
 from ...target import CpuModel
 
@@ -16,6 +19,28 @@ POOL_TAGS = {"pool_max", "pool_sum"}
 UNROLL_WINDOW = 64
 #: vectors of an output row computed together (their window loops interleaved)
 VECTORS = 4
+#: windows side by side along the rows (kernel = stride), channels first: each window
+#: row reduced in contiguous vectors into a local row, then the windows from it
+#: (:func:`_rows_then_windows`); False: the output row vectorized over the window's
+#: taps (strided loads of the data), as before (an A/B switch)
+ROWS_THEN_WINDOWS = True
+#: a window row of whole half vectors (56 floats) in half-vector partial results
+#: (one chain of adds a row: 392 on a 56x56 map), as before; False: in the whole row's
+#: partial results where it takes at most VECTORS vectors (four chains, the last
+#: vector partial); an A/B switch
+HALF_VECTOR_ROWS = False
+#: a global pooling's plane (channels first) as one run of contiguous elements in whole
+#: vectors, their lanes summed as a tree (:func:`_plane_in_vectors`); False: its rows
+#: along the data, one partial result a column (an A/B switch)
+WHOLE_PLANES = True
+#: max pooling whose output row is narrower than a vector (adaptive pooling to 7): the
+#: maxima in a local block copied out (``cache_write``), not kept in the output (a
+#: masked store and load back per tap); False: as before (an A/B switch)
+MAX_IN_A_LOCAL = True
+#: windows that overlap along the row (adaptive pooling by a size that does not divide
+#: the data's) take the rows-then-windows path where their row (kernel x outputs) is at
+#: most this many times the data row (50 -> 7: windows of 8, 56 / 50)
+OVERLAP = 1.25
 #: the narrowest window row reduced along the data in vector partial results (a
 #: masked vector of 4-15 lanes); narrower rows are summed in scalars
 ALONG_MIN = 4
@@ -51,16 +76,31 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
             s[op].compute_inline()
     first = pool.attrs.get("layout", "NC")[1] == "C"
     K = _cint(pool.reduce_axis[-1].dom.extent)
+    plane = _whole_plane(pool.output(0)) if WHOLE_PLANES and first else None
+    if plane is not None and len(window) > 1:
+        _plane_in_vectors(s, out, pool.output(0), info, plane)
+        return
     if not small and (last is None or last < L):
         if not first or K is None or K < ALONG_MIN:
             raise _NoTemplate("a large window over a narrow row, not along the data")
         _window_along_the_data(s, out, pool.output(0), info, small)
+        return
+    tiled = ROWS_THEN_WINDOWS and first and len(window) > 1 and _tiles_rows(pool, L)
+    if tiled:
+        # windows side by side along the data row (kernel = stride, adaptive pooling by
+        # a divisor): the rows reduced whole in contiguous vectors, then each row's
+        # windows (gathers of one row from a local buffer, not of the whole window)
+        if _max_in_a_local(pool, out, last is not None and last < L):
+            pool = s.cache_write(out, "local").op
+        _rows_then_windows(s, out, pool.output(0), info, small)
         return
     if first and last == 1 and K is not None and K >= ALONG_MIN:
         # one output a row (global pooling of a 7x7 map): a vector over the outputs
         # would be one lane, a scalar add a tap; along the data, a vector a window row
         _window_along_the_data(s, out, pool.output(0), info, small)
         return
+    if _max_in_a_local(pool, out, last is not None and last < L):
+        pool = s.cache_write(out, "local").op
     st = s[out]
     *outer, x = st.op.axis
     if first and len(outer) > 2:
@@ -111,6 +151,94 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         ps.vectorize(pxi)
 
 
+def _max_in_a_local(pool, out, narrow: bool) -> bool:
+    """Whether the maxima of ``pool`` (the output ``out`` itself) go to a local block
+    copied out (``cache_write``), not into the output: where its row is narrower than a
+    vector (``narrow``: adaptive pooling to 7), each tap would otherwise read, max and
+    write back that row through a masked store, which the next tap's load waits for
+    (adaptive_max_pool2d 56->7: 2.02 -> 1.45 ms, one thread, CPU time; rows that only
+    end in a partial vector, 28 or 56 wide: no better)."""
+    return MAX_IN_A_LOCAL and pool is out.op and narrow
+
+
+def _tiles_rows(pool, lanes: int) -> bool:
+    """Whether the windows of ``pool`` (channels first) lie side by side along the data
+    rows: its one load's last index is ``g(x) + kx`` (``kx`` the window's last axis, of
+    ``K`` > 1 taps, ``x`` the output's last axis), no padding along the row, no
+    ``where=`` (windows of other sizes), and either ``g(x) = x * K`` (kernel = stride)
+    or the windows' row (``K`` per output) at most :data:`OVERLAP` times the data row
+    and within ``2 * VECTORS`` vectors (adaptive pooling to a size that does not divide
+    the data's: ``g(x) = x * n // out``, read in constant patterns where the row's
+    vectors are unrolled)."""
+    body = pool.body
+    lds = _loads(body.source)
+    ranges = {iv.var: iv.dom for iv in list(pool.axis) + list(pool.reduce_axis)}
+    cond = simplify(body.condition, ranges)
+    if len(lds) != 1 or not (isinstance(cond, Const) and bool(cond.value)):
+        return False
+    src = lds[0].producer
+    if (_is_padding(src.op) and _cint(src.shape[-1])
+            != _cint(src.op.input_tensors[0].shape[-1])):
+        return False
+    kx, x = pool.reduce_axis[-1], pool.axis[-1]
+    K = _cint(kx.dom.extent)
+    if K is None or K < 2:
+        return False
+    g = simplify(lds[0].indices[-1] - kx.var, ranges)
+    if uses_var(g, kx.var):
+        return False
+    d = simplify(g - x.var * K)
+    if isinstance(d, Const) and int(d.value) == 0:
+        return True
+    n, out = _cint(src.shape[-1]), _cint(x.dom.extent)
+    return (n is not None and out is not None and out * K <= OVERLAP * n
+            and out * K <= 2 * VECTORS * lanes)
+
+
+def _rows_then_windows(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
+    """Windows side by side along the rows (:func:`_tiles_rows`), channels first: per
+    output row, the window's rows reduced over its other axes into a local row
+    (``rfactor`` of the window's last axis: ``red.rf[x, kx]``, the data row's element
+    ``x * K + kx``) in contiguous vectors, then each output the reduction of its ``K``
+    elements of that row, vectorized along the outputs; the tasks are (batch x
+    channels), the outer spatial loops inside."""
+    L = info.lanes
+    rs = s[red]
+    rf = s[s.rfactor(red, rs.op.reduce_axis[-1], factor_axis=len(rs.op.axis))]
+    st = s[out]
+    n, c, *outer, x = st.op.axis
+    rows = st.fuse(n, c)
+    if info.threads > 1:
+        st.parallel(rows)
+    at = outer[-1] if outer else rows
+    rf.set_scope("local")
+    rf.compute_at(st, at)
+    *ra, rx, rk = rf.op.axis
+    rf.reorder(*(ra + list(rf.op.reduce_axis) + [rx, rk]))
+    row = rf.fuse(rx, rk)
+    ro, ri = rf.split(row, factor=L)
+    if small:
+        for k in rf.op.reduce_axis:
+            rf.unroll(k)
+    width = math.prod(_cint(a.dom.extent) or UNROLL_WINDOW for a in rf.op.axis[-2:])
+    if width <= 2 * VECTORS * L:
+        rf.unroll(ro)
+    rf.vectorize(ri)
+    # each output: its K elements of the row (a strided load from the local row)
+    stages = [(st, [rows] + outer)]
+    if red.op is not out.op:
+        s[red].set_scope("local")
+        s[red].compute_at(st, at)
+        stages.append((s[red], list(s[red].op.axis[:-1])))
+    for sg, lead in stages:
+        xo, xi = sg.split(sg.op.axis[-1], factor=L)
+        sg.reorder(*(lead + [xo] + list(sg.op.reduce_axis) + [xi]))
+        for k in sg.op.reduce_axis:
+            if (_cint(k.dom.extent) or UNROLL_WINDOW + 1) <= UNROLL_WINDOW:
+                sg.unroll(k)
+        sg.vectorize(xi)
+
+
 def _window_along_the_data(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     """A window over a narrow output row, channels first (global pooling): the window's
     last axis, contiguous in the data, is reduced in up to ``VECTORS * lanes`` partial
@@ -118,13 +246,15 @@ def _window_along_the_data(s: Schedule, out, red, info: CpuModel, small: bool) -
     tasks are the outputs.  ``small``: the window's other axes are unrolled."""
     rs = s[red]
     K = _cint(rs.op.reduce_axis[-1].dom.extent)
-    # partial results: the most whole vectors (or half vectors) that divide the window's
-    # row, up to VECTORS of them (a partial vector at the row's end would shuffle lanes);
-    # else the whole row where it takes at most VECTORS vectors (a row of 7 or 14: one
-    # partial vector), else one vector (a guarded tail)
+    # partial results: the most whole vectors that divide the window's row, up to
+    # VECTORS of them (a partial vector at the row's end would shuffle lanes); else the
+    # whole row where it takes at most VECTORS vectors (a row of 7 or 14: one partial
+    # vector; of 56: 3.5 vectors, four chains of adds, not one of half vectors), else
+    # half vectors that divide it, else one vector (a guarded tail)
     L = info.lanes
-    F = next((f for f in [L * v for v in range(VECTORS, 0, -1)] + [L // 2] if K % f == 0),
-             K if K <= VECTORS * L else L)
+    halves = [L // 2] if HALF_VECTOR_ROWS else []
+    F = next((f for f in [L * v for v in range(VECTORS, 0, -1)] + halves if K % f == 0),
+             K if K <= VECTORS * L else next((f for f in [L // 2] if K % f == 0), L))
     if F == K:
         kxi = rs.op.reduce_axis[-1]
     else:
@@ -148,16 +278,74 @@ def _window_along_the_data(s: Schedule, out, red, info: CpuModel, small: bool) -
     rf.vectorize(lane)
 
 
+def _whole_plane(red):
+    """The elements of the data's plane where the window of the reduction ``red`` is
+    all of it (its reduce axes as long as the trailing axes of its one input, every
+    output extent there 1: global pooling, channels first, unpadded); else None."""
+    nd = len(red.op.reduce_axis)
+    if len(red.op.input_tensors) != 1:
+        return None
+    window = [_cint(iv.dom.extent) for iv in red.op.reduce_axis]
+    size = [_cint(e) for e in red.op.input_tensors[0].shape[-nd:]]
+    if None in window or window != size or any(_cint(e) != 1 for e in red.shape[-nd:]):
+        return None
+    return math.prod(window)
+
+
+def _plane_in_vectors(s: Schedule, out, red, info: CpuModel, plane: int) -> None:
+    """Global pooling, channels first (:func:`_whole_plane`): the plane one contiguous
+    run (the window's axes fused), reduced in up to ``VECTORS`` whole vectors of
+    partial results (one vector, its last step guarded, where none divides the plane:
+    a 7x7 map's 49 = 3 vectors and a lane, not 7 rows of 7 lanes), then their lanes as
+    a tree (``lane_vectors``' halves: ``L/2 + L/2``, ...), not one after another."""
+    L = info.lanes
+    rs = s[red]
+    run = rs.fuse(*rs.op.reduce_axis)
+    F = next((L * v for v in range(VECTORS, 0, -1) if plane % (L * v) == 0), L)
+    _, ri = rs.split(run, factor=F)
+    rf = s[s.rfactor(red, ri, factor_axis=len(rs.op.axis))]
+    halves, w = [], L
+    while w > 2:   # (F lanes: first the vectors onto one, then halves of it)
+        w = L if F > L and not halves else w // 2
+        _, kq = s[red].split(s[red].op.reduce_axis[0], factor=w)
+        halves.append(s[s.rfactor(red, kq, factor_axis=len(rs.op.axis))])
+    st = s[out]
+    rows = st.fuse(*st.op.axis) if len(st.op.axis) > 1 else st.op.axis[0]
+    if info.threads > 1:
+        st.parallel(rows)
+    for stage in [rf] + halves:
+        stage.compute_at(st, rows)
+        lane = stage.op.axis[-1]
+        stage.reorder(*(list(stage.op.axis[:-1]) + list(stage.op.reduce_axis) + [lane]))
+        if stage is not rf:
+            for k in stage.op.reduce_axis:
+                stage.unroll(k)
+        if _cint(lane.dom.extent) > L:
+            lo, lane = stage.split(lane, factor=L)
+            stage.unroll(lo)
+        stage.vectorize(lane)
+    if red.op is not out.op:
+        s[red].compute_at(st, rows)
+    s[red].unroll(s[red].op.reduce_axis[0])
+
+
 def schedule_pool(outs, target: str = "llvm") -> Schedule:
     """Max, average, adaptive and global pooling (1-, 2- and 3-d, channels first or
     last): the padding inlined (a guarded load); the tasks are (batch x channels) with
     the outer spatial loops inside them (channels first: their padded first and last
     rows partitioned off) or every output row (channels last); the last axis is
     vectorized, up to four vectors of it a step, with the window unrolled around them
-    (an average's sums computed per step).  Channels first, a window too large to
+    (an average's sums computed per step).  Global pooling channels first: the plane
+    one contiguous run in whole vectors of partial results, their lanes as a tree
+    (:func:`_plane_in_vectors`).  Channels first, a window too large to
     unroll over a row narrower than a vector, or any window over rows of one output
     (global pooling), is reduced along the data rows in vector partial results
     (``rfactor``; a 7x7 map's: one partial vector of 7 lanes, a sum per column) where
-    the window's rows are 4 elements or wider; otherwise, and for any other DAG, the
-    auto-scheduler's rules."""
+    the window's rows are 4 elements or wider.  Channels first, windows side by side
+    along the rows (kernel = stride there, no padding along them: 2x2/2, adaptive
+    pooling by a divisor, or to a size whose windows are all as wide and overlap a
+    little: 50 -> 7), 2-d and 3-d: per output row, the window's rows reduced in
+    contiguous vectors into a local row, then each output from its part of that row
+    (a strided load from the cache, not one per tap from the data).  Otherwise, and for
+    any other DAG, the auto-scheduler's rules."""
     return _template_or_rules(pool_into, outs, target)
