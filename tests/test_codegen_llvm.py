@@ -2720,3 +2720,36 @@ def test_masked_strided_loads_as_one_wide_load(monkeypatch):
     want = np.max([xp[..., k:k + 69:2] for k in range(3)], axis=0)
     np.testing.assert_array_equal(got[True], want)
     np.testing.assert_array_equal(got[False], want)
+
+
+@pytest.mark.parametrize("cond", ["front", "back", "middle", "all"])
+def test_masked_strided_loads_under_the_pragma(cond):
+    """``pragma masked_wide_loads``: a stride-2 load under a lane mask in the nest is
+    lane 0's own masked load and one masked load of the others' span (on between two
+    lanes that are on) and a shuffle, not a gather (x86's policy); lanes off give the
+    select's other value and read nothing: lane 0 would read X[-1], and where the last
+    lanes are off ("back") the array ends before their elements."""
+    import platform
+    import tecomp as tc
+    L = tc.target.cpu_model().lanes
+    idx = np.arange(L)
+    on = {"front": idx >= 1, "back": (idx >= 1) & (idx < L - 2),
+          "middle": (idx >= 1) & ((idx < 3) | (idx >= L - 3)), "all": idx >= 1}[cond]
+    n = 2 * L - 6 if cond == "back" else 2 * L - 1     # lane i reads X[2i - 1]
+    X = tc.placeholder((n,), name="X")
+    rule = {"front": lambda i: i >= 1, "back": lambda i: tc.all(i >= 1, i < L - 2),
+            "middle": lambda i: tc.all(i >= 1, tc.any(i < 3, i >= L - 3)),
+            "all": lambda i: i >= 1}[cond]
+    Y = tc.compute((L,), lambda i: tc.select(rule(i), X[2 * i - 1], -7.0), name="Y")
+    s = tc.create_schedule(Y.op)
+    (i,) = s[Y].op.axis
+    s[Y].vectorize(i)
+    s[Y].pragma(i, "masked_wide_loads")
+    f = tc.build(s, [X, Y])
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert "llvm.masked.gather" not in f.get_source("llvm-unopt")
+    x = np.arange(1, n + 1, dtype="float32")
+    out = np.zeros(L, "float32")
+    f(x, out)
+    want = np.where(on, x[np.clip(2 * idx - 1, 0, n - 1)], -7.0)
+    np.testing.assert_array_equal(out, want)

@@ -495,3 +495,55 @@ def test_gradcheck(name):
     X = tc.placeholder(to_last(np.zeros(shape)).shape if "ndhwc" in name else shape, F64,
                        name="X")
     assert ad.gradcheck(op(X), [X], target="reference", max_points=24)
+
+
+def _short_row_cases():
+    """Pooling over rows padded at their ends whose output row takes at most two
+    vectors of this machine (its lanes from the target's machine model)."""
+    L = tc.target.cpu_model().lanes
+    w = 2 * (2 * L - 4)   # a 3/2 p1 window over it: an output row of 2L - 4
+    return [
+        ("max2d", (2, 3, 9, w), lambda X: nn.max_pool2d(X, 3, 2, 1), True),
+        ("max2d_ceil", (1, 2, 8, w + 1), lambda X: nn.max_pool2d(X, 3, 2, 1, ceil_mode=True),
+         True),
+        ("max2d_dilated", (1, 2, 9, w), lambda X: nn.max_pool2d(X, 3, 2, 2, dilation=2), True),
+        ("max2d_stride3", (1, 2, 13, 3 * L), lambda X: nn.max_pool2d(X, 3, 3, 1), True),
+        ("max2d_asym", (1, 2, 7, w), lambda X: nn.max_pool2d(X, 3, 2, ((1, 0), (2, 0))),
+         True),
+        # (the maxima of a row narrower than a vector in a local block: not taken)
+        ("max2d_one_vector", (1, 2, 6, L), lambda X: nn.max_pool2d(X, 3, 2, 1), False),
+        ("max1d", (2, 3, w), lambda X: nn.max_pool1d(X, 3, 2, 1), True),
+        ("max3d", (1, 2, 7, 9, w), lambda X: nn.max_pool3d(X, 3, 2, 1), True),
+        ("avg3d_excl", (1, 2, 7, 9, w + 1),
+         lambda X: nn.avg_pool3d(X, 3, 2, 1, False, ceil_mode=True), True),
+        # not taken: an average over a 2-d window, rows of more vectors, no padding
+        ("avg2d", (1, 2, 9, w), lambda X: nn.avg_pool2d(X, 3, 2, 1), False),
+        ("max2d_long", (1, 2, 5, 4 * w), lambda X: nn.max_pool2d(X, 3, 2, 1), False),
+        ("max2d_unpadded", (1, 2, 9, w), lambda X: nn.max_pool2d(X, 3, 2), False),
+    ]
+
+
+@pytest.mark.parametrize("case", _short_row_cases(), ids=lambda c: c[0])
+def test_short_padded_rows(case):
+    """Channels first, rows padded at their ends and at most two vectors of output
+    (max pooling, or a 3-d window): the outer rows partitioned on the padding's tests
+    and the first vector's taps into the padding read by wide masked loads (``pragma
+    masked_wide_loads``); against PyTorch (padding, ceil_mode, dilation,
+    count_include_pad, asymmetric padding by the plain schedule)."""
+    name, shape, build, taken = case
+    X = tc.placeholder(shape, name="X")
+    Y = build(X)
+    s = sc.schedule_pool(Y)
+    text = str(tc.lower(s, [X, Y]))
+    assert str(tc.lower(tc.auto_schedule([X, Y], trials=0), [X, Y])) == text
+    assert ("pragma_masked_wide_loads" in text) == taken, text
+    if taken and len(shape) > 3:   # (the first output row peeled off: its taps tested)
+        assert "for (i2, 0," not in text and "for (i2, 1," in text, text
+    x = rng.standard_normal(shape).astype("float32")
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    np.testing.assert_allclose(run([X], Y, [x], schedule=s), ref, rtol=1e-5, atol=1e-6)
+    if name in ("max2d", "max3d"):
+        nd = len(shape) - 2
+        fn = getattr(F, f"{name[:3]}_pool{nd}d")
+        want = fn(torch.from_numpy(x), 3, 2, 1).numpy()
+        np.testing.assert_allclose(run([X], Y, [x], schedule=s), want, rtol=1e-5, atol=1e-6)

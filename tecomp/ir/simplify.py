@@ -1629,7 +1629,8 @@ def _decide_bounds(t, lo, hi):
 #: (``fp_contract``: ``a*b + c`` anywhere in it may be one FMA): they stay when that
 #: loop is removed for having one iteration (a pragma on a loop's own behaviour, such as
 #: ``unroll_count``, goes with it)
-NEST_PRAGMAS = frozenset({"pragma_fp_contract", "pragma_nontemporal"})
+NEST_PRAGMAS = frozenset({"pragma_fp_contract", "pragma_nontemporal",
+                          "pragma_masked_wide_loads"})
 
 
 def _holding(c: Expr, body: Stmt, truth: bool):

@@ -340,7 +340,9 @@ class Stage(TracedStage):
         splits it on the selects in what its body stores (docs/schedule.md); ``fp_contract``
         lets ``a*b + c`` in the nest be one FMA (docs/numerics.md); ``nontemporal`` has the
         LLVM backend stream the nest's aligned whole-vector stores to the buffers it does
-        not allocate past the cache (docs/schedule.md); any other name is kept as a
+        not allocate past the cache (docs/schedule.md); ``masked_wide_loads`` has it read
+        a strided load under a lane mask in the nest as a wide masked load and a shuffle,
+        not a gather (docs/schedule.md); any other name is kept as a
         ``// attr pragma_<name>`` comment for the backends."""
         iv = self._iv(axis, "pragma")
         self._not_inlined("pragma")

@@ -43,9 +43,12 @@ MAX_STACK_ALLOC = 64 * 1024
 #: (2 MiB, glibc's where the stack limit is unlimited; 8 MiB is usual)
 MAX_STACK_FRAME = 512 * 1024
 #: a strided load under a mask (a padded pooling window's first tap: lane 0 on the
-#: padding) as one masked load of the span, masked to the lanes' own elements, and a
-#: shuffle, where the policy loads the step wide unmasked; False: a gather (an A/B
-#: switch)
+#: padding) as lane 0's own load and one masked load of the others' span and a shuffle
+#: (:meth:`_MemoryEmitter.strided_masked_load`), where the policy loads the step wide
+#: unmasked, in every kernel; False: only in the nests under ``pragma
+#: masked_wide_loads``, a gather elsewhere.  (In a cached input 1.5x as fast as the
+#: gather, but 0.75x over rows of whole vectors from the L3's edge or DRAM: the
+#: schedule decides, see :mod:`tecomp.strategy.cpu.pool`.)
 MASKED_WIDE_LOADS = False
 
 
@@ -490,10 +493,11 @@ class _MemoryEmitter:
             # a small constant step (x86: a stride-2 convolution's input row): one
             # contiguous load of step*lanes elements and a shuffle, instead of a gather
             x = self.wide_load(bi, off, memty, align, off.step * self.lanes, off.step)
-        elif (off.v is None and self.mask is not None and MASKED_WIDE_LOADS
+        elif (off.v is None and self.mask is not None
+              and (MASKED_WIDE_LOADS or self.mb.masked_wide_loads)
               and self.policy.strided_wide_load(off.step, self.lanes, memty)):
             # the same under a mask (a padded window's first tap: lane 0 on the
-            # padding): the wide load masked to the elements of the lanes that are on
+            # padding): lane 0 alone, the others one load from lane 1's element
             x = self.strided_masked_load(bi, off, memty, align, off.step)
         elif (self.mask is None
               and (pat := self.lane_pattern(bi, node.indices, memty)) is not None):
@@ -520,21 +524,38 @@ class _MemoryEmitter:
                                  [i * step for i in range(self.lanes)], width)
 
     def strided_masked_load(self, bi, off, memty, align, step: int):
-        """The lanes ``base + i*step`` under ``self.mask``: one ``llvm.masked.load`` of
-        ``step * lanes`` contiguous elements whose mask is on only at the elements of
-        the lanes that are on (it reads nothing they would not), and a shuffle that
-        keeps every ``step``-th (lanes off: zero, as a masked gather gives)."""
+        """The lanes ``base + i*step`` under ``self.mask`` (lanes off: zero, as a masked
+        gather gives): lane 0 a one-element masked load, lanes 1.. one
+        ``llvm.masked.load`` of ``step * lanes`` contiguous elements from lane 1's
+        element, on at the elements between two lanes that are on (it reads nothing
+        outside what they read), and a shuffle that keeps every ``step``-th.  Where the
+        padding leaves lane 0 off (a padded window's first tap), LLVM drops its load
+        and the wide load starts on data a lane reads: not on the element before it,
+        alone in the cache line before (a load masked from there ran a 3x3/2 max
+        pooling over 64-byte rows 0.70x as fast; from lane 1's, 0.81x; the gather 1x)."""
         b, L = self.b, self.lanes
         width = step * L
         i1v = ir.VectorType(_I1, L)
-        wide_mask = b.shuffle_vector(self.mask, ir.Constant(i1v, [ir.Constant(_I1, 0)] * L),
-                                     ir.Constant(ir.VectorType(_I32, width), [
-                                         ir.Constant(_I32, j // step if j % step == 0 else L)
-                                         for j in range(width)]))
+        off_ = ir.Constant(i1v, [ir.Constant(_I1, 0)] * L)
+
+        def lanes_at(pick):
+            # element j of the wide load: the mask of lane 1 + pick(j) (off past the last)
+            return b.shuffle_vector(self.mask, off_, ir.Constant(
+                ir.VectorType(_I32, width),
+                [ir.Constant(_I32, min(1 + pick(j), L)) for j in range(width)]))
+        m = b.and_(lanes_at(lambda j: j // step), lanes_at(lambda j: -(-j // step)))
         wty = ir.VectorType(memty, width)
-        w = self.masked_load(self._elem_ptr(bi, off.s, False), wty, align, wide_mask, bi)
-        return b.shuffle_vector(w, _poison(wty), ir.Constant(
-            ir.VectorType(_I32, L), [ir.Constant(_I32, i * step) for i in range(L)]))
+        p1 = self._elem_ptr(bi, self.iadd(off.s, ir.Constant(_I64, step)), False)
+        w = self.masked_load(p1, wty, align, m, bi)
+        v = b.shuffle_vector(w, _poison(wty), ir.Constant(
+            ir.VectorType(_I32, L), [ir.Constant(_I32, max(0, (i - 1) * step))
+                                     for i in range(L)]))
+        m0 = b.shuffle_vector(self.mask, off_, ir.Constant(ir.VectorType(_I32, 1),
+                                                           [ir.Constant(_I32, 0)]))
+        x0 = self.masked_load(self._elem_ptr(bi, off.s, False), ir.VectorType(memty, 1),
+                              align, m0, bi)
+        return b.insert_element(v, b.extract_element(x0, ir.Constant(_I32, 0)),
+                                ir.Constant(_I32, 0))
 
     def pattern_load(self, bi, base, memty, align, offsets, width: Optional[int] = None):
         """The lanes ``base + offsets[i]`` (``offsets`` constants from 0 up) as one

@@ -361,6 +361,15 @@ class _FnEmitter(_MemoryEmitter, _ControlEmitter, _ExprEmitter, _MathEmitter,
         if s.key == "pragma_nontemporal" and not self.mb.nontemporal:
             self.nontemporal_nest(s.body)
             return
+        if s.key == "pragma_masked_wide_loads" and not self.mb.masked_wide_loads:
+            # a schedule's word that its strided loads under a lane mask (a padded
+            # window's first tap) are worth a wide masked load each, not a gather
+            self.mb.masked_wide_loads = True
+            try:
+                self.stmt(s.body)
+            finally:
+                self.mb.masked_wide_loads = False
+            return
         if s.key == "pragma_fp_contract" and not self.mb.fp_flags:
             # a schedule's opt-in (s[T].pragma(axis, "fp_contract")): a*b + c in the
             # loop nest may become one FMA (one rounding instead of two)

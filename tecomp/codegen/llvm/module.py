@@ -101,6 +101,9 @@ class _ModuleBuilder:
         #: the buffers whose whole-vector stores bypass the cache in the nest being
         #: emitted (``pragma nontemporal``: _FnEmitter.s_attr, _MemoryEmitter.store)
         self.nontemporal: frozenset = frozenset()
+        #: in a nest under ``pragma masked_wide_loads``: a strided load under a lane mask
+        #: is a wide masked load and a shuffle, not a gather (_MemoryEmitter.load)
+        self.masked_wide_loads = False
         #: the schedule vectorized some loop: scalar float min/max may be the target's own
         #: instruction (_FnEmitter._minmax), which LLVM's loop vectorizer cannot widen
         self.has_vectorized_loop = _has_vectorized_loop(func.body)

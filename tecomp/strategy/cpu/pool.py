@@ -44,6 +44,14 @@ OVERLAP = 1.25
 #: the narrowest window row reduced along the data in vector partial results (a
 #: masked vector of 4-15 lanes); narrower rows are summed in scalars
 ALONG_MIN = 4
+#: padded rows of at most this many vectors, channels first (:func:`_short_padded_rows`):
+#: the outer spatial loops partitioned on the padding's tests and the row's first
+#: vector read under its lane mask by wide masked loads, not gathers; 0: neither (an
+#: A/B switch)
+SHORT_ROW_VECTORS = 2
+#: ... for a window whose sums go to a local block (average pooling): at least this
+#: many taps (3-d)
+SHORT_ROW_TAPS = 27
 
 
 def _pool_stage(outs):
@@ -134,6 +142,10 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
     st.vectorize(xi)
     if info.threads > 1:
         st.parallel(rows)
+    if first and _short_padded_rows(pool, out, last, L):
+        for ax in outer[1:]:
+            st.pragma(ax, "partition")
+        st.pragma(rows, "masked_wide_loads")
     if pool is not out.op:
         ps = s[pool.output(0)]
         ps.set_scope("local")
@@ -149,6 +161,35 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         if U > 1:
             ps.unroll(pxo)
         ps.vectorize(pxi)
+
+
+def _short_padded_rows(pool, out, last, lanes: int) -> bool:
+    """Whether the data of ``pool`` is padded along its rows, its output row takes at
+    most :data:`SHORT_ROW_VECTORS` vectors, and either the window's taps go into the
+    output itself (max pooling) or the window has at least :data:`SHORT_ROW_TAPS`
+    taps.  Then the padding's tests on the outer rows (and planes) are partitioned off
+    (``pragma partition``: the inner rows read with no test), and the first vector's
+    taps that reach into the padding (a lane mask: its first lane's) read the data as a
+    wide masked load and a shuffle (``pragma masked_wide_loads``), not a gather: on a
+    short row a large share of the taps (3^3/2 p1 over 56x56 planes: 9 of each row's
+    54 vector taps).
+
+    Measured on the Zen 5, one thread, CPU time, under load (benchmarks/history/
+    2026-11-30.md, "h15-pool2"): max_pool3d 3^3/2 p1 2x32x32x56x56 2.2x as fast,
+    avg_pool3d the same 2.1x, max_pool2d 3x3/2 p1 32x64x56x56 1.15-1.27x, ceil_mode
+    32x64x56x57 1.7x.  Not taken: avg_pool2d 3x3/2 p1 32x64x56x56 ran 0.70-0.75x as
+    fast (its 1.5-1.8x in the L2 lost at the L3's edge; the partition alone 0.84x, the
+    wide loads alone 0.76x), and rows of more vectors (max_pool2d 3x3/2 p1
+    8x64x112x112, rows of 3.5 vectors: the wide loads 0.75x, the partition 0.93x, 1.5x
+    together in the L2).  Why the faster code loses from the L3's edge is not known."""
+    if not SHORT_ROW_VECTORS or last is None or last > SHORT_ROW_VECTORS * lanes:
+        return False
+    taps = math.prod(_cint(iv.dom.extent) or 0 for iv in pool.reduce_axis)
+    if pool is not out.op and taps < SHORT_ROW_TAPS:
+        return False
+    src = [ld.producer for ld in _loads(pool.body.source)]
+    return any(_is_padding(t.op) and _cint(t.shape[-1])
+               != _cint(t.op.input_tensors[0].shape[-1]) for t in src)
 
 
 def _max_in_a_local(pool, out, narrow: bool) -> bool:
