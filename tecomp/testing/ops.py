@@ -139,6 +139,15 @@ def _shape_nd(d, nd, layout, lo=1):
     n, c = d.int(1, 4), d.choice((1, 2, 3, 5, 8, 16))
     sp = [d.choice(SIZES) if d.bool(0.7) else d.int(lo, 24) for _ in range(nd)]
     sp = [max(lo, x) for x in sp]
+    if d.bool(0.25):
+        # wide: planes of whole vectors and not (7x7 = 49 = 3 x 16 + 1, 56, 50, 64),
+        # more channels, at most about 2M elements
+        sp = [d.choice((7, 14, 28, 32, 49, 50, 56, 64, 65)) for _ in range(nd)]
+        if nd == 3:
+            sp = [min(x, 28) for x in sp]
+        c = d.choice((16, 32, 64, 256))
+        while n * c * math.prod(sp) > 2_000_000 and c > 1:
+            c //= 2
     if layout[1] == "C":
         return [n, c] + sp
     return [n] + sp + [c]
@@ -266,6 +275,15 @@ def _draw_reduce(d):
     cap = {1: 600, 2: 80, 3: 24, 4: 11, 5: 7}[rank]
     shape = [d.choice([x for x in (1, 2, 3, 5, 7, 8, 16, 17, 31, 33, 64, 65, 300) if x <= cap])
              for _ in range(rank)]
+    if d.bool(0.25):
+        # big: extents of whole vectors and not, up to a few million elements (the
+        # split, column and plane rules' sizes)
+        shape = [d.choice((1, 3, 7, 8, 16, 64, 65, 128, 256, 257, 1000, 4099, 65537))
+                 for _ in range(rank)]
+        limit = 300_000 if op == "prod" else 3_000_000
+        while math.prod(shape) > limit:
+            i = max(range(rank), key=lambda j: shape[j])
+            shape[i] = max(1, shape[i] // d.choice((2, 3, 4, 7)))
     if op in ("all", "any"):
         dtype = "bool"
     elif op in ("sum", "max", "min", "argmax", "argmin") and d.bool(0.2):
