@@ -331,6 +331,12 @@ def _draw_conv_window(d, nchw, n_, c, co, wshape, op, extra, hw=None):
             for x, kk, ss, dd in zip((h, w), (kh, kw), st, dil):
                 total = max((-(-x // ss) - 1) * ss + (kk - 1) * dd + 1 - x, 0)
                 pairs.append((total // 2, total - total // 2))
+    if hw is not None and not isinstance(padding, str) and d.bool(0.5):
+        # output rows of whole 64-byte lines (stride 1 along them): where the depthwise
+        # NCHW template streams its stores
+        st[1] = 1
+        ow = w + sum(pairs[1]) - dil[1] * (kw - 1)
+        w += -ow % 16
     shape = [n_, c, h, w] if nchw else [n_, h, w, c]
     kwargs = {"stride": st if st[0] != st[1] or d.bool(0.5) else st[0], "padding": padding}
     if dil != [1, 1]:
