@@ -29,7 +29,9 @@ is drawn from its own random stream (``RandomDraw(seed * 7919 + 41)``) and is on
 
 The float inputs of pools and reductions hold NaN, +-inf and -0.0 among normal values
 in half the cases (and small integers, so that windows and rows hold ties, in a quarter).
-The kernel is ``tc.auto_schedule(args)`` (no trials) built for the case's target and
+A stream of its own (``RandomDraw(seed * 7919 + 42)``) makes the batch symbolic (a
+``tc.var`` passed last) in 15% of the non-reductions and the float32 data of pools and
+reductions float64 in 15%.  The kernel is ``tc.auto_schedule(args)`` (no trials) built for the case's target and
 called with an input as a view (strided, one element off a 64-byte line -- 4 bytes for
 float32 --, a non-contiguous torch tensor) and an output one element off a 64-byte line
 (a non-temporal store path must fall back) or a torch tensor.
@@ -125,6 +127,13 @@ def draw_op_case(seed: int, target: str = "llvm") -> OpCase:
         sp["specials"] = False
     if not sp.get("illegal") and d.bool(1 / 12):
         _make_illegal(d, sp)
+    # a stream of its own for what came later (the draws above stay as they were): a
+    # symbolic batch, float64 data
+    e = RandomDraw(seed * 7919 + 42)
+    sp["sym_batch"] = kind != "reduce" and e.bool(0.15)
+    if kind in ("pool", "adaptive", "global", "reduce") and sp["dtype"] == "float32" and \
+            e.bool(0.15):
+        sp["dtype"] = "float64"
     return OpCase(sp, d.int(0, 2**16), target, f"fuzz seed {seed} (ops: {sp['op']})",
                   fuzz_seed=seed, twist={"op": sp["op"]})
 
@@ -471,7 +480,7 @@ def _data(case: OpCase):
     w = None
     if "wshape" in sp:
         w = rng.standard_normal(tuple(sp["wshape"])).astype("float32")
-    return x, w
+    return x.astype(sp["dtype"]), w
 
 
 def _aligned(n: int, dtype, off_bytes: int):
@@ -671,14 +680,18 @@ def build_op(case: OpCase):
     import tecomp.nn as nn
 
     sp = case.spec
-    X = tc.placeholder(tuple(sp["shape"]), dtype=sp["dtype"], name="X")
+    shape = list(sp["shape"])
+    n = None
+    if sp.get("sym_batch"):
+        n = shape[0] = tc.var("n")
+    X = tc.placeholder(tuple(shape), dtype=sp["dtype"], name="X")
     W = None
     if "wshape" in sp:
         W = tc.placeholder(tuple(sp["wshape"]), name="W")
     fn = getattr(nn, sp["op"])
     kw = dict(sp["kwargs"])
     Y = fn(X, W, **kw) if W is not None else fn(X, **kw)
-    return X, W, Y
+    return X, W, Y, n
 
 
 def run_op_case(case: OpCase, check_passes: bool = False) -> "Outcome":
@@ -690,7 +703,7 @@ def run_op_case(case: OpCase, check_passes: bool = False) -> "Outcome":
     sp = case.spec
     illegal = sp.get("illegal")
     try:
-        X, W, Y = build_op(case)
+        X, W, Y, n = build_op(case)
     except TecompError as e:
         msg = str(e)
         if illegal:
@@ -708,7 +721,7 @@ def run_op_case(case: OpCase, check_passes: bool = False) -> "Outcome":
                        f"{case.call_source()}")
     stage, ir = "auto_schedule", ""
     try:
-        args = [X] + ([W] if W is not None else []) + [Y]
+        args = [X] + ([W] if W is not None else []) + [Y] + ([n] if n is not None else [])
         s = tc.auto_schedule(args, target=case.target)
         stage = "build"
         f = tc.build(s, args, target=case.target)
@@ -717,13 +730,15 @@ def run_op_case(case: OpCase, check_passes: bool = False) -> "Outcome":
         stage = "reference"
         want, scale = _reference(case, x, w)
         stage = "call"
-        oshape = tuple(int(e.value) for e in Y.shape)
+        oshape = tuple(x.shape[0] if n is not None and i == 0 else int(e.value)
+                       for i, e in enumerate(Y.shape))
         if tuple(want.shape) != oshape:
             return Outcome("mismatch", case, "shape", f"output shape {oshape}, PyTorch's "
                            f"{tuple(want.shape)}")
         out = _output(oshape, Y.dtype, sp["out_view"])
         xin = _as_input(x, sp["in_view"])
-        f(*([xin] + ([w] if w is not None else []) + [out]))
+        f(*([xin] + ([w] if w is not None else []) + [out]
+            + ([x.shape[0]] if n is not None else [])))
         got = out.numpy() if hasattr(out, "numpy") else np.asarray(out)
         stage = "compare"
         bad = _compare(got, want, scale)
