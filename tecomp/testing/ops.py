@@ -31,7 +31,8 @@ The float inputs of pools and reductions hold NaN, +-inf and -0.0 among normal v
 in half the cases (and small integers, so that windows and rows hold ties, in a quarter).
 A stream of its own (``RandomDraw(seed * 7919 + 42)``) makes the batch symbolic (a
 ``tc.var`` passed last) in 15% of the non-reductions and the float32 data of pools and
-reductions float64 in 15%.  The kernel is ``tc.auto_schedule(args)`` (no trials) built for the case's target and
+reductions float64 in 15%, and passes 6% of the inputs as a stride-0 broadcast along
+their first axis.  The kernel is ``tc.auto_schedule(args)`` (no trials) built for the case's target and
 called with an input as a view (strided, one element off a 64-byte line -- 4 bytes for
 float32 --, a non-contiguous torch tensor) and an output one element off a 64-byte line
 (a non-temporal store path must fall back) or a torch tensor.
@@ -134,6 +135,8 @@ def draw_op_case(seed: int, target: str = "llvm") -> OpCase:
     if kind in ("pool", "adaptive", "global", "reduce") and sp["dtype"] == "float32" and \
             e.bool(0.15):
         sp["dtype"] = "float64"
+    if e.bool(0.06):
+        sp["in_view"] = "broadcast"   # the first axis a stride-0 broadcast of one slice
     return OpCase(sp, d.int(0, 2**16), target, f"fuzz seed {seed} (ops: {sp['op']})",
                   fuzz_seed=seed, twist={"op": sp["op"]})
 
@@ -480,7 +483,10 @@ def _data(case: OpCase):
     w = None
     if "wshape" in sp:
         w = rng.standard_normal(tuple(sp["wshape"])).astype("float32")
-    return x.astype(sp["dtype"]), w
+    x = x.astype(sp["dtype"])
+    if sp.get("in_view") == "broadcast":
+        x = np.broadcast_to(x[:1], x.shape)
+    return x, w
 
 
 def _aligned(n: int, dtype, off_bytes: int):
@@ -495,6 +501,8 @@ def _aligned(n: int, dtype, off_bytes: int):
 
 def _as_input(a: np.ndarray, how: str):
     """``a`` passed the way ``how`` says (the same values)."""
+    if how == "broadcast":
+        return a                 # (_data made it: stride 0 along the first axis)
     if how == "strided":
         big = np.zeros(a.shape[:-1] + (2 * a.shape[-1],) if a.ndim else (), a.dtype)
         v = big[..., ::2] if a.ndim else big
@@ -535,7 +543,7 @@ def _pool_ref(sp, x):
     import torch.nn.functional as F
 
     nd, layout = sp["nd"], sp["layout"]
-    t = torch.from_numpy(np.ascontiguousarray(x)).double()
+    t = torch.from_numpy(np.array(x)).double()
     last = layout[1] != "C"
     if last:
         t = t.movedim(-1, 1)
@@ -643,7 +651,7 @@ def _conv_ref(sp, x, w):
     import torch
     import torch.nn.functional as F
 
-    t = torch.from_numpy(x).double()
+    t = torch.from_numpy(np.array(x)).double()
     wt = torch.from_numpy(w).double()
     if not sp["nchw"]:
         t = t.permute(0, 3, 1, 2)
