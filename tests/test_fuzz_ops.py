@@ -3,6 +3,7 @@ reductions, depthwise and grouped convolutions) with random parameters, auto-sch
 built and called with views and misaligned outputs, against PyTorch.  One seed of each
 kind by default; TECOMP_LONG_TESTS=1 runs 400.  The campaign is ``python -m
 tecomp.testing.fuzz --only ops --cases 2000``."""
+import numbers
 import os
 
 import numpy as np
@@ -89,6 +90,9 @@ def test_the_family_draws_the_space():
         seen.add(("in", sp["in_view"]))
         seen.add(("out", sp["out_view"]))
         kw = sp["kwargs"]
+        seen.update({("symbolic batch",)} if sp["sym_batch"] else set())
+        seen.update({("float64",)} if sp["dtype"] == "float64" else set())
+        seen.update({("careless", sp["lenient"])} if sp.get("lenient") else set())
         if sp.get("illegal"):
             seen.add(("illegal", sp["kind"]))
             continue
@@ -108,8 +112,9 @@ def test_the_family_draws_the_space():
                 seen.add(("adaptive up",))
         if sp["kind"] == "reduce":
             ax = kw["axis"]
-            seen.add(("axis", "none" if ax is None else "empty" if ax == () else
-                      "int" if isinstance(ax, int) else "tuple"))
+            seen.add(("axis", "none" if ax is None else
+                      "int" if isinstance(ax, numbers.Integral) else
+                      "tuple" if len(ax) else "empty"))
     want = {("op", o) for o in ("max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d",
                                 "avg_pool2d", "avg_pool3d", "adaptive_max_pool2d",
                                 "adaptive_avg_pool3d", "global_max_pool2d",
@@ -122,6 +127,8 @@ def test_the_family_draws_the_space():
              ("out", "offset"), ("out", "torch")}
     want |= {("axis", a) for a in ("none", "empty", "int", "tuple")}
     want |= {("illegal", k) for k in ("pool", "reduce")}
+    want |= {("symbolic batch",), ("float64",), ("in", "broadcast")}
+    want |= {("careless", a) for a in ("kernel", "axis", "keepdims", "output_size", "stride")}
     assert want <= seen, want - seen
 
 

@@ -46,6 +46,9 @@ minima, argmax/argmin and max pooling exactly (NaN where PyTorch has NaN; ``-0.0
 the kernel) is applied to the reference's input first (``-inf`` for max, zeros for avg;
 ``count_include_pad=False`` divides by the pooled ones of a mask).
 
+One in ten of the others (the second stream) writes an argument as a careless user
+would: numpy integers for ints, lists for tuples, ``keepdims=1`` (used as given, or
+refused naming the parameter), ``True`` or ``2.0`` for a kernel (refused naming it).
 About one case in twelve is illegal in one way (a zero kernel or stride, a negative
 padding, a layout that does not exist, an axis out of range or given twice, ``argmax``
 over no axis, an output size of 0, groups that do not divide the channels, a weight of
@@ -58,6 +61,7 @@ accepted) or ``crash`` (any other exception, a legal call refused).
 from __future__ import annotations
 
 import math
+import numbers
 import traceback
 from dataclasses import dataclass, field
 
@@ -101,6 +105,7 @@ class OpCase:
                  + (f"; illegal: must raise a TecompError naming {sp['illegal']!r}"
                     if sp.get("illegal") else ""),
                  f"# replay: python -m tecomp.testing.fuzz --only ops --replay {self.fuzz_seed}",
+                 "import numpy as np",
                  "from tecomp.testing.ops import OpCase, run_op_case",
                  f"case = OpCase(spec={sp!r}, seed={self.seed}, target={self.target!r})",
                  "o = run_op_case(case)",
@@ -137,6 +142,8 @@ def draw_op_case(seed: int, target: str = "llvm") -> OpCase:
         sp["dtype"] = "float64"
     if e.bool(0.06):
         sp["in_view"] = "broadcast"   # the first axis a stride-0 broadcast of one slice
+    if not sp.get("illegal") and e.bool(0.1):
+        _make_careless(e, sp)
     return OpCase(sp, d.int(0, 2**16), target, f"fuzz seed {seed} (ops: {sp['op']})",
                   fuzz_seed=seed, twist={"op": sp["op"]})
 
@@ -405,6 +412,47 @@ def _draw_grouped(d):
     return sp
 
 
+def _make_careless(d, sp):
+    """Write one argument the way a careless user would: numpy integers, lists for
+    tuples, ``True`` or ``2.0`` for a kernel, ``1`` for ``keepdims``.
+    ``sp["lenient"]``: the parameter a refusal must name where the value may be refused
+    (numpy integers, ``keepdims=1``); ``sp["illegal"]`` where it must be (a bool or a
+    float kernel)."""
+    kw, kind = sp["kwargs"], sp["kind"]
+    if kind == "pool":
+        how = d.choice(("np", "np", "bool", "float"))
+        k = kw["kernel"]
+        if how == "np":
+            kw["kernel"] = [np.int64(x) for x in k] if isinstance(k, list) else np.int64(k)
+            sp["lenient"] = "kernel"
+        elif how == "bool":
+            kw["kernel"] = True
+            sp["illegal"] = "kernel"
+        else:
+            kw["kernel"] = float(k[0] if isinstance(k, list) else k)
+            sp["illegal"] = "kernel"
+    elif kind == "reduce":
+        ax = kw["axis"]
+        if isinstance(ax, int):
+            kw["axis"] = np.int64(ax)
+            sp["lenient"] = "axis"
+        elif isinstance(ax, tuple) and ax:
+            kw["axis"] = list(ax)
+        else:
+            kw["keepdims"] = int(kw["keepdims"])
+            sp["lenient"] = "keepdims"
+    elif kind == "adaptive":
+        o = kw["output_size"]
+        kw["output_size"] = (np.int64(o) if isinstance(o, int) else
+                             [None if x is None else np.int64(x) for x in o]
+                             if isinstance(o, list) else o)
+        sp["lenient"] = "output_size"
+    elif kind in ("depthwise", "grouped"):
+        st = kw["stride"]
+        kw["stride"] = [np.int64(x) for x in st] if isinstance(st, list) else np.int64(st)
+        sp["lenient"] = "stride"
+
+
 def _make_illegal(d, sp):
     """Twist one parameter into an illegal value; ``sp["illegal"]``: the parameter the
     error message must name."""
@@ -605,9 +653,9 @@ def _pool_ref(sp, x):
 def _norm_axes(axis, rank):
     if axis is None:
         return tuple(range(rank))
-    if isinstance(axis, int):
+    if isinstance(axis, numbers.Integral):
         axis = (axis,)
-    return tuple(sorted(a % rank for a in axis))
+    return tuple(sorted(int(a) % rank for a in axis))
 
 
 def _reduce_ref(sp, x):
@@ -721,6 +769,11 @@ def run_op_case(case: OpCase, check_passes: bool = False) -> "Outcome":
                            f"{type(e).__name__}: {msg}")
         if sp.get("may_refuse") and "padding only" in msg and "padding" in msg:
             return Outcome("refused", case, "op", msg)
+        if sp.get("lenient"):
+            if sp["lenient"].lower() in msg.lower():
+                return Outcome("refused", case, "op", msg)
+            return Outcome("mismatch", case, "op", f"the error does not name "
+                           f"{sp['lenient']!r}:\n{type(e).__name__}: {msg}")
         return Outcome("crash", case, "op", "a legal call refused:\n" + _exc(e))
     except Exception as e:  # noqa: BLE001
         return Outcome("crash", case, "op", _exc(e))
