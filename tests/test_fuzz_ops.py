@@ -91,7 +91,7 @@ def test_the_family_draws_the_space():
         seen.add(("out", sp["out_view"]))
         kw = sp["kwargs"]
         seen.update({("symbolic batch",)} if sp["sym_batch"] else set())
-        seen.update({("float64",)} if sp["dtype"] == "float64" else set())
+        seen.add(("dtype", sp["dtype"]))
         seen.update({("careless", sp["lenient"])} if sp.get("lenient") else set())
         if sp.get("illegal"):
             seen.add(("illegal", sp["kind"]))
@@ -127,7 +127,8 @@ def test_the_family_draws_the_space():
              ("out", "offset"), ("out", "torch")}
     want |= {("axis", a) for a in ("none", "empty", "int", "tuple")}
     want |= {("illegal", k) for k in ("pool", "reduce")}
-    want |= {("symbolic batch",), ("float64",), ("in", "broadcast")}
+    want |= {("symbolic batch",), ("in", "broadcast")}
+    want |= {("dtype", t) for t in ("float16", "float32", "float64", "int32", "bool")}
     want |= {("careless", a) for a in ("kernel", "axis", "keepdims", "output_size", "stride")}
     assert want <= seen, want - seen
 
