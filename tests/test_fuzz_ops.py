@@ -77,6 +77,12 @@ def test_the_checker_sees_a_wrong_value():
     assert ops._compare(np.array([1, np.nan, np.inf, 0], np.float32), want, None)
     assert ops._compare(np.array([1.001, np.nan, -np.inf, 0], np.float32), want,
                         np.ones(4))
+    # a reference past float32's range is an infinity there; an infinity is not close
+    # to a finite number whatever the tolerance
+    big = np.array([-6.7e87, 1.0])
+    assert ops._compare(np.array([-np.inf, 1], np.float32), big, np.ones(2)) == ""
+    assert ops._compare(np.array([-3e38, 1], np.float32), big, np.ones(2))
+    assert ops._compare(np.array([np.inf, 1], np.float32), np.array([1e30, 1.0]), np.ones(2))
 
 
 def test_the_family_draws_the_space():
