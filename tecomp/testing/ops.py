@@ -30,12 +30,13 @@ is drawn from its own random stream (``RandomDraw(seed * 7919 + 41)``) and is on
 The float inputs of pools and reductions hold NaN, +-inf and -0.0 among normal values
 in half the cases (and small integers, so that windows and rows hold ties, in a quarter).
 A stream of its own (``RandomDraw(seed * 7919 + 42)``) makes the batch symbolic (a
-``tc.var`` passed last) in 15% of the cases (a reduction's first axis) and the float32 data of pools and
-reductions float64 in 15% (float16 in 10% of the rest, compared within a float16 ulp
-besides), and passes 6% of the inputs as a stride-0 broadcast along their first axis.  The kernel is ``tc.auto_schedule(args)`` (no trials) built for the case's target and
-called with an input as a view (strided, one element off a 64-byte line -- 4 bytes for
-float32 --, a non-contiguous torch tensor) and an output one element off a 64-byte line
-(a non-temporal store path must fall back) or a torch tensor.
+``tc.var`` passed last; a reduction's first axis) in 15% of the cases, the float32 data
+of pools and reductions float64 in 15% (float16 in 10% of the rest, compared within a
+float16 ulp besides), and passes 6% of the inputs as a stride-0 broadcast along their
+first axis.  The kernel is ``tc.auto_schedule(args)`` (no trials) built for the case's
+target and called with an input as a view (strided, one element off a 64-byte line -- 4
+bytes for float32 --, a non-contiguous torch tensor) and an output one element off a
+64-byte line (a non-temporal store path must fall back) or a torch tensor.
 
 The reference is PyTorch's (numpy's for ``all``/``any`` and for the empty axis set,
 which reduces nothing, as ``numpy.sum(x, axis=())``): sums, means, products and
