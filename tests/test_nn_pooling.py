@@ -224,6 +224,22 @@ def test_adaptive_against_torch(shape, size, kind, layout):
                                rtol=1e-5, atol=1e-6)
 
 
+def test_adaptive_output_size_takes_numpy_integers():
+    """output_size=np.int64(3) (or a list of them), as the kernel and stride of a pooling
+    take them (PyTorch takes them too); found by the ops fuzz family (seed 174)."""
+    x = rng.standard_normal((1, 2, 7, 5)).astype("float32")
+    X = tc.placeholder(x.shape, name="X")
+    for size in (np.int64(3), [np.int32(3), None], (np.int64(2), np.int16(4))):
+        Y = nn.adaptive_avg_pool2d(X, size)
+        want = F.adaptive_avg_pool2d(torch.from_numpy(x), [None if v is None else int(v)
+                                                           for v in np.atleast_1d(size)]
+                                     if not isinstance(size, np.integer) else int(size))
+        assert all(isinstance(e.value, int) for e in Y.shape)
+        np.testing.assert_allclose(run([X], Y, [x]), want.numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(tc.TecompError, match="output_size must be an int >= 1"):
+        nn.adaptive_avg_pool2d(X, np.bool_(True))
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_global_pooling_is_adaptive_to_one(layout):
     x = rng.standard_normal((2, 5, 7, 6)).astype("float32")

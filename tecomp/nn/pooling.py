@@ -12,6 +12,7 @@ inline; a padding that leaves a window on padding only is refused.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Optional, Sequence, Union
 
 from .. import te as _te
@@ -270,11 +271,12 @@ def _adaptive(kind: str, op: str, nd: int, data, output_size, layout, name):
     many = isinstance(output_size, (tuple, list))
     vals = list(output_size) if many else [output_size] * nd
     if len(vals) != nd or not all(
-            v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1)
+            v is None or (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1)
             for v in vals):
         many = f" or {nd} of them (None keeps a dimension's size)" if nd > 1 else ""
         a.fail(f"output_size must be an int >= 1{many}, got {output_size!r:.60}")
-    out = tuple(n if v is None else v for n, v in zip(p.size, vals))
+    # (numpy integers, as the kernels and strides take them: plain ints from here on)
+    out = tuple(n if v is None else int(v) for n, v in zip(p.size, vals))
     # per dimension: (the window's largest extent, uniform)
     spans = []
     for n, o in zip(p.size, out):

@@ -60,6 +60,7 @@ from .diff import (draw_case, draw_gpu_int8_gemm_case, draw_int8_gemm_case,
                    draw_tensor_core_case, draw_view_gemm_case, run_case)
 from .draw import RandomDraw
 from .edges import EdgeCase, draw_edge_case, run_edge_case
+from .ops import OpCase, draw_op_case, run_op_case
 from .store_root import StoreRootCase, draw_store_root_case, run_store_root_case
 
 
@@ -74,7 +75,7 @@ def _have_cxx() -> bool:
 
 def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: str = "llvm",
                   tensorize_every: int = 0, gpu_target: str = "cuda-emu", edge_every: int = 0,
-                  store_root_every: int = 0, tensor_core_every: int = 0):
+                  store_root_every: int = 0, tensor_core_every: int = 0, op_every: int = 0):
     """Case ``seed``.  Every ``edge_every``-th is an edge case (``edges.py``: the drawn
     case of the same seed, written or called the way a careless user or an attacker
     would); of the others, every ``store_root_every``-th is a case of the ``store_root``
@@ -83,12 +84,16 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
     same program and schedule as with ``"llvm"``; e.g. ``"llvm -mcpu=haswell"`` runs AVX2
     code built on this machine).  ``gpu_target``: the target its GPU cases are built for,
     ``"cuda-emu"`` (the emulation) or ``"cuda"`` (the GPU, and the emulation beside it; see
-    ``run_case``): the same program and schedule either way."""
+    ``run_case``): the same program and schedule either way.  Every ``op_every``-th seed
+    (before all the others; 0: none) is a case of the ``ops`` family (``ops.py``: one
+    ``tecomp.nn`` operator call with random parameters, its own random stream)."""
     import dataclasses
 
 
     if gpu_target not in GPU_TARGETS:
         raise ValueError(f"gpu_target must be one of {GPU_TARGETS}, not {gpu_target!r}")
+    if op_every and seed % op_every == 0:
+        return draw_op_case(seed, cpu_target)
     if edge_every and seed % edge_every == 1 % edge_every:
         return draw_edge_case(seed)
     if store_root_every and seed % store_root_every == store_root_family_residue(store_root_every):
@@ -185,7 +190,7 @@ def _worker(args) -> int:
         try:
             case = case_for_seed(seed, args.gpu_every, args.auto_every, args.cpu_target,
                                  args.tensorize_every, args.gpu_target, args.edge_every,
-                                 args.store_root_every, args.tensor_core_every)
+                                 args.store_root_every, args.tensor_core_every, args.op_every)
             o = _run(case, seed, args)
         except Exception as e:  # noqa: BLE001 - a bug in the fuzzer itself
             print(json.dumps({"seed": seed, "kind": "crash", "target": "?",
@@ -215,12 +220,16 @@ def _run(case, seed, args):
         return run_edge_case(case)
     if isinstance(case, StoreRootCase):
         return run_store_root_case(case, check_passes=args.check_passes)
+    if isinstance(case, OpCase):
+        return run_op_case(case)
     return run_case(case, check_passes=args.check_passes, also=also_for_seed(seed, args))
 
 
 def _target_label(case) -> str:
-    """What the summary counts a case under: its target, ``edge:<family>`` or
-    ``store_root``."""
+    """What the summary counts a case under: its target, ``edge:<family>``,
+    ``store_root`` or ``ops:<kind>``."""
+    if isinstance(case, OpCase):
+        return f"ops:{case.spec['kind']}"
     if isinstance(case, StoreRootCase):
         return case.family
     family = getattr(case, "family", "")
@@ -234,7 +243,8 @@ def _spawn(args, start, count, step):
            "--torch-every", str(args.torch_every), "--aot-every", str(args.aot_every),
            "--tensorize-every", str(args.tensorize_every), "--gpu-target", args.gpu_target,
            "--edge-every", str(args.edge_every), "--store-root-every", str(args.store_root_every),
-           "--tensor-core-every", str(args.tensor_core_every), "--out", args.out]
+           "--tensor-core-every", str(args.tensor_core_every), "--op-every", str(args.op_every),
+           "--out", args.out]
     if args.check_passes:
         cmd.append("--check-passes")
     env = dict(os.environ)
@@ -274,6 +284,14 @@ def main(argv=None) -> int:
                          "consumer's loop into its whole buffer and read after that loop nest; "
                          "legal schedules against numpy, illegal ones must raise the "
                          "documented ScheduleError; 0: none)")
+    ap.add_argument("--op-every", type=int, default=0,
+                    help="every k-th seed (those with seed %% k == 0) is a case of the ops "
+                         "family (tecomp.testing.ops: one tecomp.nn pooling, reduction, "
+                         "depthwise or grouped convolution call with random parameters, "
+                         "NaN/inf/-0.0 inputs, views and misaligned outputs, against "
+                         "PyTorch; 0, the default: none)")
+    ap.add_argument("--only", choices=("ops",), default=None,
+                    help="run one family alone: 'ops' is --op-every 1")
     ap.add_argument("--check-passes", action="store_true",
                     help="also run the pass-by-pass checker on every case")
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "tecomp-fuzz-reports"),
@@ -295,6 +313,8 @@ def main(argv=None) -> int:
     ap.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--step", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.only == "ops":
+        args.op_every = 1
 
     if args.worker:
         return _worker(args)
@@ -307,7 +327,7 @@ def main(argv=None) -> int:
     if args.replay is not None:
         case = case_for_seed(args.replay, args.gpu_every, args.auto_every, args.cpu_target,
                              args.tensorize_every, args.gpu_target, args.edge_every,
-                             args.store_root_every, args.tensor_core_every)
+                             args.store_root_every, args.tensor_core_every, args.op_every)
         o = _run(case, args.replay, args)
         if o.kind == "refused":
             print(f"seed {args.replay}: refused as documented in {o.stage}: {o.detail}\n"

@@ -1,0 +1,146 @@
+"""The fuzzer's ops family (tecomp.testing.ops): one tecomp.nn operator call (pooling,
+reductions, depthwise and grouped convolutions) with random parameters, auto-scheduled,
+built and called with views and misaligned outputs, against PyTorch.  One seed of each
+kind by default; TECOMP_LONG_TESTS=1 runs 400.  The campaign is ``python -m
+tecomp.testing.fuzz --only ops --cases 2000``."""
+import numbers
+import os
+
+import numpy as np
+import pytest
+
+from tecomp.testing import ops
+from tecomp.testing.fuzz import case_for_seed
+from tecomp.testing.ops import KINDS, OpCase, draw_op_case, run_op_case
+
+LONG = os.environ.get("TECOMP_LONG_TESTS") == "1"
+
+
+def _first_seed(pred, start=0):
+    seed = start
+    while not pred(draw_op_case(seed).spec):
+        seed += 1
+    return seed
+
+
+# the first legal case of each kind of at most 2,000 input elements (cheap to build)
+_DEFAULT = sorted({_first_seed(lambda sp, k=k: sp["kind"] == k and not sp.get("illegal")
+                               and np.prod(sp["shape"]) <= 2_000) for k in KINDS})
+
+
+@pytest.mark.parametrize("seed", _DEFAULT)
+def test_one_case_of_each_kind_agrees_with_pytorch(seed):
+    out = run_op_case(draw_op_case(seed))
+    assert out.kind in ("ok", "refused"), out.report()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(20_000, 20_400))
+def test_ops_campaign(seed):
+    out = run_op_case(draw_op_case(seed))
+    assert out.ok, out.report()
+
+
+def test_illegal_calls_are_refused_naming_the_parameter():
+    """An illegal pooling call and an illegal reduction: a TecompError naming the
+    parameter (the runner checks the name)."""
+    for kind in ("pool", "reduce"):
+        seed = _first_seed(lambda sp: sp["kind"] == kind and sp.get("illegal"))
+        out = run_op_case(draw_op_case(seed))
+        assert out.kind == "refused", out.report()
+
+
+def test_misaligned_output_and_nan_inputs():
+    """A max pooling and an argmax over NaN, +-inf and -0.0 (PyTorch's NaN semantics),
+    their outputs one element off a 64-byte line."""
+    pool = OpCase({"op": "max_pool2d", "nd": 2, "pool": "max", "shape": [1, 3, 9, 17],
+                   "dtype": "float32", "kwargs": {"kernel": [3, 2], "stride": [2, 3],
+                                                  "padding": [[1, 0], [1, 1]],
+                                                  "ceil_mode": True, "layout": "NCHW"},
+                   "k": [3, 2], "s": [2, 3], "dil": [1, 1], "pairs": [[1, 0], [1, 1]],
+                   "may_refuse": False, "layout": "NCHW", "specials": True, "ties": True,
+                   "kind": "pool", "in_view": "offset", "out_view": "offset"}, seed=5)
+    arg = OpCase({"op": "argmax", "shape": [5, 33, 3], "dtype": "float32",
+                  "kwargs": {"axis": (-1, 1), "keepdims": True}, "specials": True,
+                  "ties": True, "kind": "reduce", "in_view": "torch_view",
+                  "out_view": "offset"}, seed=7)
+    for case in (pool, arg):
+        out = run_op_case(case)
+        assert out.kind == "ok", out.report()
+
+
+def test_the_checker_sees_a_wrong_value():
+    want = np.array([1.0, np.nan, -np.inf, 0.0], np.float64)
+    assert ops._compare(want.astype(np.float32), want, None) == ""
+    assert ops._compare(np.array([1, np.nan, -np.inf, -0.0], np.float32), want, None) == ""
+    assert ops._compare(np.array([1, 0, -np.inf, 0], np.float32), want, None)
+    assert ops._compare(np.array([1, np.nan, np.inf, 0], np.float32), want, None)
+    assert ops._compare(np.array([1.001, np.nan, -np.inf, 0], np.float32), want,
+                        np.ones(4))
+    # a reference past float32's range is an infinity there; an infinity is not close
+    # to a finite number whatever the tolerance
+    big = np.array([-6.7e87, 1.0])
+    assert ops._compare(np.array([-np.inf, 1], np.float32), big, np.ones(2)) == ""
+    assert ops._compare(np.array([-3e38, 1], np.float32), big, np.ones(2))
+    assert ops._compare(np.array([np.inf, 1], np.float32), np.array([1e30, 1.0]), np.ones(2))
+
+
+def test_the_family_draws_the_space():
+    """Drawn, not run (cheap): every operator, layout, stride above / equal to the
+    kernel, asymmetric padding, ceil_mode, dilation, adaptive outputs larger than the
+    input, reductions with every axis form, views and misaligned outputs."""
+    seen = set()
+    for seed in range(600):
+        sp = draw_op_case(seed).spec
+        seen.add(("op", sp["op"]))
+        seen.add(("in", sp["in_view"]))
+        seen.add(("out", sp["out_view"]))
+        kw = sp["kwargs"]
+        seen.update({("symbolic batch",)} if sp["sym_batch"] else set())
+        seen.add(("dtype", sp["dtype"]))
+        seen.update({("careless", sp["lenient"])} if sp.get("lenient") else set())
+        if sp.get("illegal"):
+            seen.add(("illegal", sp["kind"]))
+            continue
+        if sp["kind"] == "pool":
+            seen.add(("layout", kw["layout"]))
+            if any(s > k for s, k in zip(sp["s"], sp["k"])):
+                seen.add(("stride > kernel",))
+            if any(b != e for b, e in sp["pairs"]):
+                seen.add(("asymmetric",))
+            if kw["ceil_mode"]:
+                seen.add(("ceil",))
+            if "dilation" in kw:
+                seen.add(("dilation",))
+        if sp["kind"] == "adaptive":
+            axes = [i for i, c in enumerate(sp["layout"]) if c in "DHW"]
+            if any(o > sp["shape"][a] for o, a in zip(sp["out_hw"], axes)):
+                seen.add(("adaptive up",))
+        if sp["kind"] == "reduce":
+            ax = kw["axis"]
+            seen.add(("axis", "none" if ax is None else
+                      "int" if isinstance(ax, numbers.Integral) else
+                      "tuple" if len(ax) else "empty"))
+    want = {("op", o) for o in ("max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d",
+                                "avg_pool2d", "avg_pool3d", "adaptive_max_pool2d",
+                                "adaptive_avg_pool3d", "global_max_pool2d",
+                                "global_avg_pool2d", "depthwise_conv2d_nchw",
+                                "depthwise_conv2d_nhwc", "conv2d_nchw", "conv2d_nhwc")
+            + ops.REDUCERS}
+    want |= {("layout", lay) for lay in ("NCW", "NWC", "NCHW", "NHWC", "NCDHW", "NDHWC")}
+    want |= {("stride > kernel",), ("asymmetric",), ("ceil",), ("dilation",),
+             ("adaptive up",), ("in", "strided"), ("in", "offset"), ("in", "torch_view"),
+             ("out", "offset"), ("out", "torch")}
+    want |= {("axis", a) for a in ("none", "empty", "int", "tuple")}
+    want |= {("illegal", k) for k in ("pool", "reduce")}
+    want |= {("symbolic batch",), ("in", "broadcast")}
+    want |= {("dtype", t) for t in ("float16", "float32", "float64", "int32", "bool")}
+    want |= {("careless", a) for a in ("kernel", "axis", "keepdims", "output_size", "stride")}
+    assert want <= seen, want - seen
+
+
+def test_the_fuzzer_draws_the_family_only_when_asked():
+    assert isinstance(case_for_seed(6, 0, op_every=1), OpCase)
+    assert isinstance(case_for_seed(6, 0, op_every=3), OpCase)
+    assert not isinstance(case_for_seed(7, 0, op_every=3), OpCase)
+    assert not isinstance(case_for_seed(6, 0), OpCase)
