@@ -189,3 +189,20 @@ def test_column_reduction_inlines_an_elementwise_producer_read_once():
     tc.build(s, [X, P])(x, got)
     e = np.exp(x.astype("float64"))
     np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "argmax"])
+def test_column_reduction_over_a_symbolic_axis(op):
+    """A reduction over a symbolic first axis (``n`` rows of a batch) is a column
+    reduction whose row count is known only at the call: one reduction step a pass
+    (it raised a TypeError before; found by the ops fuzz family, seed 20572)."""
+    n = tc.var("n")
+    X = tc.placeholder((n, 8, 40), name="X")
+    Y = getattr(nn, op)(X, axis=0, keepdims=True)
+    f = tc.build(tc.auto_schedule([X, Y, n]), [X, Y, n])
+    for rows in (1, 7):
+        x = rng.standard_normal((rows, 8, 40)).astype("float32")
+        got = np.zeros((1, 8, 40), Y.dtype)
+        f(x, got, rows)
+        want = getattr(np, op)(x, axis=0, keepdims=True)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

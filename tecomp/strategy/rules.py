@@ -840,7 +840,8 @@ class _Rules(BlockRules):
         # accumulator is loaded and stored once per ``steps`` rows read
         r_last = self.ext(op.reduce_axis[-1].dom.extent)
         steps = self.k.choose(f"{op.name}.steps", [1, 2, 4, 8],
-                              COLUMN_STEPS if r_last % COLUMN_STEPS == 0 else 1)
+                              COLUMN_STEPS if r_last is not None
+                              and r_last % COLUMN_STEPS == 0 else 1)
 
         def vectorize(st, vi, rax):
             """``st``'s loops: ``lead`` (done), ``rax`` (the reduce axes, or none), the
