@@ -101,10 +101,14 @@ def _copy_tasks(N, noc, T: int) -> str:
     """The tasks of a convolution whose channel blocks copy their weights: the channel
     blocks alone where they are enough tasks (each copies its weights once for all the
     images; as (image, block) tasks, each image copied them again, which ran slower)
-    (measurements: benchmarks/DECISIONS.md, "Conv tasks: channel blocks"), else the
+    (measurements: benchmarks/DECISIONS.md, "Conv tasks: channel blocks"), also with
+    fewer blocks, for a batch, where they split evenly among the threads (on an 8x8
+    plane the copy each image made cost about as much as its FMAs) (measurements:
+    benchmarks/DECISIONS.md, "Conv tasks: channel blocks, split evenly"), else the
     (image, block) pairs where those are, else the rows of one block at a time."""
     nob = (N or 1) * noc if noc is not None else None
-    if noc is not None and noc >= 4 * T:
+    if noc is not None and (noc >= 4 * T or (
+            N is not None and N > 1 and noc >= T and noc % T == 0)):
         return "channels"
     if nob is not None and nob >= 4 * T:
         return "image_channels"
@@ -129,7 +133,8 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuModel, 
     (``cache_read``: sequential reads, L2-resident across the block's rows; the
     256-channel case has 2.4 MB of weights, so every row re-reading them from the
     strided tensor would stream 14x that); the tasks are then the channel blocks (each
-    over all the images) when there are at least 4 per thread, else the (batch, channel
+    over all the images) when there are at least 4 per thread (or, with a batch, a
+    number of them the threads divide: :func:`_copy_tasks`), else the (batch, channel
     block) pairs, or, when there are still fewer than 4 per thread, the row blocks of
     one channel block at a time (all the threads copying the block's weights first).
     With ``weight_copy`` False, a block whose weight vectors are contiguous already
