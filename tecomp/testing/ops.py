@@ -69,6 +69,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import tecomp as tc
+from .. import nn
+from ..errors import TecompError
+from .diff import Outcome
+from .draw import RandomDraw
+
 FAMILY = "ops"
 KINDS = ("pool", "adaptive", "global", "reduce", "depthwise", "grouped")
 REDUCERS = ("sum", "mean", "max", "min", "prod", "argmax", "argmin", "all", "any")
@@ -121,8 +127,6 @@ class OpCase:
 
 def draw_op_case(seed: int, target: str = "llvm") -> OpCase:
     """Case ``seed`` of the family (its own random stream)."""
-    from .draw import RandomDraw
-
     d = RandomDraw(seed * 7919 + 41)
     kind = d.choice(KINDS)
     sp = {"pool": _draw_pool, "adaptive": _draw_adaptive, "global": _draw_global,
@@ -742,9 +746,6 @@ def _exc(e) -> str:
 
 def build_op(case: OpCase):
     """The placeholders and the operator's output: ``(X, W or None, Y)``."""
-    import tecomp as tc
-    import tecomp.nn as nn
-
     sp = case.spec
     shape = list(sp["shape"])
     n = None
@@ -762,10 +763,6 @@ def build_op(case: OpCase):
 
 def run_op_case(case: OpCase, check_passes: bool = False) -> "Outcome":
     """Run a case (see the module doc): never raises for a finding."""
-    import tecomp as tc
-    from ..errors import TecompError
-    from .diff import Outcome
-
     sp = case.spec
     illegal = sp.get("illegal")
     try:
