@@ -18,7 +18,9 @@ What "legal" means here (docs/schedule.md):
   rfactor of a split reduce axis;
 * unroll / vectorize / pragma unroll_explicit: a serial leaf whose extent *after bound
   inference* is a constant (vectorize: data-parallel only); parallel: a serial
-  data-parallel leaf; pragma no_partition or partition: any leaf;
+  data-parallel leaf; pragma no_partition or partition: any leaf; in 15% of the
+  schedules (a stream of its own: the other draws stay the seed's) pragma nontemporal or
+  masked_wide_loads, which change the generated code but never the values: any leaf;
 * align_bounds (last, at most one): a stage computed at a loop, kept only where lowering
   accepts it (its reads provably inside their memory).
 """
@@ -31,6 +33,7 @@ from ..ir.expr import Const, ProducerLoad
 from ..ir.functor import collect
 from ..lower.schedule_ops import LowerContext
 from ..schedule.schedule import Fuse
+from .draw import RandomDraw
 
 FACTORS = (4, 2, 3, 5, 8, 16, 1)
 
@@ -486,6 +489,7 @@ def gen_schedule(d, prog=None, *, max_steps: int = 6, allow_cache: bool = True,
                     _try(r, steps, ("pragma", h, p, kind))
                 else:
                     _try(r, steps, (kind, h, p))
+        _draw_codegen_pragma(d, r, steps)
         # last (it changes the extents the loop kinds above were chosen for)
         at = _handles(r, lambda st: st.attach_type == "scope" and not st.is_output)
         if at and d.bool(0.3):
@@ -493,6 +497,33 @@ def gen_schedule(d, prog=None, *, max_steps: int = 6, allow_cache: bool = True,
             _try_align(r, steps, h, d.int(0, len(r.stage(h).op.axis) - 1),
                        d.choice((1, 2, 4, 8, 16)))
     return steps
+
+
+#: the share of CPU schedules that also get one of :data:`CODEGEN_PRAGMAS` on a leaf
+CODEGEN_PRAGMA_P = 0.15
+#: pragmas that change how the LLVM backend emits a nest, never its values: stores past
+#: the cache behind a run-time alignment test, strided loads under a lane mask as wide
+#: masked loads
+CODEGEN_PRAGMAS = ("nontemporal", "masked_wide_loads")
+
+
+def _draw_codegen_pragma(d, r: Replay, steps: list) -> None:
+    """Maybe one step ``pragma`` of :data:`CODEGEN_PRAGMAS` on a leaf of a computed stage,
+    drawn from a stream of its own (seeded by ``d``'s state, which it leaves as it is:
+    every draw of ``d`` after this one, and the steps before, stay those of the same seed
+    before this draw existed; a seed of a RandomDraw only)."""
+    state = getattr(getattr(d, "r", None), "getstate", None)
+    if state is None:
+        return
+    side = RandomDraw(hash(state()[1]) & 0xFFFFFFFF)
+    if not side.bool(CODEGEN_PRAGMA_P):
+        return
+    live = _handles(r, lambda st: st.attach_type != "inline")
+    if not live:
+        return
+    h = side.choice(live)
+    _try(r, steps, ("pragma", h, side.int(0, len(r.stage(h).leaf_iter_vars) - 1),
+                    side.choice(CODEGEN_PRAGMAS)))
 
 
 # ---------------------------------------------------------------------------------
