@@ -297,9 +297,14 @@ def gpu_run(args) -> int:
                      target=target, name="plus1")
     op = tct.op([A], [B], target="cuda", name="plus_one_cuda")
 
-    @torch.library.custom_op("tecomp_bench::plus_one", mutates_args=())
-    def torch_plus_one(x: torch.Tensor) -> torch.Tensor:
+    def torch_plus_one(x):
         return torch.add(x, 1.0)
+
+    # this module's annotations are strings (from __future__), which torch's schema
+    # inference cannot resolve for a local import: give it the types themselves
+    torch_plus_one.__annotations__ = {"x": torch.Tensor, "return": torch.Tensor}
+    torch_plus_one = torch.library.custom_op("tecomp_bench::plus_one",
+                                             mutates_args=())(torch_plus_one)
 
     dev = "cuda"
     x = torch.randn(512, 768, dtype=torch.float16, device=dev)

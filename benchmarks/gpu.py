@@ -1624,7 +1624,8 @@ def mn_major_decision(ratios: Dict[str, List[float]]) -> List[str]:
             lines.append(f"  {NMAJOR}: {g:.2f}x {what} (geometric mean over "
                          f"{len(ratios[k])} dtypes; worst {min(ratios[k]):.2f}x)")
     lines.append("  -> set WGMMA_MN_MAJOR_BY_DEFAULT = True" if base >= 1.05 else
-                 "  -> keep WGMMA_MN_MAJOR_BY_DEFAULT = False (not 5% faster than wmma/mma)")
+                 f"  -> {'set' if nn_cuda.tensorcore.WGMMA_MN_MAJOR_BY_DEFAULT else 'keep'} "
+                 "WGMMA_MN_MAJOR_BY_DEFAULT = False (not 5% faster than wmma/mma)")
     return lines
 
 

@@ -61,9 +61,9 @@ for name in $STEPS; do
         done;;
     bert) step bert 60 bert.log python3 examples/bert_layer_gpu.py --dtype float16 --batch 8 \
         --seq 512 --steps 5;;
-    callcost) step callcost 40 bert.log python3 benchmarks/call_overhead.py --rounds 5 \
+    callcost) step callcost 60 bert.log python3 benchmarks/call_overhead.py --rounds 5 \
         --calls 500;;
-    tests) step tests 120 tests.log python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 60 \
+    tests) step tests 240 tests.log python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 60 \
         tests/test_hopper.py tests/test_wgmma_template.py tests/test_tma_pipeline.py \
         tests/test_cuda_library.py tests/test_tensorcore_edges.py tests/test_flash_attention.py \
         tests/test_torch.py tests/test_cuda_gpu.py tests/test_mma.py tests/test_tensorcore.py;;

@@ -853,8 +853,9 @@ def test_gpu_benchmark_n_major_variant_builds_and_decides():
     assert "tc_wgmma_m64n128k16_f16_tb(" in src and "tc_tma_load_3d(" in src
     got = BENCH.mn_major_decision({"wmma/mma": [1.3, 1.2], "wgmma-te-tma-warp": [0.95, 1.0],
                                    "torch": [0.7, 0.72]})
-    assert got[0].startswith("WGMMA_MN_MAJOR_BY_DEFAULT (now False;")
+    assert got[0].startswith("WGMMA_MN_MAJOR_BY_DEFAULT (now True;")
     assert got[1].startswith(f"  {BENCH.NMAJOR}: 1.25x the best of wmma/mma")
     assert got[-1] == "  -> set WGMMA_MN_MAJOR_BY_DEFAULT = True"
-    assert BENCH.mn_major_decision({"wmma/mma": [1.01]})[-1].startswith("  -> keep")
+    assert BENCH.mn_major_decision({"wmma/mma": [1.01]})[-1].startswith(
+        "  -> set WGMMA_MN_MAJOR_BY_DEFAULT = False")
     assert BENCH.mn_major_decision({})[0].endswith("nothing measured (not an sm_90 device?)")

@@ -465,6 +465,7 @@ def test_matmul_n_major_b_with_a_fused_epilogue_in_the_emulation():
                    .astype("bfloat16"), name="Y")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tensorcore, "WGMMA_MN_MAJOR_BY_DEFAULT", True)
+        mp.setattr(tensorcore, "WGMMA_MN_MAJOR_MIN_MACS", 0)
         mp.setattr(tensorcore, "WGMMA_THREADS_BY_DEFAULT", False)
         cfg = tensorcore.default_wgmma(M, N, K, False, True, epilogue=True,
                                        max_shared=block_shared_limit("sm_90a"),
@@ -483,23 +484,34 @@ def test_matmul_n_major_b_with_a_fused_epilogue_in_the_emulation():
     np.testing.assert_allclose(y.float().numpy(), want.float().numpy(), rtol=2e-2, atol=2e-2)
 
 
-def test_the_n_major_tma_ring_stays_off_by_default(monkeypatch):
-    """``WGMMA_MN_MAJOR_BY_DEFAULT`` (off until measured on a GPU): matmul's B[K, N] (and
-    an A[K, M]) takes the TMA producer warp only with it, and only where N (M) is a
-    multiple of 16 (the chunks of the tensor map's view); a single k step never."""
+def test_the_n_major_tma_ring_is_the_default_past_its_floor(monkeypatch):
+    """``WGMMA_MN_MAJOR_BY_DEFAULT`` (on, as measured on an H200): matmul's B[K, N] (and an
+    A[K, M]) takes the TMA producer warp on GEMMs of more than ``WGMMA_MN_MAJOR_MIN_MACS``
+    multiply-adds, only where N (M) is a multiple of 16 (the chunks of the tensor map's
+    view); a single k step never; 1024^3 and below stay on wmma; the flag off, never."""
     monkeypatch.setattr(tensorcore, "WGMMA_THREADS_BY_DEFAULT", False)
-    assert not tensorcore.WGMMA_MN_MAJOR_BY_DEFAULT   # (as shipped)
-    monkeypatch.setattr(tensorcore, "WGMMA_MN_MAJOR_BY_DEFAULT", False)
-    assert tensorcore.default_wgmma(4096, 4096, 4096, False, True) is None
-    monkeypatch.setattr(tensorcore, "WGMMA_MN_MAJOR_BY_DEFAULT", True)
+    assert tensorcore.WGMMA_MN_MAJOR_BY_DEFAULT   # (as shipped)
+    assert tensorcore.WGMMA_MN_MAJOR_MIN_MACS == 2 ** 30
     assert tensorcore.default_wgmma(4096, 4096, 4096, False, True).producer == "tma_warp"
+    assert tensorcore.default_wgmma(2048, 2048, 2048, False, True).producer == "tma_warp"
     assert tensorcore.default_wgmma(1000, 3072, 768, False, True).producer == "tma_warp"
+    assert tensorcore.default_wgmma(1024, 1024, 1024, False, True) is None
+    assert tensorcore.default_wgmma(256, 256, 128, True, True) is None
+    # K-major operands (dense's W[N, K]) take the ring at any size
+    assert tensorcore.default_wgmma(256, 256, 128, False, False).producer == "tma_warp"
+    monkeypatch.setattr(tensorcore, "WGMMA_MN_MAJOR_MIN_MACS", 0)
     assert tensorcore.default_wgmma(256, 256, 128, True, True).producer == "tma_warp"
     for M, N, K, at in ((256, 200, 128, False), (256, 256, 100, False),
                         (256, 256, 32, False), (200, 256, 128, True)):
         assert tensorcore.default_wgmma(M, N, K, at, True) is None, (M, N, K, at)
+    monkeypatch.setattr(tensorcore, "WGMMA_MN_MAJOR_BY_DEFAULT", False)
+    assert tensorcore.default_wgmma(4096, 4096, 4096, False, True) is None
+    monkeypatch.setattr(tensorcore, "WGMMA_MN_MAJOR_BY_DEFAULT", True)
+    monkeypatch.setattr(tensorcore, "WGMMA_MN_MAJOR_MIN_MACS", 2 ** 30)
     A, B, C = gemm(4096, 4096, 4096, "float16", "matmul")
     assert "_rows_bmn64" in str(tc.lower(sc.schedule_matmul(C, SM90A), [A, B, C]))
+    A, B, C = gemm(1024, 1024, 1024, "float16", "matmul")
+    assert "_rows_bmn" not in str(tc.lower(sc.schedule_matmul(C, SM90A), [A, B, C]))
 
 
 @needs_nvcc
@@ -529,11 +541,12 @@ def test_ptxas_sm90a_n_major_b_tma_ring():
                                          (200, 192, 136, "float16"), (130, 80, 72, "bfloat16")])
 def test_matmul_n_major_b_on_the_gpu(gpu_driver, monkeypatch, M, N, K, dtype):
     """The N-major TMA ring on an sm_90 device, as the default takes it with
-    WGMMA_MN_MAJOR_BY_DEFAULT (the tensor map's 3-d view of B[K, N], the chunks' swizzle
+    WGMMA_MN_MAJOR_BY_DEFAULT past its floor, lowered to 0 here (the tensor map's 3-d view of B[K, N], the chunks' swizzle
     and wgmma's imm-trans-b against the hardware; odd M, N and K: the boxes' zeros)."""
     if gpu_driver.arch not in ("sm_90", "sm_90a"):
         pytest.skip(f"wgmma needs an sm_90 device; this is {gpu_driver.arch}")
     monkeypatch.setattr(tensorcore, "WGMMA_MN_MAJOR_BY_DEFAULT", True)
+    monkeypatch.setattr(tensorcore, "WGMMA_MN_MAJOR_MIN_MACS", 0)
     A, B, C = gemm(M, N, K, dtype, "matmul")
     s = sc.schedule_matmul(C, SM90A)
     assert "_rows_bmn" in str(tc.lower(s, [A, B, C]))

@@ -59,7 +59,8 @@ family copies its tiles as they lie: A ``[M, K]`` K-major rows, W ``[N, K]`` too
 matmul's ``B[K, N]`` N-major, in chunks of 64 (else 32, 16) of N whose k rows are each
 the swizzle's bytes, read by wgmma with its imm-trans-b set (:func:`_wgmma_tma_rows`); a
 stored ``A[K, M]`` likewise in chunks of M (imm-trans-a).  The default takes these
-MN-major rings only with :data:`WGMMA_MN_MAJOR_BY_DEFAULT`.
+MN-major rings with :data:`WGMMA_MN_MAJOR_BY_DEFAULT`, on GEMMs past
+:data:`WGMMA_MN_MAJOR_MIN_MACS`.
 """
 from __future__ import annotations
 
@@ -296,10 +297,19 @@ WGMMA_THREADS_BY_DEFAULT = False
 
 #: whether the default also takes wgmma fed by the TMA producer for ``B[K, N]`` as it lies
 #: (``tc.nn.matmul``'s N-major B: its tile copied in chunks of N, wgmma's imm-trans-b;
-#: N a multiple of 16; an ``A[K, M]`` likewise along M): off until measured on a GPU
-#: (benchmarks/gpu.py ``--family all``: ``wgmma-te-tma-warp-nmajor``).
+#: N a multiple of 16; an ``A[K, M]`` likewise along M), for GEMMs of more than
+#: :data:`WGMMA_MN_MAJOR_MIN_MACS` multiply-adds.  On an H200 (2026-11-30, float16
+#: ``matmul(A, B)`` into float32, interleaved with ``torch.matmul``) it ran 1.94x the
+#: best of wmma and mma.sync at 4096^3 (``benchmarks/gpu.py --family all``,
+#: ``wgmma-te-tma-warp-nmajor``; 1.15x the same ring on a transposed B), and against
+#: the wmma default: 2048^3 0.038 vs 0.065 ms, 8192^3 2.23 vs 4.63, 4096 x 768 x 3072
+#: 0.051 vs 0.151, 1000 x 3072 x 768 0.020 vs 0.033, 512 x 3072 x 768 0.020 vs 0.021.
 #: ``WmmaConfig(..., family="wgmma", producer="tma_warp")`` asks for it explicitly.
-WGMMA_MN_MAJOR_BY_DEFAULT = False
+WGMMA_MN_MAJOR_BY_DEFAULT = True
+
+#: the MN-major ring's floor: at 1024^3 (2**30 multiply-adds) wmma ran 0.022 ms against
+#: its 0.032 on the same H200 run, so the default keeps wmma there and below
+WGMMA_MN_MAJOR_MIN_MACS = 2 ** 30
 
 #: the TMA producer :func:`default_wgmma` takes: ``"tma_warp"`` (a warp of its own issues
 #: the copies; measured above) or ``"tma"``
@@ -337,14 +347,16 @@ def default_wgmma(M, N, K, a_kfirst: bool, b_kfirst: bool, epilogue: bool = Fals
     :data:`WGMMA_BY_DEFAULT`): :func:`wgmma_config`'s, filled by the TMA producer where it
     can be (``A[M, K]`` and ``W[N, K]`` as they lie, rows 16-byte aligned, two k steps or
     more: :data:`WGMMA_DEFAULT_PRODUCER`; with :data:`WGMMA_MN_MAJOR_BY_DEFAULT` also
-    ``B[K, N]``, N a multiple of 16: :func:`mn_chunk`); elsewhere the cp.async-fed
+    ``B[K, N]``, N a multiple of 16, past :data:`WGMMA_MN_MAJOR_MIN_MACS`:
+    :func:`mn_chunk`); elsewhere the cp.async-fed
     tiling with :data:`WGMMA_THREADS_BY_DEFAULT`, else None (the wmma / mma.sync tiling
     then)."""
     cfg = wgmma_config(M, N, K, epilogue=epilogue, max_shared=max_shared, dtype=dtype)
     if cfg is None or None in (M, N, K):
         return None
     per16 = 16 // _dt.nbytes(dtype)
-    mn_ok = all(not kfirst or (WGMMA_MN_MAJOR_BY_DEFAULT and ext % 16 == 0)
+    big = M * N * K > WGMMA_MN_MAJOR_MIN_MACS
+    mn_ok = all(not kfirst or (WGMMA_MN_MAJOR_BY_DEFAULT and big and ext % 16 == 0)
                 for kfirst, ext in ((a_kfirst, M), (b_kfirst, N)))
     if mn_ok and K % per16 == 0 and -(-K // cfg.k_tile) >= 2:
         return replace(cfg, producer=WGMMA_DEFAULT_PRODUCER)
