@@ -272,7 +272,11 @@ def _pick(configs, M, N, K, batch, epilogue, max_shared, dtype) -> Optional[Wmma
 #: the wgmma tilings :func:`wgmma_config` tries (sm_90a), largest block first: warpgroups
 #: of 4 warps stacked along M, each warp a 16 x block_n strip
 WGMMA_CONFIGS = (
-    WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=3),   # 128 x 128, 2 warpgroups, k 64
+    # 128 x 128, 2 warpgroups, k 64, a ring of 4: on an H200 (2026-11-30) matmul 4096^3 f16
+    # on the N-major ring ran 0.249 ms with 4 stages (benchmarks/gpu.py --family all) and
+    # 0.275-0.297 ms with 3 (the default then); the ring of 3 where 4 do not fit
+    WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=4),
+    WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=3),
     WmmaConfig(4, 1, 1, 8, 64, family="wgmma", stages=3),   # 64 x 128, 1 warpgroup
     WmmaConfig(4, 1, 1, 4, 32, family="wgmma", stages=3),   # 64 x 64
 )
