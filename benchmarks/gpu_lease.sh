@@ -3,7 +3,8 @@
 # benchmark table (each workload checked against a float64 reference before it is timed),
 # the tensor-core families and odd shapes (the lines that set WGMMA_BY_DEFAULT and
 # WMMA_MAX_WASTE), the flash backward's two forms, the BERT layer trained on the GPU, a
-# call's host time against a torch custom op's (benchmarks/call_overhead.py), then the
+# call's host time against a torch custom op's (benchmarks/call_overhead.py), a GPU
+# library's load + first launch in fresh processes (benchmarks/aot_gpu.py), then the
 # GPU tests.  Each step has its own time limit, so that one that hangs costs only its
 # share; every log is written under $OUT (at most 8 files).
 #
@@ -46,7 +47,7 @@ step() {  # step NAME LIMIT LOG COMMAND...
     echo "=== $name rc=$rc ($(date -u +%T))" | tee -a "$OUT/$log"
 }
 
-STEPS=${STEPS:-table family odd flashab bert callcost tests}
+STEPS=${STEPS:-table family odd flashab bert callcost aot tests}
 for name in $STEPS; do
     case $name in
     table) step table 150 table.log python3 benchmarks/gpu.py --quick;;
@@ -63,6 +64,7 @@ for name in $STEPS; do
         --seq 512 --steps 5;;
     callcost) step callcost 60 bert.log python3 benchmarks/call_overhead.py --rounds 5 \
         --calls 500;;
+    aot) step aot 90 bert.log python3 benchmarks/aot_gpu.py --rounds 5;;
     tests) step tests 240 tests.log python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 60 \
         tests/test_hopper.py tests/test_wgmma_template.py tests/test_tma_pipeline.py \
         tests/test_cuda_library.py tests/test_tensorcore_edges.py tests/test_flash_attention.py \
