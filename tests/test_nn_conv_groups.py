@@ -926,3 +926,42 @@ def test_nchw_rows_strided_masked_loads(case, lanes, threads, monkeypatch):
         out = np.full(c.ref().shape, np.nan, "float32")
         f(xa, wa, out)
         np.testing.assert_allclose(out, c.ref(), rtol=1e-5, atol=1e-4)
+
+
+def test_nchw_channel_blocks_leave_room_for_the_transposes(monkeypatch):
+    """NCHW channel blocks stored through register transposes keep at most half the
+    vector registers as accumulators (``grouped.NCHW_TRANSPOSE_ROOM``): ResNeXt's
+    512x14x14 (groups of 16) and 1024x7x7 (groups of 32) one row of pixels, where the
+    NHWC kernel's block takes two."""
+    from tecomp.strategy.cpu import grouped
+    from tecomp.target import CpuModel
+    info = CpuModel(lanes=16, vregs=32, threads=2)
+    for C, H, g, want in ((512, 14, 32, (16, 1, 14)), (1024, 7, 32, (32, 1, 7)),
+                          (64, 6, 4, (16, 2, 6))):
+        X = tc.placeholder((8, C, H, H), name="X")
+        Y = nn.conv2d_nchw(X, tc.placeholder((C, C // g, 3, 3), name="W"), 1, 1, groups=g)
+        p = group_conv2d_params(Y, info)
+        assert p["channel_blocks"] and p["transpose_out"], p
+        assert (p["ob"], p["yb"], p["xb"]) == want, (C, H, p)
+        monkeypatch.setattr(grouped, "NCHW_TRANSPOSE_ROOM", False)
+        assert group_conv2d_params(Y, info)["yb"] > want[1], (C, H)
+        monkeypatch.setattr(grouped, "NCHW_TRANSPOSE_ROOM", True)
+
+
+@pytest.mark.parametrize("room", [True, False])
+def test_nchw_channel_blocks_with_room_match_torch(room, lanes, monkeypatch):
+    """The blocks either way (rows of 6 pixels in groups of 16, a bias and a ReLU on
+    the block: 2 rows where the NHWC kernel's block is 4; tails at the bottom), against
+    PyTorch."""
+    from tecomp.strategy.cpu import grouped
+    monkeypatch.setattr(grouped, "NCHW_TRANSPOSE_ROOM", room)
+    c = Conv("grouped", True, 2, 64, 7, 6, 64, 3, 3, 1, 1, groups=4, dtype="float32")
+    b = tc.placeholder((64,), name="b")
+    Z = nn.relu(nn.bias_add(c.Y, b, axis=1))
+    f = tc.build(cpu.schedule_group_conv2d_nchw(Z), [c.X, c.W, b, Z])
+    xa, wa = c.arrays()
+    ba = RNG.standard_normal(64).astype("float32")
+    out = np.full(c.ref().shape, np.nan, "float32")
+    f(xa, wa, ba, out)
+    np.testing.assert_allclose(out, np.maximum(c.ref() + ba[None, :, None, None], 0),
+                               rtol=1e-5, atol=1e-4)
