@@ -12,7 +12,10 @@ machine (``tc.viz.host_peaks``).  Medians, ms; ratio = PyTorch's time over tecom
 tecomp is faster).  Every result is checked against PyTorch's first.
 
     python3 benchmarks/depthwise_conv.py [--threads 2] [--rounds 9] [--batch 1,8]
-        [--layout nchw,nhwc] [--only depthwise|grouped] [--ab [SWITCH,...]] [--cpu-time]
+        [--layout nchw,nhwc] [--only depthwise|grouped] [--shapes 256x28s2,...]
+        [--ab [SWITCH,...]] [--cpu-time]
+
+``--shapes``: only the layers named ``<channels>x<size>s<stride>``.
 
 ``--ab``: each convolution also built with the switches named (comma-separated; by
 default all of them) off, timed in the same turns ("before", and the speed-up over it).
@@ -20,9 +23,13 @@ Switches of ``tecomp.strategy.cpu.grouped`` (grouped rows): ``INTERLEAVE_WHOLE_V
 (groups of one vector of output channels in channel blocks, as before interleaving
 them), ``COPY_NCHW_INPUT`` (the NCHW rows read their input planes in place, as before
 copying them per task), ``NCHW_TRANSPOSE_OUT`` (the NCHW channel blocks store their
-output with a scatter per vector, as before the register transposes).  Of
+output with a scatter per vector, as before the register transposes),
+``NCHW_TRANSPOSE_ROOM`` (those blocks as tall as the NHWC kernel's, as before they left
+half the registers to the transposes).  Of
 ``tecomp.strategy.cpu.depthwise`` (depthwise rows): ``FMA`` (a multiply and an add per
-tap) and ``STREAM_OUTPUT`` (every output store through the cache).  ``--cpu-time`` (with
+tap), ``STREAM_OUTPUT`` (every output store through the cache) and
+``STRIDED_MASKED_LOADS`` (NCHW with a stride: a gather per padded tap, as before the
+masked wide loads; grouped NCHW rows too).  ``--cpu-time`` (with
 ``--threads 1``): each call's time is the process's CPU time, which on a loaded machine
 leaves out the time other processes run.
 """
@@ -40,8 +47,11 @@ GROUPED = [(128, 56, 1), (256, 56, 2), (256, 28, 1), (512, 28, 2), (512, 14, 1),
            (1024, 7, 1)]
 GROUPS = 32
 #: the module switches ``--ab`` turns off: tecomp.strategy.cpu.grouped's, depthwise's
-GROUPED_SWITCHES = ["INTERLEAVE_WHOLE_VECTORS", "COPY_NCHW_INPUT", "NCHW_TRANSPOSE_OUT"]
-DEPTHWISE_SWITCHES = ["FMA", "STREAM_OUTPUT"]
+GROUPED_SWITCHES = ["INTERLEAVE_WHOLE_VECTORS", "COPY_NCHW_INPUT", "NCHW_TRANSPOSE_OUT",
+                    "NCHW_TRANSPOSE_ROOM"]
+DEPTHWISE_SWITCHES = ["FMA", "STREAM_OUTPUT", "STRIDED_MASKED_LOADS"]
+#: the depthwise module's switches that the grouped NCHW rows blocking reads too
+SHARED_SWITCHES = ["STRIDED_MASKED_LOADS"]
 
 
 def main() -> None:
@@ -49,6 +59,8 @@ def main() -> None:
     ap.add_argument("--batch", default="1,8")
     ap.add_argument("--layout", default="nchw,nhwc")
     ap.add_argument("--only", default="depthwise,grouped")
+    ap.add_argument("--shapes", default=None,
+                    help="only these layers (comma-separated CxHsS, e.g. 256x28s2,512x14s2)")
     ap.add_argument("--ab", nargs="?", const=",".join(GROUPED_SWITCHES + DEPTHWISE_SWITCHES),
                     default=None,
                     help="also time these switches off (comma-separated; default all: "
@@ -79,6 +91,8 @@ def main() -> None:
     fns, rows = {}, []
     work = [("depthwise", c) for c in DEPTHWISE] if "depthwise" in args.only else []
     work += [("grouped", c) for c in GROUPED] if "grouped" in args.only else []
+    if args.shapes:
+        work = [(k, c) for k, c in work if f"{c[0]}x{c[1]}s{c[2]}" in args.shapes.split(",")]
     for batch in (int(b) for b in args.batch.split(",")):
         for layout in args.layout.split(","):
             nchw = layout == "nchw"
@@ -113,19 +127,22 @@ def main() -> None:
                 ref = want.numpy() if nchw else want.permute(0, 2, 3, 1).numpy()
                 key = f"{kind} {layout} b{batch} {C}x{H}x{H} s{s}"
                 nbytes = 4 * (x.size + w.size + batch * C * OH * OH)
-                mod = grouped_mod if kind == "grouped" else depthwise_mod
-                mine = [n for n in switches
-                        if n in (GROUPED_SWITCHES if kind == "grouped" else DEPTHWISE_SWITCHES)]
+                # (the grouped NCHW rows are the depthwise module's blocking)
+                mods = {n: grouped_mod if n in GROUPED_SWITCHES else depthwise_mod
+                        for n in switches
+                        if n in (GROUPED_SWITCHES + SHARED_SWITCHES if kind == "grouped"
+                                 else DEPTHWISE_SWITCHES)}
+                mine = list(mods)
                 for on in (True, False) if mine else (True,):
-                    saved = {n: getattr(mod, n) for n in mine}
+                    saved = {n: getattr(mods[n], n) for n in mine}
                     for name in mine:
                         # STREAM_OUTPUT: None (the template's rule) or False (never)
-                        setattr(mod, name, saved[name] if on else False)
+                        setattr(mods[name], name, saved[name] if on else False)
                     try:
                         f = tc.build(tc.auto_schedule([X, W, Y]), [X, W, Y])
                     finally:
                         for name in mine:
-                            setattr(mod, name, saved[name])
+                            setattr(mods[name], name, saved[name])
                     out = tc.empty(tuple(int(e.value) for e in Y.shape), "float32")
                     f(xa, wa, out)
                     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)

@@ -883,3 +883,85 @@ def test_depthwise_data_gradient_is_a_depthwise_convolution(layout, spelling):
     s2 = Conv(kind, nchw, 1, 4, 7, 7, 4, 3, 3, 2, 1, groups=4)
     dX2, = tc.gradient(s2.Y, [s2.X], tc.placeholder(s2.Y.shape, "float64", name="H"))
     assert f"depthwise_conv2d_{layout}" not in dX2.op.tag.split(",")
+
+
+# (kind, N, C, H, W, stride, padding, dilation, groups): column strides 2 and 3 over
+# odd widths (the right padding under the last lanes too), rows wider than a vector
+# (a guarded tail), asymmetric padding, a dilation, a row stride alone, no padding,
+# grouped NCHW rows (groups of 4 output channels)
+STRIDED_NCHW = [("depthwise", 2, 3, 9, 9, 2, 1, 1, 3),
+                ("depthwise", 1, 2, 11, 37, 2, (1, 2, 0, 1), 1, 2),
+                ("depthwise", 1, 2, 8, 23, 3, "SAME", 1, 2),
+                ("depthwise", 1, 2, 12, 19, 2, 2, 2, 2),
+                ("depthwise", 1, 2, 9, 13, (2, 1), 1, 1, 2),
+                ("depthwise", 1, 2, 9, 13, 2, 0, 1, 2),
+                ("grouped", 2, 16, 9, 15, 2, 1, 1, 4)]
+
+
+@pytest.mark.parametrize("case", STRIDED_NCHW,
+                         ids=[f"{c[0]}-{k}" for k, c in enumerate(STRIDED_NCHW)])
+def test_nchw_rows_strided_masked_loads(case, lanes, threads, monkeypatch):
+    """The NCHW rows blocking with a column stride reads the taps that meet the padding
+    (a lane mask) as masked wide loads and a shuffle (``pragma masked_wide_loads``,
+    ``depthwise.STRIDED_MASKED_LOADS``), not a gather (x86); the same results with the
+    switch off (the gathers), against PyTorch."""
+    from tecomp.strategy.cpu import depthwise
+    _diagonal(lanes, threads)
+    kind, N, C, H, W, s, p, d, g = case
+    c = Conv(kind, True, N, C, H, W, C, 3, 3, s, p, d, groups=g, dtype="float32")
+    sched = cpu.schedule_depthwise_conv2d_nchw if kind == "depthwise" else \
+        cpu.schedule_group_conv2d_nchw
+    padded = c.pads[1] != (0, 0) or c.pads[0] != (0, 0)
+    for on in (True, False):
+        monkeypatch.setattr(depthwise, "STRIDED_MASKED_LOADS", on)
+        s1 = sched(c.Y) if kind == "depthwise" else \
+            sched(c.Y, config={"channel_blocks": False})
+        low = str(tc.lower(s1, [c.X, c.W, c.Y]))
+        taken = on and padded and _pair(s)[1] > 1
+        assert ("pragma_masked_wide_loads" in low) == taken, low
+        f = tc.build(s1, [c.X, c.W, c.Y])
+        if taken and platform.machine() in ("x86_64", "AMD64"):
+            assert "llvm.masked.gather" not in f.get_source("llvm-unopt")
+        xa, wa = c.arrays()
+        out = np.full(c.ref().shape, np.nan, "float32")
+        f(xa, wa, out)
+        np.testing.assert_allclose(out, c.ref(), rtol=1e-5, atol=1e-4)
+
+
+def test_nchw_channel_blocks_leave_room_for_the_transposes(monkeypatch):
+    """NCHW channel blocks stored through register transposes keep at most half the
+    vector registers as accumulators (``grouped.NCHW_TRANSPOSE_ROOM``): ResNeXt's
+    512x14x14 (groups of 16) and 1024x7x7 (groups of 32) one row of pixels, where the
+    NHWC kernel's block takes two."""
+    from tecomp.strategy.cpu import grouped
+    from tecomp.target import CpuModel
+    info = CpuModel(lanes=16, vregs=32, threads=2)
+    for C, H, g, want in ((512, 14, 32, (16, 1, 14)), (1024, 7, 32, (32, 1, 7)),
+                          (64, 6, 4, (16, 2, 6))):
+        X = tc.placeholder((8, C, H, H), name="X")
+        Y = nn.conv2d_nchw(X, tc.placeholder((C, C // g, 3, 3), name="W"), 1, 1, groups=g)
+        p = group_conv2d_params(Y, info)
+        assert p["channel_blocks"] and p["transpose_out"], p
+        assert (p["ob"], p["yb"], p["xb"]) == want, (C, H, p)
+        monkeypatch.setattr(grouped, "NCHW_TRANSPOSE_ROOM", False)
+        assert group_conv2d_params(Y, info)["yb"] > want[1], (C, H)
+        monkeypatch.setattr(grouped, "NCHW_TRANSPOSE_ROOM", True)
+
+
+@pytest.mark.parametrize("room", [True, False])
+def test_nchw_channel_blocks_with_room_match_torch(room, lanes, monkeypatch):
+    """The blocks either way (rows of 6 pixels in groups of 16, a bias and a ReLU on
+    the block: 2 rows where the NHWC kernel's block is 4; tails at the bottom), against
+    PyTorch."""
+    from tecomp.strategy.cpu import grouped
+    monkeypatch.setattr(grouped, "NCHW_TRANSPOSE_ROOM", room)
+    c = Conv("grouped", True, 2, 64, 7, 6, 64, 3, 3, 1, 1, groups=4, dtype="float32")
+    b = tc.placeholder((64,), name="b")
+    Z = nn.relu(nn.bias_add(c.Y, b, axis=1))
+    f = tc.build(cpu.schedule_group_conv2d_nchw(Z), [c.X, c.W, b, Z])
+    xa, wa = c.arrays()
+    ba = RNG.standard_normal(64).astype("float32")
+    out = np.full(c.ref().shape, np.nan, "float32")
+    f(xa, wa, ba, out)
+    np.testing.assert_allclose(out, np.maximum(c.ref() + ba[None, :, None, None], 0),
+                               rtol=1e-5, atol=1e-4)

@@ -10,7 +10,8 @@ they read it with no test), and to keep the FMA loop free of guards and gathers:
 * NCHW: tasks are the (image, channel) planes; a task accumulates ``YB`` rows x one
   vector of columns in registers over the window (the window unrolled, the rows' input
   vectors shared between taps by LLVM).  A stride along the row is one wide load and a
-  shuffle per vector (``policy.strided_wide_load``).
+  shuffle per vector (``policy.strided_wide_load``), masked at the padding
+  (:data:`STRIDED_MASKED_LOADS`).
 * NHWC: tasks are blocks of output rows of an image; a task accumulates ``XB`` pixels
   x ``OB`` channels (whole vectors along the channels, contiguous in memory) over the
   window.
@@ -47,6 +48,16 @@ FMA = True
 #: (:func:`_streams_output`), True / False everywhere / nowhere
 STREAM_OUTPUT: Optional[bool] = None
 
+#: the NCHW rows blocking with a column stride (a vector of every other input column)
+#: reads its padded taps (a lane mask where the window meets the left or right
+#: padding: every tap, since the mask depends on the tap) as one masked wide load and
+#: a shuffle (``pragma masked_wide_loads``), not a gather.  Batch 8, one thread, CPU
+#: time, under load: 256x28x28 stride 2 0.511 -> 0.184 ms, 512x14x14 0.264 -> 0.132,
+#: 64x112x112 4.45 -> 2.24 (its input from memory), grouped 256x56x56 stride 2 in
+#: groups of 8 6.60 -> 5.71.  Off: the gathers, as before
+#: (``benchmarks/depthwise_conv.py --ab STRIDED_MASKED_LOADS``)
+STRIDED_MASKED_LOADS = True
+
 
 def _lanes(conv, info: CpuModel) -> int:
     """Elements of the accumulation dtype in one vector register."""
@@ -82,6 +93,14 @@ def _rows_whole_lines(out) -> bool:
     128x56x56 at batch 8, rows of 224 bytes: slower than caching them all)."""
     inner = _cint(out.shape[-1])
     return inner is not None and inner * _dt.bits(out.dtype) // 8 % _LINE == 0
+
+
+def _column_stride(conv) -> int:
+    """The stride along the columns of a depthwise or grouped convolution stage."""
+    for key in ("depthwise_conv2d", "group_conv2d"):
+        if key in conv.op.attrs:
+            return conv.op.attrs[key][0][1]
+    return 1
 
 
 def _block(extent: Optional[int], most: int) -> int:
@@ -153,6 +172,8 @@ def _nchw_rows_into(s: Schedule, outs, info: CpuModel, tag: str, ob: int,
         cp.compute_at(st, task)
         _vector_split(cp, cp.fuse(*cp.op.axis[2:]), None, L)
     _inline_pad(s, st, pad, (yc, xc))
+    if STRIDED_MASKED_LOADS and pad is not None and _column_stride(conv) > 1:
+        st.pragma(task, "masked_wide_loads")
     if fma:
         st.pragma(task, "fp_contract")
     if stream and _streams_output(conv, fused if fused is not None else conv, info):

@@ -23,7 +23,8 @@ only while it stays inside one group:
   (``x86.transpose_f32_<XB>x<L>``, ``transpose_out``) into the ``L`` channel planes,
   where a vector per pixel was a scatter across them (Zen 5, one thread, batch 8, under
   load: 512x14x14 2.25 -> 1.59 ms, 1024x7x7 1.69 -> 1.27 ms, 512x28x28 stride 2 2.53
-  -> 2.17 ms; batch 1 7-8% faster).  An elementwise epilogue (bias, ReLU) is computed
+  -> 2.17 ms; batch 1 7-8% faster); such a block keeps at most half the vector
+  registers as accumulators, the rest for the transposes (:data:`NCHW_TRANSPOSE_ROOM`).  An elementwise epilogue (bias, ReLU) is computed
   into a register tile of its own first, which the transposes store (with a bias and
   a ReLU, batch 8: 512x14x14 2.15 -> 1.39 ms, 1024x7x7 1.70 -> 1.29 ms).
 * Rows (NCHW, :func:`.depthwise._nchw_rows_into`): a block is ``OB`` output channels
@@ -159,6 +160,13 @@ COPY_NCHW_INPUT = True
 NCHW_TRANSPOSE_OUT = True
 
 
+#: whether the NCHW channel blocks that store through register transposes keep at most
+#: half the vector registers as accumulators (fewer rows of pixels), the rest for the
+#: transposes; off, the NHWC kernel's block, as before
+#: (``benchmarks/depthwise_conv.py --ab NCHW_TRANSPOSE_ROOM``)
+NCHW_TRANSPOSE_ROOM = True
+
+
 def _transposes_out(conv, info: CpuModel, ob: int, yb: int, xb: int) -> bool:
     """Whether the NCHW channel blocks of ``ob`` channels x ``yb x xb`` pixels of the
     grouped stage ``conv`` can store each output row of a block through ``x86.transpose_
@@ -243,6 +251,16 @@ def group_conv2d_params(conv, info: CpuModel) -> dict:
     strided = any(v > 1 for v in conv.op.attrs["group_conv2d"][0])
     blocks = fits and (P % L == 0 or (not nchw and not strided
                                       and not _across_groups(conv, info)))
+    if (nchw and blocks and NCHW_TRANSPOSE_ROOM
+            and _transpose_out_default(conv, info, blocks, ob, yb, xb)):
+        # (a block row's transpose needs about a vector register per row it makes:
+        # the accumulators keep half of them.  512x14x14 at batch 8, one thread, CPU
+        # time, under load: 2 rows x 14 pixels, 28 accumulators, spilled around the
+        # transposes; 1 row 2.68 -> 2.39 ms, 512x28x28 stride 2 3.37 -> 3.14 ms,
+        # 1024x7x7 (2 vectors x 2 rows x 7 -> 1 row) 2.29 -> 2.24 ms)
+        pix = max(1, (info.vregs // 2) // -(-ob // L))
+        if yb * xb > pix and xb <= pix:
+            yb = max(1, pix // xb)
     gpt = 1
     if fits:
         # groups per task: a task reads at least 128 channels of a pixel (512 bytes
