@@ -286,14 +286,7 @@ def fake_driver_run(args) -> int:
         print(f"{name:54s} {statistics.median(times[name]):7.1f} us/call  (min "
               f"{min(times[name]):.1f}; driver calls per call: {calls})")
     if args.profile:
-        import cProfile
-        import pstats
-        pr = cProfile.Profile()
-        pr.enable()
-        for _ in range(args.calls):
-            tma(*gemm_args, stream=7)
-        pr.disable()
-        pstats.Stats(pr).sort_stats("tottime").print_stats(25)
+        profile({name: cases[name] for name in cases if name.endswith("stream=7")}, args.calls)
     return 0
 
 
@@ -396,7 +389,26 @@ def gpu_run(args) -> int:
     for name in cases:
         med = statistics.median(times[name])
         print(f"{name:58s} {med:8.1f} us/call  {med / ref:5.2f}x the custom op's")
+    if args.profile:
+        profile({name: cases[name] for name in cases if "tecomp.torch" in name or
+                 "plus1 [4]: checked" in name or "TMA: stream" in name}, args.calls)
     return 0
+
+
+def profile(cases, calls: int) -> None:
+    """cProfile of ``calls`` calls of each case (the thread's CPU time), the functions
+    that took the most of it."""
+    import cProfile
+    import pstats
+
+    for name, f in cases.items():
+        print(f"\n# cProfile: {calls} calls of {name}")
+        pr = cProfile.Profile(time.thread_time)
+        pr.enable()
+        for _ in range(calls):
+            f()
+        pr.disable()
+        pstats.Stats(pr).sort_stats("tottime").print_stats(20)
 
 
 def main() -> int:
@@ -404,7 +416,7 @@ def main() -> int:
     ap.add_argument("--fake-driver", action="store_true",
                     help="no GPU: a no-op libcuda compiled here stands for the driver")
     ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--profile", action="store_true", help="also cProfile the TMA dense calls on a stream")
+    ap.add_argument("--profile", action="store_true", help="also cProfile the calls on a stream (on a GPU: the plus1 calls, the op's and the TMA dense's)")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--baseline", metavar="DIR",
                     help="with --fake-driver: compare with the tecomp checkout in DIR, rounds "
