@@ -416,7 +416,9 @@ def main() -> int:
     ap.add_argument("--fake-driver", action="store_true",
                     help="no GPU: a no-op libcuda compiled here stands for the driver")
     ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--profile", action="store_true", help="also cProfile the calls on a stream (on a GPU: the plus1 calls, the op's and the TMA dense's)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also cProfile the calls on a stream (on a GPU: the plus1 checked "
+                         "call, the op's and the TMA dense's)")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--baseline", metavar="DIR",
                     help="with --fake-driver: compare with the tecomp checkout in DIR, rounds "
