@@ -9,15 +9,22 @@ from C (every driver function returns at once: ``cuLaunchKernel`` records nothin
 the argument checks, launch sizes, parameter packing, context and workspace handling,
 plus the ctypes calls themselves.  The arrays are stand-ins with a
 ``__cuda_array_interface__`` computed as torch's CUDA tensors compute theirs (a Python
-property per read).  Modules: a 1-kernel f16 dense GEMM ``[n, 768] x [3072, 768]`` and a
-chain of 4 kernels through 3 workspaces.  Printed: microseconds per call (median of
-interleaved rounds) and the driver calls each call made.
+property per read).  The device is an sm_90 one (an H100/H200's limits).  Modules: a
+1-kernel f16 dense GEMM ``[n, 768] x [3072, 768]`` (``n`` symbolic: CUDA cores), the same
+at n = 512 on Hopper's wgmma with X and W brought by TMA (``cuda -arch=sm_90a``: two
+CUtensorMap parameters, encoded from the addresses), a chain of 4 kernels through 3
+workspaces, and ``B = A + 1`` on 4 floats.  Printed: microseconds of the thread's CPU
+time per call (median of interleaved rounds; nothing waits, and so a loaded machine's
+descheduled time is left out) and the driver calls each call made (``encodes``: tensor maps).  A
+``tecomp.torch`` op takes torch CUDA tensors only, so its calls are timed on a GPU.
 
-Without ``--fake-driver`` (a GPU, pycuda and torch with CUDA): a checked call of the
-dense GEMM on torch CUDA tensors (default stream, waits for the kernel), the same on
-torch's current stream (``stream=``, no wait), a ``tecomp.torch.op`` call, against a
-``torch.library.custom_op`` wrapping ``torch.add(x, 1, out=y)`` on a 4-element CUDA
-tensor, each loop ended by one synchronize.
+Without ``--fake-driver`` (a GPU, pycuda and torch with CUDA): checked calls of the
+CUDA-core dense GEMM on torch CUDA tensors (default stream, waiting for the kernel; and
+torch's current stream, ``stream=``, no wait: on a GPU these time its kernel, some
+hundreds of microseconds, not the host), the same two of the wgmma + TMA dense on an sm_90
+GPU, and, on a 4-element CUDA tensor, a checked call of ``B = A + 1``, a
+``tecomp.torch.op`` call, against a ``torch.library.custom_op`` wrapping ``torch.add(x,
+1)`` and ``torch.add`` itself, each loop ended by one synchronize.
 
     python3 benchmarks/call_overhead.py --fake-driver [--rounds 15] [--calls 2000]
     python3 benchmarks/call_overhead.py --fake-driver --baseline /path/to/older/checkout
@@ -40,13 +47,15 @@ sys.path.insert(0, HERE)
 
 from common import base_parser  # noqa: E402
 
-#: a libcuda whose functions do nothing (the device: compute capability 8.0, limits of an A100)
+#: a libcuda whose functions do nothing (the device: compute capability 9.0, limits of an
+#: H100/H200); cuTensorMapEncodeTiled writes 128 zero bytes and counts
 NOOP_LIBCUDA_C = r"""
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
 typedef int CUresult;
-long tc_launches = 0, tc_allocs = 0, tc_frees = 0, tc_pushes = 0, tc_syncs = 0, tc_current = 0;
+long tc_launches = 0, tc_allocs = 0, tc_frees = 0, tc_pushes = 0, tc_syncs = 0, tc_current = 0,
+     tc_encodes = 0;
 static void *ctx_stack[64]; static int depth = 0;
 CUresult cuInit(unsigned f) { return 0; }
 CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
@@ -55,8 +64,8 @@ CUresult cuDeviceGetName(char *b, int n, int d) { strncpy(b, "no-op GPU", n); re
 CUresult cuDeviceGetAttribute(int *v, int a, int d) {
   switch (a) { case 1: *v = 1024; break; case 2: case 3: *v = 1024; break; case 4: *v = 64; break;
     case 5: *v = 2147483647; break; case 6: case 7: *v = 65535; break; case 8: *v = 49152; break;
-    case 16: *v = 108; break; case 75: *v = 8; break; case 76: *v = 0; break;
-    case 97: *v = 166912; break; default: *v = 0; }
+    case 16: *v = 132; break; case 75: *v = 9; break; case 76: *v = 0; break;
+    case 97: *v = 232448; break; default: *v = 0; }
   return 0; }
 CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = (void *)0x1000; return 0; }
 CUresult cuCtxPushCurrent_v2(void *c) { tc_pushes++; ctx_stack[depth++ & 63] = c; return 0; }
@@ -82,6 +91,11 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
   tc_launches++; return 0; }
 CUresult cuCtxSynchronize(void) { tc_syncs++; return 0; }
 CUresult cuStreamSynchronize(void *s) { tc_syncs++; return 0; }
+CUresult cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank, void *address,
+                                const uint64_t *dims, const uint64_t *strides,
+                                const unsigned *box, const unsigned *estrides, int interleave,
+                                int swizzle, int l2, int oob) {
+  tc_encodes++; memset(map, 0, 128); return 0; }
 """
 
 
@@ -102,7 +116,7 @@ def noop_libcuda():
 
 def counters(cu):
     return {k: ctypes.c_long.in_dll(cu, "tc_" + k).value
-            for k in ("launches", "allocs", "frees", "pushes", "syncs", "current")}
+            for k in ("launches", "allocs", "frees", "pushes", "syncs", "current", "encodes")}
 
 
 def noop_driver(cu):
@@ -148,7 +162,9 @@ def _typestr(dtype):
 
 
 def dense_module(target: str):
-    """``Y = X W^T``, X ``[n, 768]``, W ``[3072, 768]`` in float16, auto-scheduled."""
+    """``Y = X W^T``, X ``[n, 768]``, W ``[3072, 768]`` in float16, auto-scheduled (``n``
+    symbolic: no tensor-core template takes it, the kernel runs on CUDA cores: on a GPU
+    its calls time the kernel, not the host)."""
     import tecomp as tc
     import tecomp.nn as nn
 
@@ -157,6 +173,35 @@ def dense_module(target: str):
     Y = nn.dense(X, W)
     return tc.build(tc.auto_schedule([X, W, Y], target=target, progress=False), [X, W, Y],
                     target=target, name="dense")
+
+
+def tma_dense_module(target: str = "cuda -arch=sm_90a", m: int = 512):
+    """``Y = X W^T``, X ``[m, 768]``, W ``[3072, 768]`` in float16 on Hopper's wgmma, the
+    tiles of X and W brought by TMA (two CUtensorMap parameters: the maps are encoded
+    from each call's addresses)."""
+    import tecomp as tc
+    import tecomp.nn as nn
+    from tecomp.strategy import cuda as sc
+
+    X = tc.placeholder((m, 768), name="X", dtype="float16")
+    W = tc.placeholder((3072, 768), name="W", dtype="float16")
+    Y = nn.dense(X, W)
+    cfg = sc.WmmaConfig(8, 1, 1, 8, 64, family="wgmma", stages=4, producer="tma_warp")
+    mod = tc.build(sc.schedule_dense(Y, target, config=cfg), [X, W, Y], target=target,
+                   name="dense_tma")
+    if not any(p.dtype == "tensor_map" for k in mod.kernels for p in k.params):
+        raise SystemExit("the wgmma dense took no tensor maps: the benchmark's case is gone")
+    return mod
+
+
+def plus_one_module(target: str):
+    """``B = A + 1`` on 4 floats (the custom op's work)."""
+    import tecomp as tc
+
+    A = tc.placeholder((4,), name="A")
+    B = tc.compute((4,), lambda i: A[i] + 1.0, name="B")
+    return tc.build(tc.auto_schedule([A, B], target=target, progress=False), [A, B],
+                    target=target, name="plus1")
 
 
 def build_modules():
@@ -177,7 +222,7 @@ def build_modules():
         s[st].bind(bx, tc.thread_axis("blockIdx.x"))
         s[st].bind(tx, tc.thread_axis("threadIdx.x"))
     chain = tc.build(s, [A, t], target=target, name="chain")
-    return gemm, chain
+    return gemm, chain, tma_dense_module(), plus_one_module(target)
 
 
 def fake_driver_run(args) -> int:
@@ -191,14 +236,14 @@ def fake_driver_run(args) -> int:
         print(f"# {machine()}; torch {torch.__version__}; {uptime()}")
         print("# host time of one CudaModule call, no-op libcuda (tecomp's DriverApi over a C "
               "library whose functions return at once; the context current, as PyTorch "
-              "leaves it); medians of interleaved rounds")
+              "leaves it); the thread's CPU time, medians of interleaved rounds")
     cu = noop_libcuda()
     drv = noop_driver(cu)
     # the device's primary context current on this thread, as PyTorch leaves it
     cu.cuCtxPushCurrent_v2(drv.context)
-    gemm, chain = build_modules()
-    gemm._driver = drv
-    chain._driver = drv
+    gemm, chain, tma, plus1 = build_modules()
+    for mod in (gemm, chain, tma, plus1):
+        mod._driver = drv
     x = torch.zeros(512, 768, dtype=torch.float16)
     w = torch.zeros(3072, 768, dtype=torch.float16)
     y = torch.zeros(512, 3072, dtype=torch.float16)
@@ -206,11 +251,15 @@ def fake_driver_run(args) -> int:
     b = torch.zeros(512, 768)
     gemm_args = [TorchLikeCudaTensor(v) for v in (x, w, y)]
     chain_args = [TorchLikeCudaTensor(v) for v in (a, b)]
+    p1_args = [TorchLikeCudaTensor(torch.zeros(4)) for _ in range(2)]
     cases = {
         "dense f16 (1 kernel), default stream": lambda: gemm(*gemm_args),
         "dense f16 (1 kernel), stream=7": lambda: gemm(*gemm_args, stream=7),
+        "dense f16 wgmma, 2 TMA maps (sm_90a), default stream": lambda: tma(*gemm_args),
+        "dense f16 wgmma, 2 TMA maps (sm_90a), stream=7": lambda: tma(*gemm_args, stream=7),
         "chain (4 kernels, 3 workspaces), default stream": lambda: chain(*chain_args),
         "chain (4 kernels, 3 workspaces), stream=7": lambda: chain(*chain_args, stream=7),
+        "plus1 [4], stream=7": lambda: plus1(*p1_args, stream=7),
     }
     per_call = {}
     for name, f in cases.items():
@@ -220,28 +269,24 @@ def fake_driver_run(args) -> int:
         after = counters(cu)
         per_call[name] = {k: after[k] - before[k] for k in after if after[k] != before[k]}
     times = {name: [] for name in cases}
+    # (the thread's CPU time: nothing here waits, and on a loaded machine the time the
+    # thread spends descheduled is not the call's)
+    clock = time.thread_time
     for _ in range(args.rounds):
         for name, f in cases.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(args.calls):
                 f()
-            times[name].append((time.perf_counter() - t0) / args.calls * 1e6)
+            times[name].append((clock() - t0) / args.calls * 1e6)
     if args.json:
         print(json.dumps({"tecomp": tecomp.__file__, "times": times}))
         return 0
     for name in cases:
         calls = ", ".join(f"{k} {v}" for k, v in sorted(per_call[name].items()))
-        print(f"{name:50s} {statistics.median(times[name]):7.1f} us/call  (min "
+        print(f"{name:54s} {statistics.median(times[name]):7.1f} us/call  (min "
               f"{min(times[name]):.1f}; driver calls per call: {calls})")
     if args.profile:
-        import cProfile
-        import pstats
-        pr = cProfile.Profile()
-        pr.enable()
-        for _ in range(args.calls):
-            gemm(*gemm_args)
-        pr.disable()
-        pstats.Stats(pr).sort_stats("tottime").print_stats(25)
+        profile({name: cases[name] for name in cases if name.endswith("stream=7")}, args.calls)
     return 0
 
 
@@ -271,7 +316,7 @@ def compare(args) -> int:
     for name in got["after"]:
         b = statistics.median(got["before"][name])
         a = statistics.median(got["after"][name])
-        print(f"{name:50s} before {b:7.1f} us/call, after {a:7.1f} us/call ({b / a:.2f}x)")
+        print(f"{name:54s} before {b:7.1f} us/call, after {a:7.1f} us/call ({b / a:.2f}x)")
     return 0
 
 
@@ -291,10 +336,11 @@ def gpu_run(args) -> int:
           f"{uptime()}")
     target = "cuda"
     gemm = dense_module(target)
+    # the wgmma dense with TMA maps where the GPU has them (sm_90)
+    tma = tma_dense_module() if torch.cuda.get_device_capability() == (9, 0) else None
+    plus1 = plus_one_module(target)
     A = tc.placeholder((4,), name="A")
     B = tc.compute((4,), lambda i: A[i] + 1.0, name="B")
-    plus1 = tc.build(tc.auto_schedule([A, B], target=target, progress=False), [A, B],
-                     target=target, name="plus1")
     op = tct.op([A], [B], target="cuda", name="plus_one_cuda")
 
     def torch_plus_one(x):
@@ -314,13 +360,19 @@ def gpu_run(args) -> int:
     bo = torch.empty(4, device=dev)
     stream = torch.cuda.current_stream()
     cases = {
-        "dense f16 512x768x3072: checked call (waits)": lambda: gemm(x, w, y),
-        "dense f16: checked call, stream=current (no wait)": lambda: gemm(x, w, y, stream=stream),
+        "dense f16 [n]x768x3072, CUDA cores: checked call (waits)": lambda: gemm(x, w, y),
+        "dense f16 [n]x768x3072, CUDA cores: stream=current": lambda: gemm(x, w, y,
+                                                                            stream=stream),
         "plus1 [4]: checked call, stream=current": lambda: plus1(a, bo, stream=stream),
         "plus1 [4]: tecomp.torch op (eager)": lambda: op(a),
         "plus1 [4]: torch.library.custom_op": lambda: torch_plus_one(a),
         "plus1 [4]: torch.add (no custom op)": lambda: torch.add(a, 1.0),
     }
+    if tma is not None:
+        cases["dense f16 512x768x3072, wgmma + TMA: checked call (waits)"] = \
+            lambda: tma(x, w, y)
+        cases["dense f16 512x768x3072, wgmma + TMA: stream=current"] = \
+            lambda: tma(x, w, y, stream=stream)
     for f in cases.values():
         f()
     torch.cuda.synchronize()
@@ -336,8 +388,27 @@ def gpu_run(args) -> int:
     ref = statistics.median(times["plus1 [4]: torch.library.custom_op"])
     for name in cases:
         med = statistics.median(times[name])
-        print(f"{name:52s} {med:8.1f} us/call  {med / ref:5.2f}x the custom op's")
+        print(f"{name:58s} {med:8.1f} us/call  {med / ref:5.2f}x the custom op's")
+    if args.profile:
+        profile({name: cases[name] for name in cases if "tecomp.torch" in name or
+                 "plus1 [4]: checked" in name or "TMA: stream" in name}, args.calls)
     return 0
+
+
+def profile(cases, calls: int) -> None:
+    """cProfile of ``calls`` calls of each case (the thread's CPU time), the functions
+    that took the most of it."""
+    import cProfile
+    import pstats
+
+    for name, f in cases.items():
+        print(f"\n# cProfile: {calls} calls of {name}")
+        pr = cProfile.Profile(time.thread_time)
+        pr.enable()
+        for _ in range(calls):
+            f()
+        pr.disable()
+        pstats.Stats(pr).sort_stats("tottime").print_stats(20)
 
 
 def main() -> int:
@@ -345,7 +416,9 @@ def main() -> int:
     ap.add_argument("--fake-driver", action="store_true",
                     help="no GPU: a no-op libcuda compiled here stands for the driver")
     ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--profile", action="store_true", help="also cProfile the dense calls")
+    ap.add_argument("--profile", action="store_true",
+                    help="also cProfile the calls on a stream (on a GPU: the plus1 checked "
+                         "call, the op's and the TMA dense's)")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--baseline", metavar="DIR",
                     help="with --fake-driver: compare with the tecomp checkout in DIR, rounds "

@@ -503,12 +503,18 @@ class CudaModule(CudaSourceModule):
                 for i, align in plan.ws_aligns:
                     if table[i] % align:
                         return False
-                if streams:
-                    self._wait_producers(drv, streams, handle)
+                # (every kernel's maps before the waits and the first launch: a map
+                # refused does nothing)
+                kargs_of = []
                 for fn, grid, block, shared, types, srcs, maps in plan.launches:
                     kargs = [table[x] if type(x) is int else x[0] for x in srcs]
                     for k, box, src, cache in maps:
                         kargs[k] = _cached_map(cache, box, table[src], entry.env, drv)
+                    kargs_of.append(kargs)
+                if streams:
+                    self._wait_producers(drv, streams, handle)
+                for (fn, grid, block, shared, types, srcs, maps), kargs in zip(plan.launches,
+                                                                              kargs_of):
                     if handle is None and maps:
                         drv.launch(fn, grid, block, shared, types, kargs, stream=0)
                     elif handle is None:
@@ -551,6 +557,7 @@ class CudaModule(CudaSourceModule):
                     self._launch_ok.add(lkey)
             pointers: Dict[Buffer, int] = {}
             temps, copy_back = [], []
+            maps: Dict[tuple, tuple] = {}   # (kernel, parameter) -> (address, its map)
             ws_bytes = [self._workspace_bytes(w, env) for w in cs.workspaces]
             ws = None
             try:
@@ -589,16 +596,22 @@ class CudaModule(CudaSourceModule):
                                 f"{kp.align}-byte boundary: pass an array whose data is "
                                 f"{kp.align}-byte aligned (a fresh allocation, or a contiguous "
                                 f"copy of a view)")
-                producers = [(i, m.stream) for i, m in enumerate(metas)
-                             if m is not None and m.stream is not None]
-                if producers:
-                    self._wait_producers(drv, producers, handle)
+                kargs_of = []   # (every kernel's maps before the waits and launches)
                 for k, kern, grid, block in launches:
-                    types = _types(kern)
                     kargs = [pointers[p.obj] if p.is_buffer else
                              _gpu_map(p.obj, pointers[p.obj.src], env, drv)
                              if p.dtype == "tensor_map" else _PY_SCALAR[p.dtype](env[p.obj])
                              for p in kern.params]
+                    for j, p in enumerate(kern.params):   # (the plan keeps them)
+                        if p.dtype == "tensor_map" and not p.is_buffer:
+                            maps[k, j] = (pointers[p.obj.src], kargs[j])
+                    kargs_of.append(kargs)
+                producers = [(i, m.stream) for i, m in enumerate(metas)
+                             if m is not None and m.stream is not None]
+                if producers:
+                    self._wait_producers(drv, producers, handle)
+                for (k, kern, grid, block), kargs in zip(launches, kargs_of):
+                    types = _types(kern)
                     if handle is None and "T" in types:
                         # (a tensor map is 64-byte aligned among the parameters: the driver
                         # API's launch places each one where the kernel declares it)
@@ -625,7 +638,7 @@ class CudaModule(CudaSourceModule):
                     if free is not None:
                         free()
         if key is not None and not temps:
-            self._add_plan(key, drv, fns, env, metas, launches, ws_bytes)
+            self._add_plan(key, drv, fns, env, metas, launches, ws_bytes, maps)
 
     def _wait_producers(self, drv, producers, handle) -> None:
         """Order the call's kernels after the work the producers of its device arrays may
@@ -653,9 +666,10 @@ class CudaModule(CudaSourceModule):
         # (padded strides: the span the kernels index, not the shape's product)
         return int(eval_host_expr(workspace_elements(w), env)) * np.dtype(w.dtype).itemsize
 
-    def _add_plan(self, key, drv, fns, env, metas, launches, ws_bytes) -> None:
+    def _add_plan(self, key, drv, fns, env, metas, launches, ws_bytes, encoded) -> None:
         """Remember what the checks of a call found, for the calls of the same signature
-        (``key``) on driver ``drv``."""
+        (``key``) on driver ``drv``; ``encoded``: the tensor maps the call encoded,
+        ``(kernel, parameter) -> (address, map)``, the first each map cache holds."""
         cs, func = self.cuda_source, self.func
         entry = self._plans.get(key)
         if entry is None:
@@ -685,7 +699,9 @@ class CudaModule(CudaSourceModule):
                             (index[p.obj], p.align))
                 elif p.dtype == "tensor_map":
                     srcs.append((None,))
-                    maps.append((j, p.obj, index[p.obj.src], {}))
+                    got = encoded.get((k, j))
+                    maps.append((j, p.obj, index[p.obj.src], {} if got is None else
+                                 {got[0]: got[1]}))
                 else:
                     srcs.append((_PY_SCALAR[p.dtype](env[p.obj]),))
             out.append((fns[k], tuple(grid), tuple(block), kern.dynamic_shared, _types(kern),

@@ -176,24 +176,46 @@ _SLOT = {"P": "Q", "q": "q", "d": "d", "i": "i4x", "f": "f4x", "h": "h6x", "b": 
 _MAX_DIMS = 32
 
 
-class _Packer:
-    """``cuLaunchKernel``'s ``kernelParams`` for parameters of struct characters ``types``
-    without tensor maps: the values packed into one buffer, 8 bytes each, and an array of
-    pointers to them (what :func:`pack_params` makes, with two ctypes objects a launch)."""
+#: a CUtensorMap's bytes, and the boundary its slot among the packed values starts on
+_MAP_BYTES, _MAP_ALIGN = 128, 64
 
-    __slots__ = ("struct", "count", "pointers")
+
+class _Packer:
+    """``cuLaunchKernel``'s ``kernelParams`` for parameters of struct characters ``types``:
+    the values packed into one buffer, 8 bytes each (a tensor map, ``T``, its 128 bytes
+    on a 64-byte boundary), and an array of pointers to them (what :func:`pack_params`
+    makes, with two ctypes objects a launch)."""
+
+    __slots__ = ("struct", "offsets", "maps", "words", "pointers")
 
     def __init__(self, types: str):
-        self.struct = struct.Struct("<" + "".join(_SLOT[t] for t in types))
-        self.count = max(1, len(types))
-        self.pointers = ctypes.c_void_p * self.count
+        fmt, offsets, at = [], [], 0
+        for t in types:
+            pad = -at % (_MAP_ALIGN if t == "T" else 8)
+            if pad:
+                fmt.append(f"{pad}x")
+                at += pad
+            offsets.append(at)
+            fmt.append(f"{_MAP_BYTES}s" if t == "T" else _SLOT[t])
+            at += _MAP_BYTES if t == "T" else 8
+        self.struct = struct.Struct("<" + "".join(fmt))
+        self.offsets = tuple(offsets)
+        self.maps = tuple(i for i, t in enumerate(types) if t == "T")
+        # (with maps: room to start the values on a 64-byte boundary of the buffer)
+        self.words = max(1, at // 8) + (_MAP_ALIGN // 8 if self.maps else 0)
+        self.pointers = ctypes.c_void_p * max(1, len(types))
 
     def pack(self, types: str, args):
-        values = (ctypes.c_uint64 * self.count)()
-        self.struct.pack_into(values, 0, *[int(a) if t == "P" else a
-                                           for t, a in zip(types, args)])
-        base = ctypes.addressof(values)
-        return self.pointers(*range(base, base + 8 * self.count, 8)), values
+        values = [int(a) if t == "P" else a for t, a in zip(types, args)]
+        for i in self.maps:   # (struct pads or cuts bytes of another length)
+            if type(values[i]) is not bytes or len(values[i]) != _MAP_BYTES:
+                raise struct.error("a tensor map is 128 bytes")
+        buf = (ctypes.c_uint64 * self.words)()
+        base = ctypes.addressof(buf)
+        if self.maps:
+            base += -base % _MAP_ALIGN
+        self.struct.pack_into(buf, base - ctypes.addressof(buf), *values)
+        return self.pointers(*[base + o for o in self.offsets]), buf
 
 
 class Function:
@@ -203,22 +225,20 @@ class Function:
         self.handle = handle
         self.name = name
         self.dynamic_shared = 0     # the dynamic shared memory it was allowed so far
-        self.packers: Dict[str, Optional[_Packer]] = {}   # types -> its packer (None: T)
+        self.packers: Dict[str, _Packer] = {}   # types -> its packer
         self.dims: Dict[tuple, tuple] = {}   # (grid, block, shared) -> ctypes values
 
     def launch(self, cu, grid, block, shared: int, types: str, args, stream: int) -> int:
         """``cuLaunchKernel`` of this function in driver library ``cu`` on CUstream
         ``stream`` (0: the legacy default stream); returns its CUresult."""
-        packer = self.packers.get(types, False)
-        if packer is False:
-            packer = self.packers[types] = None if "T" in types else _Packer(types)
-        params = None
-        if packer is not None:
-            try:
-                params, _values = packer.pack(types, args)
-            except (struct.error, OverflowError):
-                params = None   # (a float past float32's range: c_float's conversion says)
-        if params is None:
+        packer = self.packers.get(types)
+        if packer is None:
+            packer = self.packers[types] = _Packer(types)
+        try:
+            params, _values = packer.pack(types, args)
+        except (struct.error, OverflowError):
+            # (a float past float32's range, a map of another length: ctypes' conversion
+            # in pack_params says what is wrong)
             params, _values = pack_params(types, args)
         key = (tuple(grid), tuple(block), shared)
         dims = self.dims.get(key)

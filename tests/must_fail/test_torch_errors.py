@@ -104,6 +104,30 @@ def test_op_called_wrongly(op):
     torch.testing.assert_close(o(x), 3 * x)          # still works
 
 
+def test_op_given_another_device_or_dtype_after_good_calls(op):
+    """The op keeps its latest kernel for the next call; a tensor on another device or of
+    another dtype after good calls is refused all the same, and a CUDA op refuses CPU
+    tensors before it compiles anything."""
+    o, X, Y = op
+    x = torch.randn(3, 4)
+    for _ in range(2):
+        torch.testing.assert_close(o(x), 3 * x)
+    with pytest.raises(ArgumentError, match=r"input X \(argument 1\) is on meta, but the op "
+                                            r"runs on cpu \(target llvm.*\): move it with "
+                                            r"\.to\('cpu'\)"):
+        o(torch.empty(3, 4, device="meta"))
+    with pytest.raises(ArgumentError, match=r"input X is declared float32, got a torch.int64 "
+                                            r"tensor: convert it"):
+        o(x.long())
+    torch.testing.assert_close(o(x), 3 * x)          # still works
+    on_gpu = tct.op([X], Y, target="cuda", name="times3_cuda")
+    with pytest.raises(ArgumentError, match=r"input X \(argument 1\) is on cpu, but the op "
+                                            r"runs on cuda \(target cuda\): move it with "
+                                            r"\.to\('cuda'\)"):
+        on_gpu(x)
+    assert not on_gpu._compiled
+
+
 def test_op_called_with_two_float_dtypes_for_one_declared_type():
     """Two inputs declared float32 given float32 and float64 tensors: the op's own message
     naming both (the op compiled itself in float64 and the kernel refused the float32
