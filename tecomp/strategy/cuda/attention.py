@@ -161,10 +161,11 @@ MAX_ACCUMULATORS = 160
 #: causal forward runs the key tiles before each block's first query, which the mask
 #: leaves whole, in a loop of their own without the mask's tests (``pragma causal_tiles
 #: ... whole``: the loop's body twice in the kernel).  Head dim 64's 16-key tiles (80):
-#: 168 registers on sm_90 (132 with the mask in every tile), no spill, the whole tiles'
-#: loop as the non-causal kernel's (SASS: 930 instructions a tile, its statistics' loop
-#: unrolled, 4 trips, against 1423 with the mask, 8 trips); head dim 128's 32-key tiles
-#: (160) spilled 136 bytes there (ptxas, 255 registers), so they keep one loop.
+#: 168 registers on sm_90 (132 with the mask in every tile; ptxas keeps 3 blocks per SM
+#: and spills 8 bytes between the two loops, none inside them), the whole tiles' loop as
+#: the non-causal kernel's (SASS: 882 instructions a tile against 1076 in the diagonal
+#: ones); head dim 128's 32-key tiles (160) spilled 136 bytes in the diagonal loop (255
+#: registers), so they keep one loop.
 WHOLE_TILES_MAX_ACCUMULATORS = 96
 
 
