@@ -77,6 +77,11 @@ CASES = [
     # the key and value tiles in rings of cp.async tiles (2 and 3), copied a step ahead
     (2, 1, 100, 100, 64, "bfloat16", True, FlashConfig(4, 16, stages=2)),
     (1, 1, 64, 100, 128, "float16", False, FlashConfig(2, 32, stages=3)),
+    # causal with blocks past the first: key tiles before the block's first query, which
+    # run in a loop of their own without the mask (head dim 64), then the diagonal ones;
+    # with the rings too (each loop its own)
+    (1, 2, 300, 300, 64, "float16", True, None),
+    (1, 1, 300, 260, 64, "bfloat16", True, FlashConfig(4, 16, stages=2)),
 ]
 
 
@@ -140,11 +145,16 @@ def test_the_lowered_ir_has_no_seq_by_seq_buffer():
     assert text.count("fast_exp(") >= 3 and " exp(" not in text
     # one pass over the keys (FlashAttention-2's): the statistics updated at each tile
     # and the accumulators rescaled; causal: the key loop stops after the tile of the
-    # block's last query (128 rows; 16 keys a tile at head dim 64: 8 tiles a block)
+    # block's last query (128 rows; 16 keys a tile at head dim 64: 8 tiles a block), the
+    # tiles before the block's first query in a loop of their own without the mask
     cfg = flash_config(64, 64, "float16", block_shared_limit("sm_80"))
     per = cfg.block_q // cfg.block_kv
-    assert len(re.findall(rf"for \(j\.outer\w*, 0, i\.outer\w*\*{per} \+ {per}\)",
-                          text)) == 1, per
+    whole = re.findall(rf"for \(j\.outer\w*, 0, i\.outer\w*\*{per}\)", text)
+    diagonal = re.findall(rf"for \(j\.outer\w*, i\.outer\w*\*{per}, {per}\)", text)
+    assert len(whole) == len(diagonal) == 1, per
+    at = text.index(whole[0]), text.index(diagonal[0])
+    mask = re.compile(r"int64\(j\.outer\)\*16i64 \+ [^<]* <= ")
+    assert not mask.search(text, at[0], at[1]) and mask.search(text, at[1]), text
     assert "tensorize cuda.mma_scale_rows_f32 " in text
 
 
@@ -787,3 +797,30 @@ def test_gpu_backward_matches_float64(gpu_driver, dq, d, dtype, causal, masked):
         for g, want in zip(got, wants):
             np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
                                        atol=tol * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d,dtype,causal,cfg", [
+    (64, "float16", True, None), (64, "bfloat16", True, FlashConfig(4, 16, stages=2)),
+    (64, "float16", False, None), (128, "bfloat16", True, None),
+    (128, "float16", False, FlashConfig(4, 32, stages=2))])
+def test_gpu_forward_matches_float64(gpu_driver, d, dtype, causal, cfg):
+    """The forward on the GPU against float64: lengths that are not multiples of the
+    tiles, causal with many blocks (at head dim 64 the key tiles before each block's
+    first query in their loop without the mask, then the diagonal ones), the rings of
+    cp.async tiles (whose waits the emulation's synchronous copies cannot check)."""
+    B, H, Lq, Lk = 2, 3, 1000, 1000 if causal else 777
+    args = flash(B, H, Lq, Lk, d, dtype, causal)
+    mod = tc.build(schedule_flash_attention(args[3:], target="cuda", config=cfg), args,
+                   target="cuda")
+    rng = np.random.default_rng(d + Lk)
+    q, k, v = (rng.standard_normal(shape).astype(NP[dtype]) for shape in
+               ((B, H, Lq, d), (B, H, Lk, d), (B, H, Lk, d)))
+    want, want_lse = reference(q, k, v, causal)
+    tol = 4e-3 if dtype == "float16" else 3e-2
+    for _ in range(2):
+        out = np.full((B, H, Lq, d), np.nan, NP[dtype])
+        lse = np.full((B, H, Lq), np.nan, np.float32)
+        mod(q, k, v, out, lse)
+        np.testing.assert_allclose(out.astype(np.float64), want, rtol=0, atol=tol)
+        np.testing.assert_allclose(lse, want_lse, rtol=0, atol=1e-4)

@@ -288,6 +288,19 @@ def test_prefetch():
     }""")
 
 
+def _column_tiles(B):
+    """A schedule of ``B`` (256 x 256): blocks of 64 rows on blockIdx.x, a row a thread,
+    a loop over tiles of 32 columns (returned with the schedule)."""
+    s = tc.create_schedule(B.op)
+    i, j = B.op.axis
+    bo, ti = s[B].split(i, factor=64)
+    jo, ji = s[B].split(j, factor=32)
+    s[B].reorder(bo, jo, ti, ji)
+    s[B].bind(bo, tc.thread_axis("blockIdx.x"))
+    s[B].bind(ti, tc.thread_axis("threadIdx.x"))
+    return s, jo
+
+
 def test_causal_tiles():
     """A loop over column tiles of 32 in blocks of 64 rows on blockIdx.x: "before" ends
     it after the tile of the block's last row, "after" starts it at its first row's."""
@@ -295,17 +308,49 @@ def test_causal_tiles():
                        ("after", "for (j.outer, i.outer*2, 8 - i.outer*2) {")):
         A = tc.placeholder((256, 256), name="A")
         B = tc.compute((256, 256), lambda i, j: A[i, j] * 2.0, name="B")
-        s = tc.create_schedule(B.op)
-        i, j = B.op.axis
-        bo, ti = s[B].split(i, factor=64)
-        jo, ji = s[B].split(j, factor=32)
-        s[B].reorder(bo, jo, ti, ji)
-        s[B].bind(bo, tc.thread_axis("blockIdx.x"))
-        s[B].bind(ti, tc.thread_axis("threadIdx.x"))
+        s, jo = _column_tiles(B)
         s[B]._causal_tiles(jo, side, 64, 32)   # (the template's: B is not masked)
         before, after = _through("causal_tiles", s, [A, B], "cuda")
         assert "for (j.outer, 0, 8) {" in before
         assert loop in after, after
+
+
+def test_causal_tiles_test_the_mask_in_the_diagonal_tiles_only():
+    """With a causal mask in the body (B[i, j] = A[i, j] * 2 where j <= i, else 0;
+    "after": where j >= i), the tiles the mask leaves whole run in a loop of their own
+    whose copy of the body has no test (the comparison proved true there): "before", the
+    tiles up to the block's first row; "after", those from its last row on.  The
+    emulation runs both forms against numpy."""
+    for side, keep, parts in (
+            ("before", lambda i, j: j <= i,
+             ("for (j.outer, 0, i.outer*2) {", "for (j.outer, i.outer*2, 2) {")),
+            ("after", lambda i, j: j >= i,
+             ("for (j.outer, i.outer*2, 2) {", "for (j.outer, i.outer*2 + 2, 6 - i.outer*2) {"))):
+        A = tc.placeholder((256, 256), name="A")
+        B = tc.compute((256, 256), lambda i, j: tc.if_then_else(
+            keep(i, j), A[i, j] * 2.0, tc.const(0.0, "float32")), name="B")
+        s, jo = _column_tiles(B)
+        s[B]._causal_tiles(jo, side, 64, 32, whole=True)
+        _, after = _through("causal_tiles", s, [A, B], "cuda")
+        first, second = (after.index(x) for x in parts)
+        whole, diagonal = ((after[first:second], after[second:]) if side == "before"
+                           else (after[second:], after[first:second]))
+        assert "select(" not in whole and "select(" in diagonal, after
+        mod = tc.build(s, [A, B], target="cuda-emu")
+        a = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+        b = np.full((256, 256), np.nan, np.float32)
+        mod(a, b)
+        r, c = np.indices((256, 256))
+        want = np.where(keep(r, c), a * 2, 0)
+        # (the tiles skipped are left as they were: the mask's zeros there are not
+        # written, the template's readers never read them)
+        ran = np.isfinite(b)
+        np.testing.assert_array_equal(b[ran], want[ran])
+        assert (want[~ran] == 0).all() and ran[keep(r, c)].all()
+        # without "whole", one loop, which tests the mask in every tile
+        s[B].iter_attrs[jo].pragmas = (("causal_tiles", f"{side} 64 32"),)
+        _, one = _through("causal_tiles", s, [A, B], "cuda")
+        assert one.count("for (j.outer,") == 1 and "select(" in one, one
 
 
 def test_insert_barriers():

@@ -15,60 +15,205 @@ of some tiles out, so the loop skips them (FlashAttention's causal tiles:
 The loop must start at 0 and its body must give nothing for the tiles skipped (the
 mask's job; the schedule that sets the pragma answers for it).  Without an enclosing
 ``blockIdx.x`` loop the pragma is left as it is.
+
+With ``whole`` after the numbers (``"before 128 16 whole"``), the tiles the mask leaves
+whole (``before``: the tiles up to the block's first row,
+``cols * ko <= rows * block + 1 - cols``; ``after``: those from its last row on, ``cols *
+ko >= rows * block + rows - 1``) then run in a loop of their own, a copy of the body in
+which every integer comparison that those bounds prove true is ``true``: the causal mask
+(``j <= i``) is tested in the diagonal tiles only (FlashAttention's masking steps).  A
+comparison ``a*ko + rest <= 0`` is proved with ``a = m * cols`` and ``cols * ko``
+replaced by its bound (an upper one for ``m > 0``, a lower one for ``m < 0``): what is
+left, ``m * bound + rest``, is linear in the block and in counters of constant ranges
+(the enclosing loops', the body's), which :func:`tecomp.ir.arith.prove` decides.  Where
+no comparison is proved the loop stays one (no copy).
 """
 from __future__ import annotations
 
-from ..errors import ScheduleError
+from ..errors import ScheduleError, TecompError
 from ..ir import op
-from ..ir.expr import Cast, Const
-from ..ir.functor import Mutator
+from ..ir.arith import prove
+from ..ir.expr import LE, Add, Cast, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
+from ..ir.functor import Mutator, Visitor
 from ..ir.simplify import simplify
-from ..ir.stmt import AttrStmt, For, PrimFunc
+from ..ir.stmt import AttrStmt, For, PrimFunc, seq
+from .loop_partition import _linear
 
 KEY = "pragma_causal_tiles"
 
 
 def parse(value) -> tuple:
-    """``(side, rows, cols)`` of the pragma's value (ScheduleError otherwise)."""
+    """``(side, rows, cols, whole)`` of the pragma's value (ScheduleError otherwise)."""
     parts = str(getattr(value, "value", value)).split()
+    whole = parts[3:] == ["whole"]
+    if whole:
+        parts = parts[:3]
     if len(parts) != 3 or parts[0] not in ("before", "after") or not all(
             p.isdigit() and int(p) > 0 for p in parts[1:]):
         raise ScheduleError(f"pragma causal_tiles: the value is 'before <rows> <cols>' or "
-                            f"'after <rows> <cols>' (positive ints), got {value!r:.60}")
-    return parts[0], int(parts[1]), int(parts[2])
+                            f"'after <rows> <cols>' (positive ints), then optionally "
+                            f"'whole', got {value!r:.60}")
+    return parts[0], int(parts[1]), int(parts[2]), whole
+
+
+class _Ranges(Visitor):
+    """The constant ranges ``(lo, hi)`` of the counters of the loops in a statement."""
+
+    def __init__(self, ranges: dict):
+        self.ranges = ranges
+
+    def visit_For(self, s):
+        _add_range(self.ranges, s)
+        self.generic_visit(s)
+
+
+def _add_range(ranges: dict, f: For) -> None:
+    """``f``'s counter's range into ``ranges`` (the union with one already there: a
+    counter of two loops), or the counter unbounded where ``f``'s range is not constant."""
+    if isinstance(f.min, Const) and isinstance(f.extent, Const) and f.extent.value > 0:
+        lo, hi = f.min.value, f.min.value + f.extent.value - 1
+        if f.var in ranges:
+            if ranges[f.var] is None:
+                return
+            lo, hi = min(lo, ranges[f.var][0]), max(hi, ranges[f.var][1])
+        ranges[f.var] = (lo, hi)
+    else:
+        ranges[f.var] = None
+
+
+def _bounded(ranges: dict) -> dict:
+    return {v: r for v, r in ranges.items() if r is not None}
+
+
+class _Uncast(Mutator):
+    """An index expression without its int64 casts of int32 values, rebuilt in int32
+    where its parts are (the casts keep the values: the proof is over the integers)."""
+
+    _OPS = {Add: op.add, Sub: op.sub, Mul: op.mul, FloorDiv: op.floordiv,
+            FloorMod: op.floormod, Min: op.minimum, Max: op.maximum}
+
+    def visit_Cast(self, e):
+        v = self.visit(e.value)
+        if e.dtype == "int64" and v.dtype == "int32":    # (a widening cast only)
+            return v
+        return e if v is e.value else Cast(v, e.dtype)
+
+    def visit_Const(self, e):
+        if e.dtype == "int64" and -2 ** 31 <= e.value < 2 ** 31:
+            return Const(e.value, "int32")
+        return e
+
+    def generic_visit(self, e):
+        f = self._OPS.get(type(e))
+        if f is None:
+            return super().generic_visit(e)
+        a, b = self.visit(e.a), self.visit(e.b)
+        return e if a is e.a and b is e.b else f(a, b)
+
+
+_INTS = ("int32", "int64")
+
+
+class _Whole(Mutator):
+    """The comparisons of a body that hold in every tile the mask leaves whole, as
+    ``true``: ``bound`` is ``(sign, b)`` with ``cols * ko <= b`` (sign 1) or ``>= b``
+    (sign -1); ``ranges`` those of the other counters."""
+
+    def __init__(self, ko: Var, cols: int, bound, ranges: dict):
+        self.ko, self.cols, self.bound, self.ranges = ko, cols, bound, ranges
+        self.proved = 0
+
+    def _holds(self, d) -> bool:
+        """Whether ``d <= 0`` (an int expression) holds in the whole tiles."""
+        lin = _linear(_Uncast().visit(d), self.ko)
+        if lin is None or lin[0] == 0 or lin[0] % self.cols:
+            return False
+        m, rest = lin[0] // self.cols, lin[1]
+        sign, b = self.bound
+        if (m > 0) != (sign > 0):
+            return False
+        e = op.add(op.mul(b, Const(m, b.dtype)), rest)
+        try:
+            return prove(LE(e, Const(0, e.dtype)), self.ranges)
+        except TecompError:
+            return False
+
+    def _compare(self, e, d):
+        if d.dtype in _INTS and self._holds(d):
+            self.proved += 1
+            return Const(True, "bool")
+        return self.generic_visit(e)
+
+    def visit_LE(self, e):
+        return self._compare(e, op.sub(e.a, e.b))
+
+    def visit_LT(self, e):
+        return self._compare(e, op.add(op.sub(e.a, e.b), Const(1, e.a.dtype)))
+
+    def visit_GE(self, e):
+        return self._compare(e, op.sub(e.b, e.a))
+
+    def visit_GT(self, e):
+        return self._compare(e, op.add(op.sub(e.b, e.a), Const(1, e.a.dtype)))
 
 
 class _CausalTiles(Mutator):
     def __init__(self):
         self.block = []     # the enclosing blockIdx.x loop variables
+        self.ranges = {}    # the enclosing loops' constant ranges
 
     def visit_For(self, s):
         inner = s.kind == "thread" and s.thread_tag == "blockIdx.x"
         if inner:
             self.block.append(s.var)
+        had = s.var in self.ranges
+        _add_range(self.ranges, s)
         try:
             return self.generic_visit(s)
         finally:
             if inner:
                 self.block.pop()
+            if not had:
+                self.ranges.pop(s.var, None)
 
     def visit_AttrStmt(self, s):
         body = self.visit(s.body)
         if s.key != KEY or not isinstance(body, For) or not self.block or not (
                 isinstance(body.min, Const) and body.min.value == 0):
             return s if body is s.body else AttrStmt(s.key, s.value, body)
-        side, rows, cols = parse(s.value)
+        side, rows, cols, apart = parse(s.value)
         f, bo = body, self.block[-1]
         dt = f.extent.dtype
         c = lambda n: Const(n, dt)  # noqa: E731
         if bo.dtype != dt:
             bo = Cast(bo, dt)
+        first = op.mul(bo, c(rows))
         if side == "before":
-            ext = op.minimum(f.extent, op.floordiv(op.add(op.mul(op.add(bo, c(1)), c(rows)),
-                                                      c(cols - 1)), c(cols)))
-            return For(f.var, f.min, ext, f.kind, f.body, f.thread_tag)
-        start = op.minimum(f.extent, op.floordiv(op.mul(bo, c(rows)), c(cols)))
-        return For(f.var, start, op.sub(f.extent, start), f.kind, f.body, f.thread_tag)
+            lo = f.min
+            hi = op.minimum(f.extent, op.floordiv(op.add(op.mul(op.add(bo, c(1)), c(rows)),
+                                                         c(cols - 1)), c(cols)))
+            # whole tiles: cols * ko <= rows * block + 1 - cols, ko < (rows * block + 1) // cols
+            bound = (1, op.add(first, c(1 - cols)))
+            split = op.minimum(hi, op.floordiv(op.add(first, c(1)), c(cols)))
+        else:
+            lo = op.minimum(f.extent, op.floordiv(first, c(cols)))
+            hi = f.extent
+            # whole tiles: cols * ko >= rows * block + rows - 1
+            bound = (-1, op.add(first, c(rows - 1)))
+            split = op.minimum(hi, op.maximum(lo, op.floordiv(
+                op.add(first, c(rows - 1 + cols - 1)), c(cols))))
+        part = lambda a, b, x: For(f.var, a, op.sub(b, a), f.kind, x, f.thread_tag)  # noqa: E731
+        if not apart:
+            return part(lo, hi, f.body)
+        ranges = dict(self.ranges)
+        _Ranges(ranges).visit(f.body)
+        whole = _Whole(f.var, cols, bound, _bounded(ranges))
+        wbody = whole.visit(f.body)
+        if not whole.proved:
+            return part(lo, hi, f.body)
+        if side == "before":
+            return seq(part(lo, split, wbody), part(split, hi, f.body))
+        return seq(part(lo, split, f.body), part(split, hi, wbody))
 
 
 def causal_tiles_pass(func: PrimFunc) -> PrimFunc:

@@ -1364,7 +1364,12 @@ class LowerContext:
                 # a tuple reduction: every element is combined from the old values; unless
                 # each reads only its own (a sum and a sum of squares), they are bound first
                 curs = tuple(BufferLoad(b, store_idx, b.dtype) for b in bufs)
-                new = comb.combine(curs, tuple(srcs))
+                # (Stage._lockstep, the online softmax) each element bound once: its
+                # reducer reads it in six places, each a masked load of the scores
+                bound = [(Var(f"{b.name}.x", x.dtype), x) if st.lockstep is not None
+                         and not isinstance(x, (Const, Var)) else (None, x)
+                         for b, x in zip(bufs, srcs)]
+                new = comb.combine(curs, tuple(x if v is None else v for v, x in bound))
                 init = seq(*[BufferStore(b, x, store_idx) for b, x in zip(bufs, comb.identity)])
                 if comb.independent:
                     update = seq(*[BufferStore(b, v, store_idx) for b, v in zip(bufs, new)])
@@ -1373,6 +1378,9 @@ class LowerContext:
                     update = seq(*[BufferStore(b, t, store_idx) for b, t in zip(bufs, tmps)])
                     for t, v in reversed(list(zip(tmps, new))):
                         update = LetStmt(t, v, update)
+                for v, x in reversed(bound):
+                    if v is not None:
+                        update = LetStmt(v, x, update)
             if not (isinstance(cond, Const) and cond.value is True):
                 update = IfThenElse(cond, update)
             p = next(i for i, iv in enumerate(leaves) if iv.kind == "reduce")

@@ -218,7 +218,11 @@ def _online_softmax():
     """The reducer of a row's softmax statistics ``(m, l)``: the running maximum and the
     running sum of ``exp(x - m)``.  Combining two partial rows keeps the larger maximum and
     rescales the other row's sum by ``exp(smaller - larger)`` (one exp per combine; a
-    partial row of no keys is ``(-inf, 0)``): FlashAttention's online softmax."""
+    partial row of no keys is ``(-inf, 0)``): FlashAttention's online softmax.  Where
+    the smaller is ``-inf`` (or NaN) the exp's argument is ``-inf``, whose exp is 0: a
+    select of the argument, not of the result, so that the exp runs unconditionally
+    (nvcc made the other form a branch around it: 91 -> 79 instructions of SASS per 4
+    keys of the CUDA kernel's statistics' loop at head dim 64)."""
     f32 = "float32"
 
     def combine(x, y):
@@ -228,8 +232,8 @@ def _online_softmax():
         hi, lo = _te.max(m1, m2), _te.min(m1, m2)
         keep = _te.if_then_else(first, l1, l2)
         other = _te.if_then_else(first, l2, l1)
-        scale = _te.if_then_else(lo > _c(-math.inf, f32), _te.fast_exp(lo - hi),
-                                 _c(0.0, f32))
+        scale = _te.fast_exp(_te.if_then_else(lo > _c(-math.inf, f32), lo - hi,
+                                              _c(-math.inf, f32)))
         return hi, keep + other * scale
 
     return _te.comm_reducer(combine, lambda t0, t1: (_c(-math.inf, f32), _c(0.0, f32)),

@@ -34,7 +34,9 @@ FlashAttention-2 (``q k^T`` and ``p v``) per tile.  The rows' ``m`` and ``l`` st
 global memory (``b * h * Lq`` floats each, no ``Lq x Lk`` buffer); once the key tiles are
 done, each thread writes its row's logsumexp ``m + log l`` (``Stage._written_at``: the
 logsumexp is no reader of the output).  Causal attention skips the key tiles past a block's last query
-(:meth:`_Kernels.skip_causal`), and masks in the diagonal ones.
+(:meth:`_Kernels.skip_causal`) and masks the diagonal ones; where the registers allow
+(:data:`WHOLE_TILES_MAX_ACCUMULATORS`), the tiles before the block's first query run in
+a loop of their own that does not test the mask.
 
 :class:`FlashConfig` holds the tiling; :func:`flash_config` picks it from the head
 dimension and the shared memory of the target (:func:`shared_bytes`).
@@ -153,6 +155,18 @@ FLASH_CONFIGS_D64 = (FlashConfig(4, 16),)
 #: scores and ``dv`` of ``p v`` (each warp's 32 rows over its 32 lanes): beyond 160 ptxas
 #: spills at 255 registers (head dim 128 with 64-key tiles on sm_90)
 MAX_ACCUMULATORS = 160
+
+
+#: the most float32 accumulators (``block_kv + dv`` a thread of the forward) at which a
+#: causal forward runs the key tiles before each block's first query, which the mask
+#: leaves whole, in a loop of their own without the mask's tests (``pragma causal_tiles
+#: ... whole``: the loop's body twice in the kernel).  Head dim 64's 16-key tiles (80):
+#: 168 registers on sm_90 (132 with the mask in every tile; ptxas keeps 3 blocks per SM
+#: and spills 8 bytes between the two loops, none inside them), the whole tiles' loop as
+#: the non-causal kernel's (SASS: 882 instructions a tile against 1076 in the diagonal
+#: ones); head dim 128's 32-key tiles (160) spilled 136 bytes in the diagonal loop (255
+#: registers), so they keep one loop.
+WHOLE_TILES_MAX_ACCUMULATORS = 96
 
 
 def flash_config(d: int, dv: int, dtype: str = "float16",
@@ -395,7 +409,8 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig) -> None:
     # rescaled first by exp(lse_old - lse_new)
     ot, bo, pf, ko = k.accumulate(t["out"], t["pv"], t["p"], t["v"], cast16=True)
     if causal:
-        k.skip_causal(pf, ko, "before")
+        k.skip_causal(pf, ko, "before",
+                      whole=cfg.block_kv + _cint(t["v"].shape[3]) <= WHOLE_TILES_MAX_ACCUMULATORS)
     k.shared_copy(t["q"], ot, bo)
     k.tile16(t["p"], pf, ko)
     k.shared_copy(t["v"], pf, ko, step=True)
@@ -527,12 +542,13 @@ class _Kernels:
         _cooperative_copy(st, self.threads,
                           self.cfg.block_q * self.cfg.block_kv * _stacked(T))
 
-    def skip_causal(self, st, ko, side: str) -> None:
+    def skip_causal(self, st, ko, side: str, whole: bool = False) -> None:
         """The loop ``ko`` over the column tiles skips the tiles a causal mask empties for
         the block's rows (``pragma causal_tiles``, :mod:`tecomp.lower.causal_tiles`):
         ``"before"``, columns up to the rows (keys of a block of queries), or
-        ``"after"``, columns from the rows on (queries of a block of keys)."""
-        st._causal_tiles(ko, side, self.cfg.block_q, self.cfg.block_kv)
+        ``"after"``, columns from the rows on (queries of a block of keys); ``whole``:
+        the tiles it leaves whole in a loop of their own, without its tests."""
+        st._causal_tiles(ko, side, self.cfg.block_q, self.cfg.block_kv, whole)
 
     def rows_kernel(self, out) -> None:
         """A small output (the logsumexp, FlashAttention's backward's ``delta``) in a

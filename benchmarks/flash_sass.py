@@ -1,0 +1,111 @@
+"""Static SASS counts of FlashAttention's forward kernel per loop over the key tiles: no
+GPU needed, nvcc and a disassembler (nvdisasm or cuobjdump on PATH; the
+``nvidia-cuda-nvdisasm`` wheel has one).
+
+    python benchmarks/flash_sass.py                      # d64 and d128, causal and not
+    python benchmarks/flash_sass.py --d 64 --causal --arch sm_90a
+
+For each kernel: ptxas's registers and spills, then each loop that holds the HMMAs (a
+causal kernel at head dim 64 has two: the whole tiles and the diagonal ones), its static
+instruction count and those of HMMA, LDSM, LDS, STS, LDG, STG, BAR, SHFL, F2FP, BRA and
+MUFU.EX2, and each loop inside it (the statistics' loop: its instructions run once per
+trip).  The shapes are the issue's (batch 4, 16 heads, 2048 queries and keys, float16)."""
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import sys
+
+import tecomp as tc
+from tecomp.strategy.cuda.attention import schedule_flash_attention
+from tecomp.testing.gpu_resources import parse_ptxas, ptxas_build
+
+KINDS = ("HMMA", "LDSM", "LDS", "STS", "LDG", "STG", "BAR", "SHFL", "F2FP", "BRA", "MUFU.EX2")
+
+
+def source(d: int, causal: bool, arch: str) -> str:
+    q, k, v = (tc.placeholder((4, 16, 2048, d), "float16", name=n) for n in "qkv")
+    out, lse = tc.nn.flash_attention(q, k, v, causal=causal)
+    tgt = f"cuda -arch={arch}"
+    return tc.build(schedule_flash_attention([out, lse], target=tgt), [q, k, v, out, lse],
+                    target=tgt).get_source()
+
+
+def instructions(sass: str) -> list:
+    """``(address, text, branch target or None)`` of each instruction (nvdisasm's labels
+    or cuobjdump's addresses as targets)."""
+    out, labels, pending = [], {}, []
+    for line in sass.splitlines():
+        m = re.match(r"\s*(\.L_x_\d+):", line)
+        if m:
+            pending.append(m.group(1))
+            continue
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+        if not m:
+            continue
+        addr = int(m.group(1), 16)
+        for name in pending:
+            labels[name] = addr
+        pending = []
+        out.append([addr, m.group(2).strip(), None])
+    for ins in out:
+        m = re.search(r"\bBRA\b.*?(?:`\((\.L_x_\d+)\)|0x([0-9a-f]+))", ins[1])
+        if m:
+            ins[2] = labels.get(m.group(1)) if m.group(1) else int(m.group(2), 16)
+    return out
+
+
+def counts(ins, lo: int, hi: int) -> collections.Counter:
+    c = collections.Counter()
+    for addr, text, _ in ins:
+        if lo <= addr <= hi:
+            opcode = re.sub(r"^@!?U?P\w+\s+", "", text).split()[0]
+            for kind in KINDS:
+                if opcode == kind or opcode.startswith(kind + "."):
+                    c[kind] += 1
+            c["all"] += 1
+    return c
+
+
+def report(sass: str) -> list:
+    ins = instructions(sass)
+    loops = [(t, a) for a, _, t in ins if t is not None and t <= a]
+    hmma = [a for a, text, _ in ins if "HMMA" in text]
+    held = [lp for lp in loops if any(lp[0] <= a <= lp[1] for a in hmma)]
+    outer = [lp for lp in held if not any(o != lp and o[0] <= lp[0] and lp[1] <= o[1]
+                                          for o in held)]
+    lines = []
+    for lo, hi in sorted(outer):
+        c = counts(ins, lo, hi)
+        lines.append(f"  key loop {lo:#x}..{hi:#x}: {c['all']} instructions; "
+                     + ", ".join(f"{k} {c[k]}" for k in KINDS))
+        for a, b in sorted(lp for lp in loops if lo < lp[0] and lp[1] < hi):
+            ci = counts(ins, a, b)
+            lines.append(f"    inner loop {a:#x}..{b:#x}: {ci['all']} instructions; "
+                         + ", ".join(f"{k} {ci[k]}" for k in KINDS if ci[k]))
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--d", type=int, action="append", help="head dim (default 64 and 128)")
+    ap.add_argument("--causal", action="store_true", help="causal only (default both)")
+    ap.add_argument("--arch", default="sm_90a")
+    a = ap.parse_args(argv)
+    for d in a.d or (64, 128):
+        for causal in ((True,) if a.causal else (False, True)):
+            report_text, sass = ptxas_build(source(d, causal, a.arch), a.arch, sass=True)
+            use = parse_ptxas(report_text)
+            print(f"d{d}{' causal' if causal else ''} ({a.arch}): "
+                  + "; ".join(f"{k}: {u['registers']} registers, {u['spill_stores']} bytes "
+                              f"spilled" for k, u in use.items()))
+            if sass is None:
+                print("  (no nvdisasm or cuobjdump on PATH: no SASS)")
+                continue
+            print("\n".join(report(sass)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
