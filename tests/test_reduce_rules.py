@@ -206,3 +206,79 @@ def test_column_reduction_over_a_symbolic_axis(op):
         f(x, got, rows)
         want = getattr(np, op)(x, axis=0, keepdims=True)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+HORIZONTAL = [
+    # shape, op, axis, keepdims, dtype: rows of bools and integers, whose last lanes are
+    # reduced across one vector (the `reduce` plan), odd extents and vector tails
+    ((6, 40, 256), "any", -1, False, "bool"),
+    ((6, 40, 256), "all", 2, True, "bool"),
+    ((5, 7, 301), "any", -1, True, "bool"),
+    ((5, 7, 301), "all", -1, False, "bool"),
+    ((9, 300), "max", 1, False, "int32"),
+    ((9, 300), "min", -1, True, "int32"),
+    ((9, 300), "sum", -1, False, "int32"),
+    ((9, 130), "max", -1, False, "uint8"),
+    ((9, 130), "min", -1, False, "uint8"),
+    ((9, 130), "sum", -1, False, "int64"),
+]
+
+
+def _edge_data(shape, dtype, op):
+    """Data whose answer hangs on one element per row, placed in a different lane (and
+    in the tail) row by row: a reduction that dropped or repeated a lane fails."""
+    x = data(shape, dtype, op)
+    rows = x.reshape(-1, shape[-1])
+    n = shape[-1]
+    for r in range(rows.shape[0]):
+        j = (r * 37 + 11) % n if r % 3 else n - 1
+        if dtype == "bool":
+            rows[r] = op == "all"
+            if r % 2:
+                rows[r, j] = op != "all"
+        elif dtype == "uint8":
+            rows[r] = rng.integers(100, 150, n)
+            rows[r, j] = 255 if op == "max" else 1
+        else:
+            rows[r, j] = (1 << 20) if op == "max" else -(1 << 20) if op == "min" else 7
+    return x
+
+
+@pytest.mark.parametrize("shape,op,axis,keepdims,dtype", HORIZONTAL)
+def test_row_reductions_exact_in_any_order_reduce_across_lanes(shape, op, axis, keepdims,
+                                                               dtype):
+    X = tc.placeholder(shape, dtype, name="X")
+    Y = getattr(nn, op)(X, axis=axis, keepdims=keepdims)
+    s, _ = schedule([X, Y])
+    ir = str(tc.lower(s, [X, Y], phase="codegen"))
+    assert re.search(r"vector_plan = reduce \d+ lanes \(" + {"any": "or", "all": "and"}.get(
+        op, {"sum": "add"}.get(op, op)) + r"\)", ir), ir
+    f = tc.build(s, [X, Y])
+    x = _edge_data(shape, dtype, op)
+    got = np.zeros(tuple(int(e.value) for e in Y.shape), Y.dtype)
+    f(x, got)
+    want = getattr(np, op)(x, axis=axis, keepdims=keepdims)
+    np.testing.assert_array_equal(got, want.astype(got.dtype))
+
+
+def test_float_row_sums_keep_their_order():
+    """A float sum's last lanes are added in order (docs/numerics.md): no `reduce` plan."""
+    X = tc.placeholder((9, 300), "float32", name="X")
+    Y = nn.sum(X, axis=-1)
+    s, _ = schedule([X, Y])
+    ir = str(tc.lower(s, [X, Y], phase="codegen"))
+    assert "vector_plan = reduce" not in ir and "vector_plan = widen" in ir, ir
+
+
+def test_reduce_plan_only_for_a_buffer_the_function_allocates():
+    """A reduction written straight into an argument (no rule, no cache_write) stays a
+    serial loop: another argument could alias it."""
+    X = tc.placeholder((8, 64), "bool", name="X")
+    Y = nn.any(X, axis=1)
+    s = tc.create_schedule(Y.op)
+    ir = str(tc.lower(s, [X, Y], phase="codegen"))
+    assert "vector_plan = reduce" not in ir, ir
+    x = rng.random((8, 64)) > 0.99
+    got = np.zeros(8, "bool")
+    tc.build(s, [X, Y])(x, got)
+    np.testing.assert_array_equal(got, x.any(axis=1))
