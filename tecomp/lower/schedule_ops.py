@@ -50,7 +50,7 @@ from ..ir.stmt import (
     Allocate, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt, ParamCheck, SeqStmt,
     TensorIntrinCall, seq,
 )
-from ..schedule.relations import covering_extent as _covering
+from ..schedule.relations import covering_extent as _covering, reduce_in_order
 from ..schedule.schedule import Fuse, Schedule, Split, Stage, prefetch_kind_problem
 from ..ir.extern_sites import Site, register_site
 from ..te.extern import ExternOp
@@ -1364,7 +1364,12 @@ class LowerContext:
                 # a tuple reduction: every element is combined from the old values; unless
                 # each reads only its own (a sum and a sum of squares), they are bound first
                 curs = tuple(BufferLoad(b, store_idx, b.dtype) for b in bufs)
-                new = comb.combine(curs, tuple(srcs))
+                # (the elements in the order of the reduce axes: an argmax's ties need
+                # no index test)
+                ordered = st.lockstep is None and self._tensorized_at(st) is None and \
+                    not any(iv.kind == "reduce" and _thread_tag(st, iv) for iv in leaves) \
+                    and reduce_in_order(op, st.relations, leaves)
+                new = comb.combine(curs, tuple(srcs), in_order=ordered)
                 init = seq(*[BufferStore(b, x, store_idx) for b, x in zip(bufs, comb.identity)])
                 if comb.independent:
                     update = seq(*[BufferStore(b, v, store_idx) for b, v in zip(bufs, new)])

@@ -28,14 +28,18 @@ def row_reduce_at(s: Schedule, red: Tensor, st: Stage, axis, lanes: int):
         return
     F = 4 * L if K is None or K >= 8 * L else L
     _vector_partials_at(s, red, F, st, axis)
-    if F > L and not (_vec.HORIZONTAL_REDUCTIONS and F <= _vec.MAX_WIDEN_LANES and
-                      _reorderable(rs.op)):
+    if F > L and not (F <= _vec.MAX_WIDEN_LANES and reorderable(rs.op)):
         _vector_partials_at(s, red, L, st, axis)
     s[red].compute_at(st, axis)
 
 
-def _reorderable(op) -> bool:
-    """Whether every body of ``op`` is a reduction exact in any order."""
+def reorderable(op) -> bool:
+    """Whether every body of ``op`` is a reduction exact in any order (bool ``any`` and
+    ``all``, integer sums, maxima and minima), which the code generator may reduce
+    across vector lanes; False with ``tecomp.lower.vectorize.HORIZONTAL_REDUCTIONS``
+    off."""
+    if not _vec.HORIZONTAL_REDUCTIONS:
+        return False
     return all(isinstance(b, Reduce) and
                _vec.exact_in_any_order(type(b.combiner.result), b.dtype) is not None
                for b in op.bodies)
