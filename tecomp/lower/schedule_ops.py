@@ -65,6 +65,11 @@ from ..te.tensor_intrin import tensor_intrin
 from ..te.reduce import ZERO_WHERE
 from .hoist_guards import conjuncts
 
+#: whether a tuple reduction whose stage visits its reduce loops in their order combines
+#: with its reducer's ``in_order`` result (an argmax's ties without index compares);
+#: off: the general combine everywhere (benchmarks/reductions.py --new-off)
+IN_ORDER_COMBINE = True
+
 
 def _when_nonempty(extent: Expr) -> Expr:
     """``e`` for an extent ``max(e, 0)``: a loop body runs only where its extent is
@@ -1366,7 +1371,8 @@ class LowerContext:
                 curs = tuple(BufferLoad(b, store_idx, b.dtype) for b in bufs)
                 # (the elements in the order of the reduce axes: an argmax's ties need
                 # no index test)
-                ordered = st.lockstep is None and self._tensorized_at(st) is None and \
+                ordered = IN_ORDER_COMBINE and st.lockstep is None and \
+                    self._tensorized_at(st) is None and \
                     not any(iv.kind == "reduce" and _thread_tag(st, iv) for iv in leaves) \
                     and reduce_in_order(op, st.relations, leaves)
                 new = comb.combine(curs, tuple(srcs), in_order=ordered)
