@@ -16,6 +16,7 @@ an elementwise operator a copy of its input (a tecomp kernel, vectorized and par
 counting its read and its write).  Every result is checked against PyTorch's first.
 
     python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...] [--rules-off]
+        [--new-off]
 """
 from __future__ import annotations
 
@@ -158,6 +159,21 @@ def rules_off(tc, sig, ins):
     return lambda: f(*ins, out)
 
 
+def new_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` built without session 16's paths: no ``reduce``
+    vector plan (``tecomp.lower.vectorize.HORIZONTAL_REDUCTIONS``) and no in-order
+    combine of tuple reductions (``tecomp.lower.schedule_ops.IN_ORDER_COMBINE``)."""
+    from tecomp.lower import schedule_ops, vectorize
+    old = vectorize.HORIZONTAL_REDUCTIONS, schedule_ops.IN_ORDER_COMBINE
+    vectorize.HORIZONTAL_REDUCTIONS = schedule_ops.IN_ORDER_COMBINE = False
+    try:
+        f = tc.build(tc.auto_schedule(sig), sig)
+    finally:
+        vectorize.HORIZONTAL_REDUCTIONS, schedule_ops.IN_ORDER_COMBINE = old
+    out = tc.empty(tuple(int(e.value) for e in sig[-1].shape), sig[-1].dtype)
+    return lambda: f(*ins, out)
+
+
 def _input(np, rng, shape, kind):
     x = rng.standard_normal(shape).astype("float32")
     if kind == "pos":
@@ -178,6 +194,9 @@ def main() -> None:
     ap.add_argument("--rules-off", action="store_true", help="also time each reduction "
                     "scheduled without the column, split and tuple-row rules (their knobs "
                     "off: the schedule before them), in the same turns")
+    ap.add_argument("--new-off", action="store_true", help="also time each reduction "
+                    "built without the reduce vector plan and the in-order combine of "
+                    "tuple reductions (their module flags off), in the same turns")
     args = ap.parse_args()
     pin_threads(args.threads)
     import os
@@ -268,6 +287,8 @@ def main() -> None:
                "stream": ref_fn}
         if args.rules_off and family == "reduce":
             fns["off"] = rules_off(tc, sig, ins)
+        if args.new_off and family == "reduce":
+            fns["new_off"] = new_off(tc, sig, ins)
         t = interleaved_turns(fns, args.rounds)
         gbs = (x.nbytes + out.nbytes) / t["tecomp"] / 1e9
         stream = ref_bytes / t["stream"] / 1e9
@@ -279,7 +300,9 @@ def main() -> None:
               f"ratio {ratio:5.2f}x | {gbs:6.1f} GB/s ({100 * gbs / stream:4.0f}% of "
               f"{'read' if family == 'reduce' else 'copy'} {stream:5.1f}){'' if ok else ' WRONG'}"
               + (f" | rules off {t['off'] * 1e3:7.3f} ms ({t['off'] / t['tecomp']:5.2f}x)"
-                 if "off" in t else ""), flush=True)
+                 if "off" in t else "")
+              + (f" | new paths off {t['new_off'] * 1e3:7.3f} ms "
+                 f"({t['new_off'] / t['tecomp']:5.2f}x)" if "new_off" in t else ""), flush=True)
     bad = [r for r in rows if r[1] < 1.0 or r[2] < 80]
     print(f"load {os.getloadavg()[0]:.2f}; {len(rows) - len(bad)} of {len(rows)} rows at "
           f">= 1.0x PyTorch and >= 80% of the stream")

@@ -12,6 +12,7 @@ import pytest
 
 import tecomp as tc
 from tecomp import nn
+from tecomp.schedule.relations import reduce_in_order
 from tecomp.strategy.cpu import apply_rules, cpu_model
 from tecomp.strategy.rules import Knobs
 
@@ -206,3 +207,180 @@ def test_column_reduction_over_a_symbolic_axis(op):
         f(x, got, rows)
         want = getattr(np, op)(x, axis=0, keepdims=True)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+HORIZONTAL = [
+    # shape, op, axis, keepdims, dtype: rows of bools and integers, whose last lanes are
+    # reduced across one vector (the `reduce` plan), odd extents and vector tails
+    ((6, 40, 256), "any", -1, False, "bool"),
+    ((6, 40, 256), "all", 2, True, "bool"),
+    ((5, 7, 301), "any", -1, True, "bool"),
+    ((5, 7, 301), "all", -1, False, "bool"),
+    ((9, 300), "max", 1, False, "int32"),
+    ((9, 300), "min", -1, True, "int32"),
+    ((9, 300), "sum", -1, False, "int32"),
+    ((9, 130), "max", -1, False, "uint8"),
+    ((9, 130), "min", -1, False, "uint8"),
+    ((9, 130), "sum", -1, False, "int64"),
+    # planes (several axes, the last contiguous): the output accumulates in a local
+    ((4, 6, 40, 64), "all", (2, 3), False, "bool"),
+    ((2, 3, 5, 256), "any", (-2, -1), True, "bool"),
+    ((3, 5, 7, 48), "max", (2, 3), False, "int32"),
+]
+
+
+def _edge_data(shape, dtype, op):
+    """Data whose answer hangs on one element per row, placed in a different lane (and
+    in the tail) row by row: a reduction that dropped or repeated a lane fails."""
+    x = data(shape, dtype, op)
+    rows = x.reshape(-1, shape[-1])
+    n = shape[-1]
+    for r in range(rows.shape[0]):
+        j = (r * 37 + 11) % n if r % 3 else n - 1
+        if dtype == "bool":
+            rows[r] = op == "all"
+            if r % 2:
+                rows[r, j] = op != "all"
+        elif dtype == "uint8":
+            rows[r] = rng.integers(100, 150, n)
+            rows[r, j] = 255 if op == "max" else 1
+        else:
+            rows[r, j] = (1 << 20) if op == "max" else -(1 << 20) if op == "min" else 7
+    return x
+
+
+@pytest.mark.parametrize("shape,op,axis,keepdims,dtype", HORIZONTAL)
+def test_row_reductions_exact_in_any_order_reduce_across_lanes(shape, op, axis, keepdims,
+                                                               dtype):
+    X = tc.placeholder(shape, dtype, name="X")
+    Y = getattr(nn, op)(X, axis=axis, keepdims=keepdims)
+    s, _ = schedule([X, Y])
+    ir = str(tc.lower(s, [X, Y], phase="codegen"))
+    assert re.search(r"vector_plan = reduce \d+ lanes \(" + {"any": "or", "all": "and"}.get(
+        op, {"sum": "add"}.get(op, op)) + r"\)", ir), ir
+    f = tc.build(s, [X, Y])
+    x = _edge_data(shape, dtype, op)
+    got = np.zeros(tuple(int(e.value) for e in Y.shape), Y.dtype)
+    f(x, got)
+    want = getattr(np, op)(x, axis=axis, keepdims=keepdims)
+    np.testing.assert_array_equal(got, want.astype(got.dtype))
+
+
+def test_float_row_sums_keep_their_order():
+    """A float sum's last lanes are added in order (docs/numerics.md): no `reduce` plan."""
+    X = tc.placeholder((9, 300), "float32", name="X")
+    Y = nn.sum(X, axis=-1)
+    s, _ = schedule([X, Y])
+    ir = str(tc.lower(s, [X, Y], phase="codegen"))
+    assert "vector_plan = reduce" not in ir and "vector_plan = widen" in ir, ir
+
+
+def test_reduce_plan_only_for_a_buffer_the_function_allocates():
+    """A reduction written straight into an argument (no rule, no cache_write) stays a
+    serial loop: another argument could alias it."""
+    X = tc.placeholder((8, 64), "bool", name="X")
+    Y = nn.any(X, axis=1)
+    s = tc.create_schedule(Y.op)
+    ir = str(tc.lower(s, [X, Y], phase="codegen"))
+    assert "vector_plan = reduce" not in ir, ir
+    x = rng.random((8, 64)) > 0.99
+    got = np.zeros(8, "bool")
+    tc.build(s, [X, Y])(x, got)
+    np.testing.assert_array_equal(got, x.any(axis=1))
+
+
+#: an argmax's index compared with another (a tie test), not with the identity's -1
+INDEX_TEST = re.compile(r"\.v0(_\d+)?\[[^\]]*\] [<>] ")
+
+
+def _arg_rows(op):
+    """Rows of 300 whose answers hang on NaN, ties and infinities in different lanes."""
+    x = rng.standard_normal((7, 300)).astype("float32")
+    big = np.float32(50 if op == "argmax" else -50)
+    x[0, [17, 150]] = np.nan            # the first NaN wins
+    x[1, [3, 99, 140, 299]] = big       # ties: the first (or the last)
+    x[2, :] = 1.0                       # all equal
+    x[3, :] = -np.inf if op == "argmax" else np.inf   # all the identity's value
+    x[4, 290] = np.inf if op == "argmax" else -np.inf  # in the tail
+    x[5, [64, 65, 128]] = big           # ties in neighbouring lanes and steps
+    x[6, 299] = np.nan                  # a NaN in the last element
+    return x
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("axis,keepdims", [(1, False), (-1, True), ((0, 1), False)])
+def test_argmax_combines_elements_in_order_without_index_tests(op, axis, keepdims):
+    """The stage that reads the elements visits them in order, so an argmax's ties need
+    no index compare there (the ``in_order`` combine); numpy's answers, NaN first, ties,
+    the last index with ``select_last_index``."""
+    x = _arg_rows(op)
+    for last in (False, True):
+        X = tc.placeholder(x.shape, name="X")
+        Y = getattr(nn, op)(X, axis=axis, keepdims=keepdims, select_last_index=last)
+        s, _ = schedule([X, Y])
+        ir = str(tc.lower(s, [X, Y]))
+        data_stage = [ln for ln in ir.splitlines() if "= select(" in ln and "X[" in ln]
+        assert data_stage and not any(INDEX_TEST.search(ln) for ln in data_stage), ir
+        got = np.zeros(tuple(int(e.value) for e in Y.shape), "int32")
+        tc.build(s, [X, Y])(x, got)
+        flat = x.reshape(-1) if isinstance(axis, tuple) else x
+        ax = None if isinstance(axis, tuple) else axis
+        want = getattr(np, op)(flat, axis=ax, keepdims=keepdims)
+        if last:   # numpy has no select_last_index: the reversed rows' first
+            n = flat.shape[-1]
+            want = n - 1 - getattr(np, op)(flat[..., ::-1], axis=ax, keepdims=keepdims)
+            if ax is None:
+                want = flat.size - 1 - getattr(np, op)(flat[::-1])
+        np.testing.assert_array_equal(got, want)
+
+
+def test_argmax_over_reordered_reduce_loops_keeps_the_index_tests():
+    """Reduce loops out of their order (a user's reorder, then rfactor): the elements
+    do not arrive in order, so every stage keeps the general combine; still numpy's
+    first index among ties."""
+    x = _arg_rows("argmax")
+    X = tc.placeholder(x.shape, name="X")
+    Y = nn.argmax(X, axis=(0, 1))
+    s = tc.create_schedule(Y.op)
+    k0, k1 = s[Y].op.reduce_axis
+    s[Y].reorder(k1, k0)
+    ir = str(tc.lower(s, [X, Y]))
+    assert INDEX_TEST.search(ir), ir
+    got = np.zeros((), "int32")
+    tc.build(s, [X, Y])(x, got)
+    assert got == np.argmax(x)
+    s = tc.create_schedule(Y.op)
+    k0, k1 = s[Y].op.reduce_axis
+    k1o, k1i = s[Y].split(k1, factor=16)
+    s[Y].reorder(k1o, k0, k1i)
+    s.rfactor(Y, k1i)
+    ir = str(tc.lower(s, [X, Y]))
+    assert not any("X[" in ln and "= select(" in ln and not INDEX_TEST.search(ln)
+                   for ln in ir.splitlines()), ir
+    got = np.zeros((), "int32")
+    tc.build(s, [X, Y])(x, got)
+    assert got == np.argmax(x)
+
+
+def test_reduce_in_order_follows_splits_fuses_and_reorders():
+    A = tc.placeholder((8, 6, 10), name="A")
+    k1 = tc.reduce_axis((0, 6), name="k1")
+    k2 = tc.reduce_axis((0, 10), name="k2")
+    B = tc.compute((8,), lambda i: tc.sum(A[i, k1, k2], axis=(k1, k2)), name="B")
+
+    def check(edit):
+        s = tc.create_schedule(B.op)
+        edit(s[B], *s[B].op.reduce_axis)
+        st = s[B]
+        return reduce_in_order(st.op, st.relations, st.leaf_iter_vars)
+
+    assert check(lambda st, a, b: None)
+    assert check(lambda st, a, b: st.split(b, factor=3))
+    assert check(lambda st, a, b: st.fuse(a, b))
+    assert check(lambda st, a, b: st.reorder(a, st.op.axis[0], b))   # (data axes between)
+    assert not check(lambda st, a, b: st.reorder(b, a))
+
+    def split_swap(st, a, b):
+        bo, bi = st.split(b, factor=3)
+        st.reorder(a, bi, bo)
+    assert not check(split_swap)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 from ..errors import DTypeError, ExprError, InternalError, ShapeError
 from . import dtype as _dt
@@ -548,6 +548,12 @@ class TupleCommReducer(Node):
     rhs: Tuple[Var, ...]
     result: Tuple[Expr, ...]
     identity: Tuple[Expr, ...]
+    #: the result where every element combined into ``lhs`` comes before every element
+    #: of ``rhs`` in the row-major order of the reduction's axes (an argmax's first
+    #: index among equal values decided without comparing the indices), or None.  The
+    #: lowering uses it for a stage that reads the reduction's own elements and visits
+    #: its reduce axes in that order (:func:`tecomp.schedule.relations.reduce_in_order`)
+    in_order: Optional[Tuple[Expr, ...]] = None
 
     __eq__ = object.__eq__
     __hash__ = object.__hash__
@@ -563,11 +569,13 @@ class TupleCommReducer(Node):
         fv = SERVICES.free_vars
         return all(set(fv(r)) <= {x, y} for r, x, y in zip(self.result, self.lhs, self.rhs))
 
-    def combine(self, a, b) -> tuple:
+    def combine(self, a, b, in_order: bool = False) -> tuple:
         """The combined tuple of the tuples ``a`` and ``b`` (every element computed from
-        the old values: a caller storing them binds them first)."""
+        the old values: a caller storing them binds them first); ``in_order``: with
+        :attr:`in_order` where there is one (``a`` holds elements before ``b``'s)."""
         vmap = {**dict(zip(self.lhs, a)), **dict(zip(self.rhs, b))}
-        return tuple(SERVICES.substitute(r, vmap) for r in self.result)
+        res = self.in_order if in_order and self.in_order is not None else self.result
+        return tuple(SERVICES.substitute(r, vmap) for r in res)
 
 
 @dataclass(frozen=True, slots=True)

@@ -152,9 +152,11 @@ def map_combiner(c, fn):
     if isinstance(c, TupleCommReducer):
         res = tuple(fn(r) for r in c.result)
         ident = tuple(fn(x) for x in c.identity)
-        if all(a is b for a, b in zip(res + ident, c.result + c.identity)):
+        order = tuple(fn(r) for r in c.in_order) if c.in_order is not None else None
+        if all(a is b for a, b in zip(res + ident + (order or ()),
+                                      c.result + c.identity + (c.in_order or ()))):
             return c
-        return TupleCommReducer(c.name, c.lhs, c.rhs, res, ident)
+        return TupleCommReducer(c.name, c.lhs, c.rhs, res, ident, order)
     res, ident = fn(c.result), fn(c.identity)
     if res is c.result and ident is c.identity:
         return c

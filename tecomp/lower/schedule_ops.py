@@ -50,7 +50,7 @@ from ..ir.stmt import (
     Allocate, AttrStmt, BufferStore, Evaluate, ExternCall, For, IfThenElse, LetStmt, ParamCheck, SeqStmt,
     TensorIntrinCall, seq,
 )
-from ..schedule.relations import covering_extent as _covering
+from ..schedule.relations import covering_extent as _covering, reduce_in_order
 from ..schedule.schedule import Fuse, Schedule, Split, Stage, prefetch_kind_problem
 from ..ir.extern_sites import Site, register_site
 from ..te.extern import ExternOp
@@ -64,6 +64,11 @@ from .tensorize import tensorize_call
 from ..te.tensor_intrin import tensor_intrin
 from ..te.reduce import ZERO_WHERE
 from .hoist_guards import conjuncts
+
+#: whether a tuple reduction whose stage visits its reduce loops in their order combines
+#: with its reducer's ``in_order`` result (an argmax's ties without index compares);
+#: off: the general combine everywhere (benchmarks/reductions.py --new-off)
+IN_ORDER_COMBINE = True
 
 
 def _when_nonempty(extent: Expr) -> Expr:
@@ -1369,7 +1374,14 @@ class LowerContext:
                 bound = [(Var(f"{b.name}.x", x.dtype), x) if st.lockstep is not None
                          and not isinstance(x, (Const, Var)) else (None, x)
                          for b, x in zip(bufs, srcs)]
-                new = comb.combine(curs, tuple(x if v is None else v for v, x in bound))
+                # (the elements in the order of the reduce axes: an argmax's ties need
+                # no index test)
+                ordered = IN_ORDER_COMBINE and st.lockstep is None and \
+                    self._tensorized_at(st) is None and \
+                    not any(iv.kind == "reduce" and _thread_tag(st, iv) for iv in leaves) \
+                    and reduce_in_order(op, st.relations, leaves)
+                new = comb.combine(curs, tuple(x if v is None else v for v, x in bound),
+                                   in_order=ordered)
                 init = seq(*[BufferStore(b, x, store_idx) for b, x in zip(bufs, comb.identity)])
                 if comb.independent:
                     update = seq(*[BufferStore(b, v, store_idx) for b, v in zip(bufs, new)])

@@ -21,7 +21,14 @@ how the code generator emits it; the code generator only follows the plan:
   lanes, then the remainder (one scalar iteration, or one shorter vector);
 * ``masked``: a symbolic extent is a loop over chunks of ``lanes`` lanes and one
   masked chunk for the tail;
-* ``empty`` (no iteration) and ``scalar`` (one).
+* ``empty`` (no iteration) and ``scalar`` (one);
+* ``reduce``: a *serial* loop of a constant ``L <= MAX_REDUCE_LANES`` iterations whose
+  body is one update ``acc[I] = acc[I] op e(k)`` of a buffer the function allocates,
+  at a lane-invariant address, where ``op`` gives the same result in any order (``||``
+  and ``&&`` of bools; ``+``, ``max``, ``min`` of integers): ``e`` over the ``L`` lanes
+  as one vector, reduced across its lanes (``llvm.vector.reduce.*``), then combined with
+  ``acc`` once (:func:`horizontal_reduction`; the last lanes of a row reduction of bools
+  or integers).  A float sum keeps its order (docs/numerics.md): it is not planned.
 
 The chunk width is the target's preferred vector width over the widest element the
 body touches (:func:`chunk_lanes`).  The plan depends only on the loop and the target:
@@ -31,11 +38,11 @@ generator knows it is inside one).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from ..errors import LowerError
 from ..ir import dtype as _dt
-from ..ir.expr import Buffer, Const
+from ..ir.expr import And, Add, Buffer, BufferLoad, Const, Max, Min, Or, same_as
 from ..ir.functor import Mutator, Visitor, free_vars
 from ..ir.printer import to_str
 from ..ir.stmt import (
@@ -45,6 +52,11 @@ from ..target import as_target
 
 #: a vectorized loop with a constant extent up to this many lanes becomes one vector
 MAX_WIDEN_LANES = 64
+
+#: a serial reduction loop of up to this many steps runs as one vector reduced across
+#: its lanes (the ``reduce`` plan; the 256 partial results of four vectors of packed
+#: bytes: a plane reduction of bools)
+MAX_REDUCE_LANES = 256
 
 #: the vector width LLVM prefers on x86, AVX2 and most AVX-512 parts alike (256 bits:
 #: it splits wider vectors itself where the CPU has 512-bit registers)
@@ -58,10 +70,11 @@ class VectorPlan:
     """How one vectorized loop is emitted (see the module doc)."""
 
     how: str                 # serial | widen | pieces | chunks | masked | empty | scalar
+    #                          | reduce
     lanes: int = 0           # widen: L; pieces/chunks/masked: the chunk width
     chunks: int = 0          # pieces/chunks: how many whole chunks
     rem: int = 0             # pieces/chunks: the iterations left after them
-    reason: str = ""         # serial: why it cannot be widened
+    reason: str = ""         # serial: why it cannot be widened; reduce: the operator
 
     def note(self, name: str) -> Optional[str]:
         """The line ``Module.vectorize_notes`` shows for the loop over ``name``."""
@@ -77,6 +90,9 @@ class VectorPlan:
         if h == "chunks":
             return (f"vectorized loop over `{name}`: {self.chunks} chunks of {self.lanes} lanes"
                     + (f" + {self.rem}" if self.rem else ""))
+        if h == "reduce":
+            return (f"serial loop over `{name}`: one vector of {self.lanes} lanes reduced "
+                    f"across them ({self.reason})")
         if h == "masked":
             return (f"vectorized loop over `{name}`: chunks of {self.lanes} lanes + a masked "
                     f"tail (symbolic extent)")
@@ -92,6 +108,8 @@ class VectorPlan:
             return f"{h} {self.chunks} x {self.lanes} lanes + {self.rem}"
         if h == "masked":
             return f"chunks of {self.lanes} lanes + masked tail"
+        if h == "reduce":
+            return f"reduce {self.lanes} lanes ({self.reason})"
         return h
 
 
@@ -215,6 +233,72 @@ def plan_vector_loop(loop: For, masks: bool) -> VectorPlan:
     return VectorPlan("pieces" if L <= MAX_WIDEN_LANES else "chunks", W, nchunks, rem)
 
 
+#: whether serial reduction loops are planned ``reduce`` (:func:`horizontal_reduction`;
+#: off: they run as serial loops, as before the plan existed)
+HORIZONTAL_REDUCTIONS = True
+
+#: the operators a serial reduction loop may run across vector lanes, by dtype kind:
+#: exact in any order (integer sums wrap)
+_HORIZONTAL = {Or: ("or", "bool"), And: ("and", "bool"), Add: ("add", "int"),
+               Max: ("max", "int"), Min: ("min", "int")}
+
+
+def exact_in_any_order(op_type, dtype: str) -> Optional[str]:
+    """The name of operator ``op_type`` (an IR node class) over ``dtype`` where its result
+    does not depend on the order of the operands (:data:`_HORIZONTAL`), else None."""
+    spec = _HORIZONTAL.get(op_type)
+    if spec is None:
+        return None
+    name, kind = spec
+    ok = _dt.is_bool(dtype) if kind == "bool" else _dt.is_int(dtype)
+    return name if ok else None
+
+
+def _reads(e, buf: Buffer) -> bool:
+    found = []
+
+    class _V(Visitor):
+        def visit_BufferLoad(self, x):
+            if x.buffer is buf:
+                found.append(x)
+            self.generic_visit(x)
+
+    _V().visit(e)
+    return bool(found)
+
+
+def horizontal_reduction(loop: For, allocated) -> Optional[Tuple[str, BufferLoad, object]]:
+    """``(operator, acc load, e)`` when the serial ``loop`` is a reduction
+    ``acc[I] = acc[I] op e(k)`` (or ``e(k) op acc[I]``) that can run as one vector of its
+    iterations reduced across the lanes: a constant extent of 2 to MAX_REDUCE_LANES, ``I``
+    lane-invariant, ``acc`` a buffer in ``allocated`` (the function's own: no argument
+    can alias it) that ``e`` does not read, ``op`` exact in any order
+    (:data:`_HORIZONTAL`); else None."""
+    if loop.kind != "serial" or not isinstance(loop.extent, Const) or \
+            not 2 <= int(loop.extent.value) <= MAX_REDUCE_LANES:
+        return None
+    st = loop.body
+    if type(st) is not BufferStore or st.buffer not in allocated:
+        return None
+    op = exact_in_any_order(type(st.value), st.value.dtype)
+    if op is None:
+        return None
+    k = loop.var
+    if any(k in free_vars(i) for i in st.indices):
+        return None
+
+    def is_acc(x):
+        return type(x) is BufferLoad and x.buffer is st.buffer and \
+            len(x.indices) == len(st.indices) and \
+            all(same_as(a, b) for a, b in zip(x.indices, st.indices))
+
+    a, b = st.value.a, st.value.b
+    acc, e = (a, b) if is_acc(a) else (b, a) if is_acc(b) else (None, None)
+    if acc is None or k not in free_vars(e) or _reads(e, st.buffer):
+        return None
+    return op, acc, e
+
+
 class LoopPlanner(Mutator):
     """Wraps every loop of kind ``kind`` in ``AttrStmt(key, plan(loop), loop)`` (the
     codegen-phase plan passes); a loop planned already is kept, and a hand-written
@@ -248,16 +332,26 @@ class LoopPlanner(Mutator):
 class _Plan(LoopPlanner):
     key, kind, plan_type = KEY, "vectorized", VectorPlan
 
-    def __init__(self, masks: bool):
+    def __init__(self, masks: bool, allocated):
         self.masks = masks
+        self.allocated = allocated
 
     def plan(self, loop: For) -> VectorPlan:
         return plan_vector_loop(loop, self.masks)
+
+    def visit_For(self, s):
+        out = super().visit_For(s)
+        if s.kind == "serial" and out is s and HORIZONTAL_REDUCTIONS:
+            h = horizontal_reduction(s, self.allocated)
+            if h is not None:
+                return AttrStmt(self.key, VectorPlan("reduce", int(s.extent.value),
+                                                     reason=h[0]), s)
+        return out
 
 
 def vector_plan_pass(func: PrimFunc) -> PrimFunc:
     """Give every vectorized loop its :class:`VectorPlan` for ``func.attrs["target"]``."""
     masks = as_target(func.attrs.get("target", "llvm")).has_feature("avx512f")
-    body = _Plan(masks).visit(func.body)
+    body = _Plan(masks, buffer_uses(func.body).allocated).visit(func.body)
     return func if body is func.body else func.with_body(body)
 

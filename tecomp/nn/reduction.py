@@ -20,6 +20,7 @@ from .. import te as _te
 from ..errors import DTypeError
 from ..ir import dtype as _dt
 from ..ir.expr import Const
+from ..te.reduce import Reducer
 from ..te.tensor import Tensor
 from ._check import Args
 from ._common import _acc, _rounded
@@ -194,26 +195,42 @@ def _arg(op: str, x: Tensor, axis: Axis, keepdims: bool, dtype: str, select_last
     big = op == "argmax"
     floats = _dt.is_float(x.dtype)
 
-    def better(p, q):
+    def better(p, q, first=None):
         """Whether ``p = (index, value)`` is kept over ``q``: the extreme value, the first
-        (or last) index among equal ones, and a NaN over any number (numpy's first NaN)."""
+        (or last) index among equal ones, and a NaN over any number (numpy's first NaN).
+        ``first``: whether ``p``'s index is the one to keep among equal values, when
+        known (``p`` holds elements before ``q``'s: True for the first index)."""
         (pi, pv), (qi, qv) = p, q
-        first = pi > qi if select_last_index else pi < qi
-        beats = (pv > qv) if big else (pv < qv)
-        wins = beats | ((pv == qv) & first)
-        if floats:
-            wins = wins | ((pv != pv) & ((qv == qv) | first))
+        if first is None:
+            first = pi > qi if select_last_index else pi < qi
+            beats = (pv > qv) if big else (pv < qv)
+            wins = beats | ((pv == qv) & first)
+            if floats:
+                wins = wins | ((pv != pv) & ((qv == qv) | first))
+        elif first:   # (an ordered compare: a NaN is neither)
+            wins = (pv >= qv) if big else (pv <= qv)
+            if floats:
+                wins = wins | (pv != pv)
+        else:
+            wins = (pv > qv) if big else (pv < qv)
+            if floats:
+                wins = wins | ((pv != pv) & (qv == qv))
         # the identity (index -1) loses to every element, whatever its value
         return (qi < 0) | ((pi >= 0) & wins)
 
-    def combine(p, q):
-        c = better(p, q)
+    def pick(c, p, q):
         return (_te.if_then_else(c, p[0], q[0]), _te.if_then_else(c, p[1], q[1]))
+
+    def combine(p, q):
+        return pick(better(p, q), p, q)
+
+    def combine_in_order(p, q):   # (p's elements come before q's)
+        return pick(better(p, q, first=not select_last_index), p, q)
 
     def identity(ti, tv):
         return (Const(-1, ti), _te.min_value(tv) if big else _te.max_value(tv))
 
-    reducer = _te.comm_reducer(combine, identity, name=op)
+    reducer = Reducer(op, combine, identity, fcombine_in_order=combine_in_order)
     # the flat (row-major) position over the reduced axes
     strides, flat = [], None
     for k in reversed(rks):

@@ -33,6 +33,29 @@ class Fuse:
     fused: IterVar
 
 
+def reduce_in_order(op, relations, leaves) -> bool:
+    """Whether a stage of ``op`` with ``relations`` and loop order ``leaves`` visits the
+    points of its reduction in the row-major order of ``op``'s reduce axes: its reduce
+    loops, outermost first, are those axes split (outer part first) and fused (adjacent,
+    outer first) where they stand, not reordered."""
+    order = list(op.reduce_axis)
+    for rel in relations:
+        if isinstance(rel, Split):
+            if rel.parent in order:
+                i = order.index(rel.parent)
+                order[i:i + 1] = [rel.outer, rel.inner]
+        elif isinstance(rel, Fuse):
+            if rel.outer in order:
+                i = order.index(rel.outer)
+                if i + 1 >= len(order) or order[i + 1] is not rel.inner:
+                    return False
+                order[i:i + 2] = [rel.fused]
+        else:
+            return False
+    mine = set(order)
+    return [x for x in leaves if x in mine] == order
+
+
 def _derived(name: str, kind: str, dtype: str = "int32") -> IterVar:
     return IterVar(Var(name, dtype), None, kind)
 

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from ..errors import ScheduleError
 from ..ir import op as _op
-from ..ir.expr import LT, And, Const, IterVar, ProducerLoad, Range, Reduce, Select, Var
+from ..ir.expr import (
+    LT, And, Const, IterVar, ProducerLoad, Range, Reduce, Select, TupleCommReducer, Var,
+)
 from ..ir.functor import collect, map_combiner, substitute
 from ..ir.op import if_then_else
 from ..te.reduce import ZERO_WHERE
 from ..te.tensor import ComputeOp, Tensor
-from .relations import Fuse, Split, _with_body, covering_extent
+from .relations import Fuse, Split, _with_body, covering_extent, reduce_in_order
 
 
 def rfactor(sch, tensor, axis, factor_axis: int = 0):
@@ -120,6 +122,10 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     srcs = [substitute(b.source, vmap) for b in bodies]
     # (a user reducer's combiner and identity may read the output indices too)
     comb = map_combiner(body.combiner, lambda e: substitute(e, vmap))
+    # C.rf visits each of its outputs' points in the original order only where C's
+    # reduce loops ran in it; C then combines partials, which interleave
+    in_order = reduce_in_order(op, st.relations, st.leaf_iter_vars)
+    comb = _without_in_order(comb) if not in_order else comb
     idents = comb.identity if len(bodies) > 1 else (comb.identity,)
     rf_axes = list(out_axis)
     rf_axes.insert(factor_axis, rf_axis_iv)
@@ -141,7 +147,8 @@ def rfactor(sch, tensor, axis, factor_axis: int = 0):
     k2 = _axis(iv, ext[iv], "reduce")
     idx = [a.var for a in op.axis]
     idx.insert(factor_axis, k2.var)
-    new_bodies = tuple(Reduce(b.combiner, ProducerLoad(t, tuple(idx), t.dtype), (k2,),
+    new_bodies = tuple(Reduce(_without_in_order(b.combiner),
+                              ProducerLoad(t, tuple(idx), t.dtype), (k2,),
                               Const(True, "bool"), b.dtype, b.value_index)
                        for b, t in zip(bodies, rf_op._outs))
     sch._replace_op(st, _with_body(op, new_bodies if len(bodies) > 1 else new_bodies[0]))
@@ -183,3 +190,10 @@ def _axis(like: IterVar, extent, kind: str) -> IterVar:
     ``[0, extent)``."""
     dt = like.var.dtype
     return IterVar(Var(like.name, dt), Range(Const(0, dt), _op.widen(extent, dt)), kind)
+
+
+def _without_in_order(comb):
+    """``comb`` without its :attr:`~tecomp.ir.expr.TupleCommReducer.in_order` result."""
+    if isinstance(comb, TupleCommReducer) and comb.in_order is not None:
+        return TupleCommReducer(comb.name, comb.lhs, comb.rhs, comb.result, comb.identity)
+    return comb

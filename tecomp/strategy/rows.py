@@ -1,7 +1,8 @@
 """A scheduling idiom the tecomp.nn templates and the auto-scheduler's rules share."""
 from __future__ import annotations
 
-from ..ir.expr import Const
+from ..ir.expr import Const, Reduce
+from ..lower import vectorize as _vec
 from ..schedule.schedule import Schedule, Stage
 from ..te.tensor import PlaceholderOp, Tensor
 
@@ -14,7 +15,10 @@ def row_reduce_at(s: Schedule, red: Tensor, st: Stage, axis, lanes: int):
     """Compute the last-axis reduction ``red`` at ``st``'s loop ``axis`` with the
     reduction vectorized: ``rfactor`` into ``4 x lanes`` partial results (four vector
     accumulators, so four independent add/max chains), those folded into one vector
-    (a second ``rfactor``), then the lanes reduced in order."""
+    (a second ``rfactor``), then the lanes reduced in order.  A reduction whose result
+    does not depend on the order (bool ``any``/``all``, integer sums) skips the fold: its
+    ``4 x lanes`` partials are reduced across the lanes of one vector by the code
+    generator (``tecomp.lower.vectorize.horizontal_reduction``)."""
     rs = s[red]
     k = rs.op.reduce_axis[0]
     L = lanes
@@ -24,9 +28,21 @@ def row_reduce_at(s: Schedule, red: Tensor, st: Stage, axis, lanes: int):
         return
     F = 4 * L if K is None or K >= 8 * L else L
     _vector_partials_at(s, red, F, st, axis)
-    if F > L:
+    if F > L and not (F <= _vec.MAX_WIDEN_LANES and reorderable(rs.op)):
         _vector_partials_at(s, red, L, st, axis)
     s[red].compute_at(st, axis)
+
+
+def reorderable(op) -> bool:
+    """Whether every body of ``op`` is a reduction exact in any order (bool ``any`` and
+    ``all``, integer sums, maxima and minima), which the code generator may reduce
+    across vector lanes; False with ``tecomp.lower.vectorize.HORIZONTAL_REDUCTIONS``
+    off."""
+    if not _vec.HORIZONTAL_REDUCTIONS:
+        return False
+    return all(isinstance(b, Reduce) and
+               _vec.exact_in_any_order(type(b.combiner.result), b.dtype) is not None
+               for b in op.bodies)
 
 
 def _vector_partials_at(s: Schedule, red: Tensor, factor: int, st: Stage, axis) -> None:

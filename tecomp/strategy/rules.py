@@ -44,7 +44,9 @@ in spirit):
    An argmax's index and value pairs the same way, in vector lanes
    (:meth:`_Rules.tuple_row_reduction`).  A plane or column reduction of bool or
    8-bit values takes 64 lanes of a 512-bit vector (packed bytes), of 16-bit ones 32
-   (a row keeps float32's 16: its lanes are then reduced one at a time).
+   (a row keeps ``4 x`` float32's 16 partial results, one vector of packed bytes, which
+   the code generator reduces across its lanes: ``any``, ``all`` and integer rows are
+   exact in any order, :func:`tecomp.lower.vectorize.horizontal_reduction`).
    **Column reductions** (before rule 3: the reduction runs across rows, over a first or
    middle axis, and no value is read twice: a sum over an NCHW tensor's channels or
    batch, a matrix's column sums): tiles of whole output rows (a share of L2), the tiles
@@ -80,7 +82,7 @@ from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .blocks import BlockRules
 from ._common import _cheap, _cint, _elems, _is_injective, _is_view, _loads, _stride_along, _tags
-from .rows import prefetch_next_row, row_reduce_at
+from .rows import prefetch_next_row, reorderable as _vec_reorderable, row_reduce_at
 from .tensorize import tensorize_reduction
 
 
@@ -799,9 +801,8 @@ class _Rules(BlockRules):
         """The lanes of a vector of reduction ``op``'s values in a plane or column
         reduction: packed bytes for bool and 8-bit values (64 to a 512-bit vector, not
         the 16 of float32), 16-bit ones two to a float32 lane; the float32 lanes for
-        wider ones.  (A row reduction keeps float32's lanes: it reduces its lanes one at
-        a time at the end of each row, 64 of them took 2.3x the time of 16 on rows of
-        256 bools.)"""
+        wider ones.  (A row reduction keeps ``4 x`` float32's lanes of partial results:
+        :func:`tecomp.strategy.rows.row_reduce_at`.)"""
         size = max(_dt.nbytes(op.output(k).dtype) for k in range(len(op.bodies)))
         return self.L * 4 // size if size < 4 else self.L
 
@@ -909,8 +910,15 @@ class _Rules(BlockRules):
         # ors over the same 128x256 planes of bools, one thread, Zen 5)
         L = self._lanes_of(op)
         chains = 4 if L > self.L and e % (4 * L) == 0 else 1
-        _, ri = st.split(r, factor=L * chains)
-        rf = s[s.rfactor(op.output(0), ri, factor_axis=len(op.axis))]
+        # an output exact in any order (bools, integers) accumulates in a local, whose
+        # last partial results the code generator reduces across the lanes of one vector
+        # (an argument may alias another: it is updated one partial result at a time)
+        red, cache = op.output(0), None
+        if st.is_output and len(op.bodies) == 1 and _vec_reorderable(op):
+            cache = red = s.cache_write(op.output(0), "local")
+            r = s[cache].op.reduce_axis[-1]
+        _, ri = s[red].split(r, factor=L * chains)
+        rf = s[s.rfactor(red, ri, factor_axis=len(op.axis))]
         lanes = rf.op.axis[-1]
         rf.reorder(*(list(rf.op.axis[:-1]) + list(rf.op.reduce_axis) + [lanes]))
         if chains > 1:
@@ -923,6 +931,9 @@ class _Rules(BlockRules):
             st.parallel(row)
         rf.compute_at(st, row)
         self.done.add(id(rf.op))
+        if cache is not None:
+            s[cache].compute_at(st, row)
+            self.done.add(id(s[cache].op))
         return True
 
     def row_reduction_root(self, st: Stage):

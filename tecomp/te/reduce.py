@@ -56,14 +56,20 @@ class Reducer:
         Refuse tuples (only :func:`comm_reducer`'s reducers reduce tuples).
     doc : str, optional
         The docstring of this reducer.
+    fcombine_in_order : callable, optional
+        A tuple reducer's ``fcombine(x, y)`` where every element combined into ``x``
+        comes before every element of ``y`` in the row-major order of the reduce axes
+        (:attr:`tecomp.ir.expr.TupleCommReducer.in_order`).
     """
 
     def __init__(self, name: str, fcombine: Callable[..., Any], fidentity: Callable[..., Any],
                  elementwise: Optional[Callable[..., Any]] = None, scalar_only: bool = False,
-                 doc: Optional[str] = None):
+                 doc: Optional[str] = None,
+                 fcombine_in_order: Optional[Callable[..., Any]] = None):
         if doc is not None:
             self.__doc__ = doc
         self.name = name
+        self.fcombine_in_order = fcombine_in_order
         self.fcombine = fcombine
         self.fidentity = fidentity
         self.elementwise = elementwise
@@ -102,7 +108,13 @@ class Reducer:
                         f"reducer {self.name}: element {i} of fcombine's result is {r.dtype} "
                         f"but value {i} is {t}; combine each element into its own dtype "
                         f"(tc.cast it)")
-            c = TupleCommReducer(self.name, lhs, rhs, res, ident)
+            order = None
+            if self.fcombine_in_order is not None:
+                order = tuple(as_expr(r) for r in self.fcombine_in_order(lhs, rhs))
+                if len(order) != n or any(r.dtype != t for r, t in zip(order, dtypes)):
+                    raise ExprError(f"reducer {self.name}: fcombine_in_order must return a "
+                                    f"tuple of {n} values of dtypes {dtypes}")
+            c = TupleCommReducer(self.name, lhs, rhs, res, ident, order)
             self._cache[dtypes] = c
         return c
 

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 import llvmlite.ir as ir
 
 from ...errors import BuildError, InternalError
+from ...ir import dtype as _dt
 from ...ir.arith import Analyzer
 from ...ir.expr import Const, Expr
 from ...ir.stmt import AssertStmt, For, IfThenElse
@@ -206,6 +207,10 @@ class _ControlEmitter:
                 f"loops: build with target='cuda' or remove the bind")
         if kind not in ("serial", "parallel", "vectorized", "unrolled"):
             raise BuildError(f"unknown loop kind {kind!r} for the loop over `{s.var.name}`")
+        if kind == "serial" and self.lanes == 1 and isinstance(plan, _vec.VectorPlan) and \
+                plan.how == "reduce":
+            self.horizontal(s, plan)
+            return
         if self.lanes > 1:
             # inside a widened body: a loop with lane-invariant bounds
             if kind == "unrolled" and isinstance(s.extent, Const):
@@ -311,6 +316,44 @@ class _ControlEmitter:
                                lambda: self.stmt(s.body))
         elif rem:
             self.widened(s, self.iadd(lo, ir.Constant(_I64, nchunks * W)), rem, None)
+
+    def horizontal(self, s: For, plan):
+        """A serial reduction loop ``acc[I] = acc[I] op e(k)`` planned ``reduce``
+        (:func:`tecomp.lower.vectorize.horizontal_reduction`): ``e`` over the loop's
+        iterations as one vector, reduced across its lanes, then combined with ``acc``."""
+        found = _vec.horizontal_reduction(s, {s.body.buffer})
+        if found is None:
+            raise InternalError(f"the serial loop over `{s.var.name}` is planned as a "
+                                f"horizontal reduction but is not one")
+        op, acc_load, e = found
+        self.mb.notes.append(plan.note(s.var.name))
+        b = self.b
+        lo = self.scalar_index(s.min)
+        got = []
+        old = (self.lanes, self.mask)
+        self.lanes, self.mask = plan.lanes, None
+        try:
+            self.with_loop_var(s.var, Val(lo, 1), lambda: got.append(self.vec(self.expr(e))))
+        finally:
+            self.lanes, self.mask = old
+        v = got[0]
+        ety = v.type.element
+        signed = not _dt.is_uint(e.dtype)
+        name = {"or": "or", "and": "and", "add": "add",
+                "max": "smax" if signed else "umax", "min": "smin" if signed else "umin"}[op]
+        fn = self.mb.intrinsic(f"llvm.vector.reduce.{name}", ety, [v.type], [v.type])
+        r = b.call(fn, [v])
+        acc = self.expr(acc_load).s
+        if op == "or":
+            out = b.or_(acc, r)
+        elif op == "and":
+            out = b.and_(acc, r)
+        elif op == "add":
+            out = b.add(acc, r)
+        else:
+            cmp = b.icmp_signed if signed else b.icmp_unsigned
+            out = b.select(cmp(">" if op == "max" else "<", acc, r), acc, r)
+        self.store(s.body, Val(out))
 
     def _masked_chunks(self, s: For, lo, plan):
         """A symbolic extent: chunks of W lanes, then one masked chunk for the tail."""
