@@ -140,13 +140,14 @@ def with_l2(monkeypatch, nbytes):
 
 
 def with_fma_model(monkeypatch, half_width: bool, gather_cost: float,
-                   transpose_cost: float = None, l3_bytes: int = 32 << 20):
+                   transpose_cost: float = None, l3_bytes: int = 32 << 20,
+                   l1_bytes: int = None):
     """Have the CPU schedules see FMA units of half the register's width (AMD Zen 4) or
     of its whole width, a strided gather of ``gather_cost`` FMAs per element, a copy in
     register transposes of ``transpose_cost`` (default: half the gather's) and a
-    last-level cache of ``l3_bytes`` (through pytest's ``monkeypatch``): whether an NCHW
-    convolution takes channel vectors depends on them, so a test pins them instead of
-    the host's."""
+    last-level cache of ``l3_bytes`` and, given, an L1 of ``l1_bytes`` (through pytest's
+    ``monkeypatch``): whether an NCHW convolution takes channel vectors, and its blocks,
+    depend on them, so a test pins them instead of the host's."""
     import dataclasses
 
     from tecomp.target import Target
@@ -158,7 +159,8 @@ def with_fma_model(monkeypatch, half_width: bool, gather_cost: float,
         m = real(self)
         return dataclasses.replace(
             m, l3_bytes=l3_bytes, gather_cost=gather_cost, transpose_cost=tcost,
-            fma_lanes=m.lanes // 2 if half_width and m.lanes == 16 else m.lanes)
+            fma_lanes=m.lanes // 2 if half_width and m.lanes == 16 else m.lanes,
+            l1_bytes=m.l1_bytes if l1_bytes is None else l1_bytes)
 
     monkeypatch.setattr(Target, "machine", property(machine))
 

@@ -1206,7 +1206,7 @@ def _pool_sum_ref(x, k, stride, pad):
 @pytest.mark.parametrize("name,define,schedule,ref", HALF_TEMPLATES,
                          ids=[c[0] for c in HALF_TEMPLATES])
 def test_templates_schedule_half_precision_definitions(name, define, schedule, ref, dtype,
-                                                       lanes):
+                                                       lanes, monkeypatch):
     """The float16/bfloat16 definitions (float32 sums under a rounding epilogue) get the
     template's own loop nest -- the one it gives the float32 operator with an
     elementwise epilogue -- and the float32-accurate result (by default, float16's with
@@ -1215,6 +1215,12 @@ def test_templates_schedule_half_precision_definitions(name, define, schedule, r
         half = pytest.importorskip("ml_dtypes").bfloat16
     else:
         half = np.float16
+    # (whether an NCHW convolution takes channel vectors depends on the gather's cost,
+    # and near the line also on the input's bytes: pinned to a model with full-width
+    # FMAs and cheap gathers, not the host's; with Zen 4's gathers, 4.0, the float16
+    # definition takes rows while float32's takes channel vectors)
+    with_fma_model(monkeypatch, False, gather_cost=2.1, transpose_cost=0.66,
+                   l1_bytes=48 << 10)
     out, ins = define(dtype)
     s = schedule(out)
     out32, _ = define("float32")
