@@ -128,6 +128,8 @@ def test_statements_and_expressions_the_schedules_rarely_make():
     body = seq(
         Prefetch(A, (i, Const(0)), False),
         Prefetch(A, (i, Const(1)), True),
+        Prefetch(A, (i, Const(2)), False, 2),
+        Prefetch(A, (i, Const(3)), True, 3),
         BufferStore(T, Const(0.5, "float32"), (Const(1), Const(2))),
         LetStmt(y, Cast(i, "int64"), BufferStore(
             B, Cast(Sub(Const(0, "float32"), val, "float32"), "float16"),

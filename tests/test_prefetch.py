@@ -10,6 +10,7 @@ import tecomp as tc
 from tecomp.codegen.llvm import jit as llvm_jit
 from tecomp.ir import Buffer, Const, Prefetch, Var, interp, to_str
 from tecomp.ir.simplify import simplify
+from tecomp.schedule.trace import replay
 from tecomp.testing import check_passes
 from helpers import matmul, matmul_data, run, softmax, softmax_ref
 
@@ -254,6 +255,32 @@ def test_cuda_source_has_a_comment_only():
     np.testing.assert_allclose(c, a.astype("float64") @ b, rtol=1e-5)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prefetch_into_l2_and_l3(backend):
+    """``level=2`` / ``level=3``: printed as ``prefetch (L2)`` / ``(write, L3)``, kept
+    by a replayed trace, LLVM's locality 2 / 1 (x86 ``prefetcht1`` / ``t2``); the
+    results unchanged."""
+    A = tc.placeholder((64, 48), name="A")
+    B = tc.compute((64, 48), lambda i, j: A[i, j] * 2.0, name="B")
+    s = tc.create_schedule(B.op)
+    io, ii = s[B].split(B.op.axis[0], factor=4)
+    s[B].prefetch(A, io, 2, level=2)
+    s[B].prefetch(B, io, 1, level=3)
+    want = ["prefetch (L2) A[min(i.outer + 2, 15)*4 + A.pf0, min(A.pf1*16, 47)]",
+            "prefetch (write, L3) B[min(i.outer + 1, 15)*4 + B.pf0, min(B.pf1*16, 47)]"]
+    for sch in (s, replay(s.trace.to_json(), [B])):
+        lines = _prefetch_lines(tc.lower(sch, [A, B]))
+        assert [x for x in lines if x.startswith("prefetch")] == want
+    a = np.random.default_rng(5).random((64, 48), dtype="float64").astype("float32")
+    b = np.full_like(a, np.nan)
+    run(s, [A, B], [a, b], backend)
+    np.testing.assert_array_equal(b, a * np.float32(2))
+    if backend == "llvm":
+        ll = tc.build(s, [A, B]).get_source("llvm-unopt")
+        assert re.search(r'@"?llvm\.prefetch\.p0"?\(ptr %[^,]+, i32 0, i32 2, i32 1\)', ll)
+        assert re.search(r'@"?llvm\.prefetch\.p0"?\(ptr %[^,]+, i32 1, i32 1, i32 1\)', ll)
+
+
 def test_prefetch_node_print_simplify_interp():
     """The IR node on its own: printed, simplified, a no-op in the interpreter that still
     checks its element is inside the buffer."""
@@ -263,6 +290,7 @@ def test_prefetch_node_print_simplify_interp():
     assert to_str(p) == "prefetch (write) X[i + 1 - 1, i*0 + 6]"
     assert to_str(simplify(p)) == "prefetch (write) X[i, 6]"
     assert to_str(Prefetch(X, (i, i))) == "prefetch X[i, i]"
+    assert to_str(Prefetch(X, (i, i), level=2)) == "prefetch (L2) X[i, i]"
     x = np.arange(32, dtype="float32").reshape(4, 8)
     env = {X: x, i: 3}
     interp.run_stmt(simplify(p), env)

@@ -46,6 +46,12 @@ def _run(s, args, layout, bias=None):
     return c, want + (bias if bias is not None else 0)
 
 
+def _prefetches_of(ir, name="W"):
+    """The lines of the printed IR ``ir`` that prefetch ``name`` (into any cache level)."""
+    return [ln.strip() for ln in ir.splitlines()
+            if re.match(rf"\s*prefetch (\([^)]*\) )?{name}\[", ln)]
+
+
 def _no_copy_of(s, args, W, limit=None):
     """W's only reader is the GEMM's accumulation (no copy stage, no cache_read of W
     in the schedule); with ``limit``, the lowered IR allocates no buffer of ``limit``
@@ -99,34 +105,43 @@ def test_llm_decoding_shape_reads_w_in_place():
 
 def test_sixteen_rows_copy_a_and_prefetch_w():
     """16 x 4096 @ (11008 x 4096)^T with vectors along K (``skinny.rows_in_lanes`` off;
-    lowered, not run): W still read in place, A read from a copy whose rows are a cache line further apart than 4 KiB (they shared one
+    lowered, not run) on a machine whose L2 (512 KiB) holds less than four copies of A:
+    W still read in place, A read from a copy whose rows are a cache line further apart than 4 KiB (they shared one
     cache set with the tile's rows of W), each tile's rows of W prefetched a block of
     the reduction ahead, and at each step the next tile's line of each row (a block of
-    16 steps: too short to prefetch ahead in the tile's own rows); 4 rows (a block of
-    1024 columns) and a K whose rows fall into different sets anyway keep A in place, 4
-    rows prefetching each row of the tile 1 KiB ahead (one prefetch per row)."""
+    16 steps: too short to prefetch ahead in the tile's own rows), into L2; with an L2
+    of 1 MiB, whole rows of W, each row of the tile prefetched into L2 2 KiB ahead (one
+    prefetch per row), no block ahead; 4 rows and a K whose rows fall into different
+    sets anyway keep A in place."""
+    import dataclasses
+
     from tecomp.strategy.cpu.skinny import rows_share_sets
 
     assert rows_share_sets(4096, 8) and not rows_share_sets(45, 8) \
         and not rows_share_sets(4096 + 16, 8)
     along_k = Knobs({"skinny.rows_in_lanes": False})
     A, W, C = args = _plain(16, 11008, 4096, "wt")
-    s = apply_rules(args, along_k, cpu_model())
+    small = dataclasses.replace(cpu_model(), l1_bytes=32 << 10, l2_bytes=512 << 10)
+    s = apply_rules(args, along_k, small)
     ir = _no_copy_of(s, args, W, 16 * 4112 + 1)
     assert "allocate A.global: float32[16, 4096] (global, strides [4112, 1])" in ir, ir
     assert re.search(r"prefetch W\[.*min\(k\.outer\.outer \+ 1, 15\)\*256", ir), ir
-    assert re.search(r"prefetch W\[j\.outer\*\d+ \+ min\(j\.outer_1 \+ 1, \d+\)\*\d+ \+ "
+    assert re.search(r"prefetch \(L2\) W\[j\.outer\*\d+ \+ min\(j\.outer_1 \+ 1, \d+\)\*\d+ \+ "
                      r"W\.pf0_1, k\.outer\.outer\*\d+ \+ k\.outer\.inner\*\d+\]", ir), ir
-    A, W, C = args = _plain(4, 11008, 4096, "wt")
-    info = cpu_model()
-    knobs = Knobs()
-    ir = _no_copy_of(apply_rules(args, knobs, info), args, W)
-    assert "A.global" not in ir
-    L, kb, nb = info.lanes, knobs.values["skinny.kblock"], knobs.values["skinny.cols"]
-    ahead = f"min(k.outer.inner + {prefetch_steps(info)}, {kb // L - 1})*{L}]"
-    if knobs.values["skinny.stream"] == "rows":     # (a block of 1024 columns: 16 lanes)
+    info = dataclasses.replace(small, l2_bytes=1 << 20)
+    for M in (16, 4):
+        A, W, C = args = _plain(M, 11008, 4096, "wt")
+        knobs = Knobs({"skinny.rows_in_lanes": False} if M == 16 else {})
+        ir = _no_copy_of(apply_rules(args, knobs, info), args, W, 16 * 4112 + 1)
+        assert ("A.global" in ir) == (M == 16)
+        L, kb, nb = info.lanes, knobs.values["skinny.kblock"], knobs.values["skinny.cols"]
+        assert kb == 4096 and knobs.values["skinny.stream"] == "rows"
+        assert knobs.values["skinny.stream_level"] == 2 and knobs.values["skinny.prefetch"] == 0
+        steps = prefetch_steps(info, knobs.values["skinny.stream_bytes"])
+        ahead = f"min(k.outer.inner + {steps}, {kb // L - 1})*{L}]"
         pf = [ln.strip() for ln in ir.splitlines() if "prefetch" in ln]
-        assert pf and all(ln.endswith(ahead) for ln in pf), (ahead, pf)
+        assert pf and all(ln.startswith("prefetch (L2) W[") and ln.endswith(ahead)
+                          for ln in pf), (ahead, pf)
         assert ir.count(f"unrolled (W.pf0, 0, {nb})") == len(pf)
     args = _plain(16, 83, 45, "wt")
     ir = _no_copy_of(apply_rules(args, Knobs({"skinny.rows_in_lanes": False}), cpu_model()),
@@ -136,7 +151,7 @@ def test_sixteen_rows_copy_a_and_prefetch_w():
     args = _plain(9, 37, 1024, "wt")
     s = apply_rules(args, Knobs(), cpu_model())
     ir = _no_copy_of(s, args, args[1])
-    assert "A.global" in ir and "prefetch W" in ir, ir
+    assert "A.global" in ir and _prefetches_of(ir), ir
     c, want = _run(s, args, "wt")
     np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
 
@@ -350,25 +365,27 @@ def test_odd_rows_stream_prefetch_and_threads(M, threads):
     if not LONG and (M, threads) not in ODD_DEFAULT:
         pytest.skip("the full matrix: set TECOMP_LONG_TESTS=1")
     info = dataclasses.replace(cpu_model(), threads=threads)
-    # a block of 4 KiB or more of each row (1043 columns) prefetches ahead in the tile's
-    # rows, a shorter one the next tile's
-    args = _plain(M, 71, 1043 if M <= 6 else 301, "wt")
+    # up to 7 rows, whole rows of W; one of 8 KiB or more (2100 columns: four distances
+    # of the prefetch into L2) prefetches ahead in the tile's rows, a shorter block the
+    # next tile's
+    args = _plain(M, 71, 2100 if M <= 7 else 301, "wt")
     knobs = Knobs()
     s = apply_rules(args, knobs, info)
     want_stream = "off" if M < STREAM_PREFETCH_MIN_ROWS else knobs.values["skinny.stream"]
     assert knobs.values["skinny.stream"] == want_stream != ("off" if M >= 4 else "-")
     if (LONG or M == 5) and info.lanes == 16:     # (kb from a 32-48 KiB L1)
-        assert want_stream == ("off" if M < 4 else "rows" if M <= 6 else "tile")
+        assert want_stream == ("off" if M < 4 else "rows" if M <= 7 else "tile")
     ir = _no_copy_of(s, args, args[1])
     assert ("parallel (" in ir) == (threads > 1)
-    steps = [ln for ln in ir.splitlines() if "prefetch W[" in ln and "pf1" not in ln]
+    steps = [ln for ln in _prefetches_of(ir) if "pf1" not in ln]
     assert bool(steps) == (M >= STREAM_PREFETCH_MIN_ROWS), ir
+    assert all(ln.startswith("prefetch (L2) W[") for ln in steps), steps
     c, want = _run(s, args, "wt")
     np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
     if M >= STREAM_PREFETCH_MIN_ROWS and (LONG or M == 5):
         s = apply_rules(args, Knobs({"skinny.stream": "off"}), info)
         ir = str(tc.lower(s, args))
-        assert not [ln for ln in ir.splitlines() if "prefetch W[" in ln and "pf1" not in ln]
+        assert not [ln for ln in _prefetches_of(ir) if "pf1" not in ln]
         c, want = _run(s, args, "wt")
         np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
 
@@ -433,7 +450,7 @@ def test_rows_in_lanes(M, lanes):
         knobs = Knobs({"skinny.rows_in_lanes": True})
         s = apply_rules(args, knobs, info)
         ir = _no_copy_of(s, args, args[1])
-        assert "C.rf" not in ir and "prefetch W[" in ir, ir
+        assert "C.rf" not in ir and _prefetches_of(ir), ir
         assert re.search(rf"allocate A\.global: float32\[{M}, 301\] \(global, strides "
                          r"\[1, " + str(M) + r"\]\)", ir), ir
         assert ("parallel (" in ir) == (threads > 1)

@@ -511,14 +511,23 @@ class _Parser:
             return lambda body: AssertStmt(cond, msg.value, body)
         if word == "prefetch" and (t1.kind == "name" or t1.text == "("):
             ln.next()
-            write = False
+            write, level = False, 1
             if ln.accept("("):
-                ln.expect("write")
+                while True:
+                    hint = ln.next()
+                    if hint.text == "write" and not write:
+                        write = True
+                    elif hint.text in ("L2", "L3") and level == 1:
+                        level = int(hint.text[1])
+                    else:
+                        raise ln.error(hint.col, f"expected write, L2 or L3 (a prefetch's "
+                                                 f"hints), found {_describe(hint)}")
+                    if not ln.accept(","):
+                        break
                 ln.expect(")")
-                write = True
             b, idx = self.access(ln)
             ln.done()
-            return Prefetch(b, idx, write)
+            return Prefetch(b, idx, write, level)
         if ln.extern is not None:
             return self.extern(ln)
         if word == "tensorize" and t1.kind == "name":

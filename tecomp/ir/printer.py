@@ -227,7 +227,8 @@ class Printer:
             out.append(pad + "}")
         elif t is Prefetch:
             idx = ", ".join(self.expr(i) for i in s.indices)
-            how = "prefetch (write)" if s.write else "prefetch"
+            hints = (["write"] if s.write else []) + ([f"L{s.level}"] if s.level != 1 else [])
+            how = f"prefetch ({', '.join(hints)})" if hints else "prefetch"
             out.append(f"{pad}{how} {self.name_of(s.buffer)}[{idx}]")
         else:
             out.append(pad + repr(s))

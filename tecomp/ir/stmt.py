@@ -167,7 +167,8 @@ def tensor_intrins(name: str) -> list:
 class Prefetch(Stmt):
     """A hint to bring the cache line that holds ``buffer[indices]`` into the cache
     (``write``: with the intent to write it, x86 ``prefetchw``; else for reading,
-    ``prefetcht0``).
+    ``prefetcht0``), at cache ``level`` (1: L1 and every level below it; 2: L2, x86
+    ``prefetcht1``; 3: the last level, ``prefetcht2``).
 
     It has no effect on any result: nothing is read or written, and a backend may emit
     nothing for it (the CUDA C backends emit a comment).  ``indices`` has one index per
@@ -179,6 +180,7 @@ class Prefetch(Stmt):
     buffer: Buffer
     indices: Tuple[Expr, ...]
     write: bool = False
+    level: int = 1
 
 
 @dataclass(frozen=True, slots=True)

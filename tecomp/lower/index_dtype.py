@@ -179,7 +179,7 @@ class _IndexDtype(Mutator):
         idx = tuple(self.index(self.visit(i)) for i in s.indices)
         if all(a is b for a, b in zip(idx, s.indices)):
             return s
-        return type(s)(s.buffer, idx, s.write)
+        return type(s)(s.buffer, idx, s.write, s.level)
 
     def visit_IfThenElse(self, s):
         cond = self.index(self.visit(s.cond))

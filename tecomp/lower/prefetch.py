@@ -32,7 +32,8 @@ replaces each by a small loop nest at the start of that body:
    clamped into the array, none where the clip empties them (a few rows of a matrix
    streamed side by side).
 
-It is a ``Prefetch(write=True)`` when the body stores to the buffer.  A loop of one
+It is a ``Prefetch(write=True)`` when the body stores to the buffer, at the request's
+cache ``level``.  A loop of one
 iteration (removed by ``simplify``) has no other iteration to prefetch for: its request
 is dropped.  A region that cannot be bounded raises :class:`ScheduleError`.
 """
@@ -80,12 +81,15 @@ class PrefetchRequest:
     tensor: str
     along: Optional[Var] = None   # the enclosing loop advanced by offset (None: loop_var)
     along_name: str = ""
+    level: int = 1                # the cache level (Prefetch.level)
 
     def __str__(self):
         sign = '+' if self.offset >= 0 else '-'
+        into = f" into L{self.level}" if self.level != 1 else ""
         if self.along is not None:
-            return f"{self.tensor} at {self.axis}, {self.along_name} {sign} {abs(self.offset)}"
-        return f"{self.tensor} at {self.axis} {sign} {abs(self.offset)}"
+            return (f"{self.tensor} at {self.axis}, {self.along_name} {sign} "
+                    f"{abs(self.offset)}{into}")
+        return f"{self.tensor} at {self.axis} {sign} {abs(self.offset)}{into}"
 
     def what(self) -> str:
         return f"prefetch of {self.tensor} on stage {self.stage}, axis {self.axis}"
@@ -278,7 +282,7 @@ class _Expand(Mutator):
                                     _op.add(span, one))
                 loops.append((q, count, "serial"))
                 indices.append(_op.add(lo, _op.minimum(_op.mul(q, Lc), _op.sub(hi, lo))))
-        stmt = Prefetch(buf, tuple(indices), acc.stores)
+        stmt = Prefetch(buf, tuple(indices), acc.stores, req.level)
         for q, ext, kind in reversed(loops):
             stmt = For(q, zero, ext, kind, stmt)
         return simplify(stmt, outer)

@@ -1648,7 +1648,7 @@ class LowerContext:
         """``s[st].prefetch(tensor, iv, offset)``: an ``AttrStmt("prefetch",
         PrefetchRequest(...))`` directly in the body of the loop over ``iv`` (around the
         stages attached there), which the ``prefetch`` pass expands (lower/prefetch.py)."""
-        for tensor, offset, along in reversed(a.prefetches):
+        for tensor, offset, along, level in reversed(a.prefetches):
             problem = prefetch_kind_problem(st.name, iv, a, tensor)
             if problem is not None:
                 raise ScheduleError(problem)
@@ -1662,7 +1662,7 @@ class LowerContext:
                     "pass one of those, or leave along out to advance the axis itself")
             req = PrefetchRequest(buf, iv.var, offset, st.name, iv.name, tensor.name,
                                   along.var if along is not None else None,
-                                  along.name if along is not None else "")
+                                  along.name if along is not None else "", level)
             body = AttrStmt("prefetch", req, body)
         return body
 

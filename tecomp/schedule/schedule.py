@@ -50,7 +50,7 @@ class IterAttr:
     kind: str = "serial"  # serial, parallel, vectorized, unrolled, thread
     thread: Optional[IterVar] = None
     pragmas: tuple = ()
-    prefetches: tuple = ()  # (tensor, offset, along IterVar or None), in the order given
+    prefetches: tuple = ()  # (tensor, offset, along IterVar or None, level), in order given
 
 
 def prefetch_kind_problem(stage_name: str, iv: IterVar, a: Optional[IterAttr],
@@ -507,7 +507,7 @@ class Stage(TracedStage):
                 f"axis {display(self.tensorized[0].name)}; a stage runs one intrinsic")
         self.tensorized = (iv, intrin)
 
-    def prefetch(self, tensor, axis, offset: int = 1, along=None):
+    def prefetch(self, tensor, axis, offset: int = 1, along=None, level: int = 1):
         """Prefetch ``tensor`` in the loop over ``axis``: at the start of every
         iteration, the elements of ``tensor`` that iteration ``axis + offset`` accesses
         (every load and store of it in the loop body, stages computed inside included)
@@ -523,7 +523,12 @@ class Stage(TracedStage):
         ``offset`` instead, keeping ``axis`` where it is.  E.g. with a row loop ``R``
         around a stage whose loop ``j`` walks the row, ``prefetch(x, j, 1, along=R)``
         prefetches, at each step of ``j``, the same part of the next row: spread over
-        the row rather than all at its start."""
+        the row rather than all at its start.
+
+        ``level``: the cache the lines are brought into: 1 (L1 and the levels below it,
+        x86 ``prefetcht0``), 2 (L2, ``prefetcht1``: the lines come on into L1 when
+        loaded, without holding L1's line buffers while they are on their way) or 3 (the
+        last level, ``prefetcht2``)."""
         if not isinstance(tensor, Tensor):
             where = f", axis {axis.name}" if isinstance(axis, IterVar) else ""
             raise ScheduleError(
@@ -551,8 +556,12 @@ class Stage(TracedStage):
                 f"axis of the stage {self.name} is computed at), got {along!r}")
         if along is iv:
             along = None
+        if isinstance(level, bool) or not isinstance(level, int) or level not in (1, 2, 3):
+            raise ScheduleError(
+                f"{what}: level must be the cache level to prefetch into, 1 (L1), 2 (L2) or 3 "
+                f"(the last level), got {level!r}")
         a = self._attr(iv)
-        a.prefetches = a.prefetches + ((tensor, offset, along),)
+        a.prefetches = a.prefetches + ((tensor, offset, along, level),)
 
     # -- where it is computed -----------------------------------------------------
     def compute_at(self, parent, axis):

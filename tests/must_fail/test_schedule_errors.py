@@ -427,6 +427,16 @@ def test_prefetch_offset_not_an_int(offset):
         s[C].prefetch(A, C.op.axis[0], offset)
 
 
+@pytest.mark.parametrize("level", [0, 4, 2.0, True])
+def test_prefetch_level_not_a_cache_level(level):
+    A, B, C, D = _chain()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage C, axis i: level must "
+                                               r"be the cache level to prefetch into, 1 \(L1\), "
+                                               r"2 \(L2\) or 3"):
+        s[C].prefetch(A, C.op.axis[0], 1, level=level)
+
+
 def test_prefetch_on_inlined_stage():
     A, B, C, D = _chain()
     s = tc.create_schedule(C.op)

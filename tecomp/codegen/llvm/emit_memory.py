@@ -838,15 +838,16 @@ class _MemoryEmitter:
         return count, overflow
 
     def s_prefetch(self, s: Prefetch):
-        """``llvm.prefetch(ptr, rw, locality 3, data cache)`` on the element's address
-        (x86: ``prefetcht0``, or ``prefetchw`` for a write where the CPU has PRFCHW).  The
+        """``llvm.prefetch(ptr, rw, locality, data cache)`` on the element's address,
+        locality ``4 - level`` (x86: ``prefetcht0``, ``t1`` or ``t2`` for cache level 1, 2
+        or 3, or ``prefetchw`` for a write where the CPU has PRFCHW).  The
         address is flattened like a load's (declared or run-time strides) through a plain
         getelementptr.  Inside a widened body a lane-dependent address gets one prefetch
         per lane; under a lane mask nothing is emitted (it is only a hint)."""
         bi = self.buf(s.buffer)
         off, _ = self.offset(bi, s.indices)
         f = self.mb.intrinsic("llvm.prefetch", ir.VoidType(), [_PTR, _I32, _I32, _I32], [_PTR])
-        hint = [ir.Constant(_I32, 1 if s.write else 0), ir.Constant(_I32, 3),
+        hint = [ir.Constant(_I32, 1 if s.write else 0), ir.Constant(_I32, 4 - s.level),
                 ir.Constant(_I32, 1)]
         b = self.b
         if off.uniform:

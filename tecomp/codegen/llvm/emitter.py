@@ -86,7 +86,7 @@ Lowering
   aliases another buffer, in the serial kernel as in a parallel task (``noalias`` on
   the body function's arguments alone did not reach accesses through a workspace
   pointer in a large kernel).
-* **Prefetch**: ``llvm.prefetch.p0(ptr, rw, 3, 1)`` on the element's address, computed
+* **Prefetch**: ``llvm.prefetch.p0(ptr, rw, 4 - level, 1)`` on the element's address, computed
   like a load's (both layouts) through a plain, non-``inbounds`` getelementptr; ``rw`` is
   1 for a write-intent prefetch (x86 ``prefetchw`` where the CPU has PRFCHW, else
   ``prefetcht0``), 0 for a read (``prefetcht0``).

@@ -19,14 +19,19 @@ streaming its own columns of C, the sums accumulated in vector registers:
   whole where all of A fits in L1 (each block of a row is a stream they pick up again;
   2 rows x 4096 columns, Zen 5, 1 thread, under load: 4 rows of W at a time, whole,
   83-91% of the read stream; in blocks of 2048 columns 80-87%; 8 rows 76%, 2 rows 72%);
-  from :data:`PREFETCH_MIN_ROWS` rows on, A is read from a copy whose rows lie in
+  from :data:`STREAM_PREFETCH_MIN_ROWS` rows on, where A fits in a quarter of L2, the
+  rows of W are read whole, A re-read from L2, and prefetched as they go (below; 1
+  thread, Zen 5, under load: 8 rows 12.3 ms against 17.4 in blocks of 512 columns, 12
+  rows 15.4 against 20.8); from :data:`PREFETCH_MIN_ROWS` rows on, A is read from a copy whose rows lie in
   different cache sets (``storage_align``; rows 16 KiB apart shared one set with the
-  tile's rows of W) and each tile prefetches its rows of W in the next block (a task's
-  rows are each read a block at a time: too many streams for the hardware
-  prefetchers); from
-  :data:`STREAM_PREFETCH_MIN_ROWS` rows on, each step of a tile also prefetches one line
-  of each of its rows of W :data:`PREFETCH_BYTES` ahead (a block of four such distances
-  or more) or of the next tile's rows (``SkinnyPlan.stream``); where the rows are a
+  tile's rows of W) and, where A does not fit, each tile prefetches its rows of W in
+  the next block (a task's rows are each read a block at a time: too many streams for
+  the hardware prefetchers); from
+  :data:`STREAM_PREFETCH_MIN_ROWS` rows on, each step of a tile also prefetches into L2
+  one line of each of its rows of W :data:`L2_PREFETCH_BYTES` ahead (a block of four
+  such distances or more) or of the next tile's rows (``SkinnyPlan.stream``,
+  ``stream_level``; into L1 the prefetches held the loads up: 4 rows, 1 thread, Zen 5,
+  under load, 48-53% of the read stream against 71-78%); where the rows are a
   multiple of the lanes (16 with AVX-512), the vectors run along A's rows instead, W's
   elements broadcast (``SkinnyPlan.rows_in_lanes``, :func:`_schedule_rows_in_lanes`; by
   default where the FMAs take a broadcast operand: AVX-512, the machine model's
@@ -55,7 +60,8 @@ parallel loop.
 The auto-scheduler (:func:`tecomp.strategy.apply_rules`) gives every such GEMM this
 schedule, whether written in plain TE or with ``tecomp.nn``, its decisions as knobs
 (``skinny``, ``skinny.rows``, ``skinny.cols``, ``skinny.kblock``, ``skinny.copy_a``,
-``skinny.prefetch``, ``skinny.stream``, ``skinny.rows_in_lanes``).
+``skinny.prefetch``, ``skinny.stream``, ``skinny.stream_level``, ``skinny.stream_bytes``,
+``skinny.rows_in_lanes``).
 """
 from __future__ import annotations
 
@@ -92,18 +98,24 @@ PREFETCH_MIN_ROWS = 8
 
 #: ``W[j, k]``: from this many rows on (4 FMAs or more per line of W), the tiles prefetch
 #: W as they stream it (``SkinnyPlan.stream``): the FMAs held up by lines still on their
-#: way fill the core's window, and the hardware prefetchers alone fall behind (4 x 4096
-#: @ (11008 x 4096)^T, 1 thread, Zen 5: 6.2-6.3 ms against 6.9, the read stream 4.4;
-#: 2 rows: no change; 1 row: slower in a C model of the kernel).  It wins back part of
-#: what the waiting FMAs cost, not all: in C models of the kernel (a GEMV at 92-93% of
-#: the read stream, with 3 more FMAs per vector of W that do not read it 83-84%, that do
-#: 64-65%, prefetched at any distance or hint at most 74%: benchmarks/skinny_ceiling.py)
+#: way fill the core's window, and the hardware prefetchers alone fall behind (2 rows:
+#: no change; 1 row: slower in a C model of the kernel).  Into L2 (``prefetcht1``) 2 KiB
+#: ahead, not into L1: in C models of the 4 x 6 tile (benchmarks/skinny_ceiling.py, 1
+#: thread, Zen 5, under load) 82-87% of the read stream against 73-76% without a
+#: prefetch and 64-67% with ``prefetcht0`` 1 KiB ahead; ``prefetcht1`` 4 KiB 81-82%,
+#: 8 KiB 76%; tecomp's kernel 71-78% against 48-53% into L1)
 STREAM_PREFETCH_MIN_ROWS = 4
 
-#: ``W[j, k]``: how far ahead a tile prefetches its own rows of W, in bytes of each row
-#: (16 vector steps of 16 lanes; 4 rows, 1 thread, Zen 5: 6.4 ms, against 6.6 at half
-#: the distance and 6.7 at twice)
+#: ``W[j, k]``: the distance, in bytes of each row, that served best prefetching W into
+#: L1 (the knobs ``skinny.stream_level`` 1 and ``skinny.stream_bytes`` 1024; 16 vector
+#: steps of 16 lanes; 4 rows, 1 thread, Zen 5: 6.4 ms, against 6.6 at half the distance
+#: and 6.7 at twice)
 PREFETCH_BYTES = 1024
+
+#: ``W[j, k]``: how far ahead a tile prefetches its own rows of W into L2
+#: (``SkinnyPlan.stream_level`` 2, the default), in bytes of each row (32 vector steps
+#: of 16 lanes; see :data:`STREAM_PREFETCH_MIN_ROWS`)
+L2_PREFETCH_BYTES = 2048
 
 #: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
 #: of W are read as streams this many tiles long), fewer where the threads would get
@@ -128,10 +140,12 @@ class SkinnyPlan:
     copy_a: bool = False  # W[j, k]: A read from a copy with its rows in other sets
     prefetch: int = 0     # W[j, k]: a tile's W prefetched this many blocks of k ahead
     stream: str = "off"   # W[j, k]: at each step, prefetch "rows" (the tile's own,
-    #                       PREFETCH_BYTES ahead) or "tile" (the next tile's), or "off"
+    #                       stream_bytes ahead) or "tile" (the next tile's), or "off"
     rows_in_lanes: bool = False  # W[j, k], M a multiple of the lanes: vectors along
     #                              A's rows instead (_schedule_rows_in_lanes) may be
     #                              chosen (by default where the target has AVX-512)
+    stream_level: int = 2  # W[j, k]: the cache level `stream` prefetches into
+    stream_bytes: int = L2_PREFETCH_BYTES  # ... and how far ahead ("rows"), in bytes
 
 
 def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
@@ -158,6 +172,9 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
         kb = min(K, _rows_block(nb * info.lanes, info))
     elif M < STREAM_PREFETCH_MIN_ROWS and 4 * M * K <= info.l1_bytes:
         kb = K  # rows of W that the hardware prefetches: read whole, A kept in L1
+    elif 4 * M * K <= info.l2_bytes // 4:
+        kb = K  # rows of W streamed into L2 ahead of the tile (stream "rows"): read
+        #         whole, A re-read from L2
     else:   # A's block of M x kb: at most half of L1, whole vectors, dividing K if it can
         L = info.lanes
         most = max(L, info.l1_bytes // 2 // (4 * M) // L * L)
@@ -188,18 +205,19 @@ def _rows_block(cols: int, info: CpuModel) -> int:
 
 def _stream_prefetch(M: int, kb: int, w_kfirst: bool, info: CpuModel) -> str:
     """``W[j, k]`` with :data:`STREAM_PREFETCH_MIN_ROWS` rows or more: each step of a
-    tile prefetches its own rows :data:`PREFETCH_BYTES` ahead (``"rows"``) where
+    tile prefetches its own rows :data:`L2_PREFETCH_BYTES` ahead (``"rows"``) where
     a block of the reduction is long enough for that to run ahead of most of it (four
     distances or more), else the next tile's rows at the same step (``"tile"``: a block
     of the tile's rows of A later); ``"off"`` below that or for ``W[k, j]``."""
     if w_kfirst or M < STREAM_PREFETCH_MIN_ROWS:
         return "off"
-    return "rows" if kb // info.lanes >= 4 * prefetch_steps(info) else "tile"
+    return "rows" if kb // info.lanes >= 4 * prefetch_steps(info, L2_PREFETCH_BYTES) else "tile"
 
 
-def prefetch_steps(info: CpuModel) -> int:
-    """:data:`PREFETCH_BYTES` in vector steps of the reduction (float32)."""
-    return max(1, PREFETCH_BYTES // (4 * info.lanes))
+def prefetch_steps(info: CpuModel, ahead: int = PREFETCH_BYTES) -> int:
+    """``ahead`` bytes (:data:`PREFETCH_BYTES` unless given) in vector steps of the
+    reduction (float32)."""
+    return max(1, ahead // (4 * info.lanes))
 
 
 def rows_share_sets(K: int, mb: int) -> bool:
@@ -238,7 +256,9 @@ def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel, batch: int = 1)
 
 def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     """``plan`` with its tile chosen through ``knobs`` (``skinny.rows``, ``skinny.cols``,
-    ``skinny.kblock``; the defaults :func:`skinny_tile`'s and :func:`skinny_plan`'s)."""
+    ``skinny.kblock``, ...; where W is prefetched as it streams, ``skinny.stream_level``
+    and ``skinny.stream_bytes``; the defaults :func:`skinny_tile`'s and
+    :func:`skinny_plan`'s)."""
     rows = sorted({plan.mb, plan.M} | {m for m in (1, 2, 4, 8) if m < plan.M})
     mb = knobs.choose("skinny.rows", rows, plan.mb)
     nb = knobs.choose("skinny.cols", sorted({plan.nb, 1, 2, 3, 4, 6, 8}), plan.nb)
@@ -253,8 +273,13 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     # AVX2 each would be a broadcast load of its own: unmeasured, the knob only)
     lanes = plan.rows_in_lanes and knobs.choose("skinny.rows_in_lanes", [True, False],
                                                 info.masks)
+    level, ahead = plan.stream_level, plan.stream_bytes
+    if stream != "off":
+        level = knobs.choose("skinny.stream_level", [1, 2], level)
+        ahead = knobs.choose("skinny.stream_bytes", [1024, 2048, 4096], ahead)
     return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf,
-                               stream=stream, rows_in_lanes=lanes)
+                               stream=stream, rows_in_lanes=lanes, stream_level=level,
+                               stream_bytes=ahead)
 
 
 def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
@@ -333,11 +358,12 @@ def _schedule_rows_of_w(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan
         # at each tile, its rows of W in the next block of the reduction
         s[rf].prefetch(W, tile, plan.prefetch, along=kbo)
     if plan.stream == "rows":
-        # at each step, a line of each of the tile's rows, PREFETCH_BYTES ahead
-        s[rf].prefetch(W, step, prefetch_steps(info))
+        # at each step, a line of each of the tile's rows, stream_bytes ahead
+        s[rf].prefetch(W, step, prefetch_steps(info, plan.stream_bytes),
+                       level=plan.stream_level)
     elif plan.stream == "tile":
         # at each step, the line of each row of the next tile that it reads there
-        s[rf].prefetch(W, step, 1, along=tile)
+        s[rf].prefetch(W, step, 1, along=tile, level=plan.stream_level)
 
 
 def lanes_tile(M: int, info: CpuModel) -> int:
@@ -358,8 +384,9 @@ def _schedule_rows_in_lanes(s: Schedule, C: Tensor, info: CpuModel,
     over the whole reduction, each step an FMA of the vector ``A^T[k, :]`` by ``W[j,
     k]`` broadcast: one vector load per tile's rows of FMAs, against ``mb + nb`` per ``mb
     x nb`` with vectors along ``k`` (whose 8 x 3 tile's loop ran at half the FMA peak
-    with W in L2), and no lane sums.  Each step of a line of W prefetches each row
-    :data:`PREFETCH_BYTES` ahead (``skinny.stream`` off: none).  The accumulators are
+    with W in L2), and no lane sums.  Each step of a line of W prefetches each row into
+    L2 :data:`L2_PREFETCH_BYTES` ahead (``skinny.stream`` off: none; 16 rows, 1 thread,
+    Zen 5, under load: 14.2 ms against 15.0 into L1 1 KiB ahead).  The accumulators are
     written out transposed once per tile.  (16 x 4096 @ (11008 x 4096)^T, 1 thread, Zen
     5, under load: 7.9 ms against 10.7 with the 8 x 3 tile along ``k``, the FMA peak's
     5.5; 12 rows of W a tile 10.6 ms, the prefetch 2 KiB ahead 8.2, one line 9.1.)"""
@@ -396,7 +423,7 @@ def _schedule_rows_in_lanes(s: Schedule, C: Tensor, info: CpuModel,
     cs.storage_order(cj, ci)
     cs.pragma(ko, "fp_contract")
     if plan.stream != "off":
-        cs.prefetch(W, ko, prefetch_steps(info))
+        cs.prefetch(W, ko, prefetch_steps(info, plan.stream_bytes), level=plan.stream_level)
 
 
 def _aligned_copy_of_a(s: Schedule, C: Tensor, rf: Tensor, L: int) -> None:
