@@ -21,7 +21,7 @@ streaming its own columns of C, the sums accumulated in vector registers:
   83-91% of the read stream; in blocks of 2048 columns 80-87%; 8 rows 76%, 2 rows 72%);
   from :data:`STREAM_PREFETCH_MIN_ROWS` rows on, where A fits in a quarter of L2, the
   rows of W are read whole, A re-read from L2, and prefetched as they go (below; 1
-  thread, Zen 5, under load: 8 rows 12.3 ms against 17.4 in blocks of 512 columns, 12
+  thread, Zen 4, under load: 8 rows 12.3 ms against 17.4 in blocks of 512 columns, 12
   rows 15.4 against 20.8); from :data:`PREFETCH_MIN_ROWS` rows on, A is read from a copy whose rows lie in
   different cache sets (``storage_align``; rows 16 KiB apart shared one set with the
   tile's rows of W) and, where A does not fit, each tile prefetches its rows of W in
@@ -30,7 +30,7 @@ streaming its own columns of C, the sums accumulated in vector registers:
   :data:`STREAM_PREFETCH_MIN_ROWS` rows on, each step of a tile also prefetches into L2
   one line of each of its rows of W :data:`L2_PREFETCH_BYTES` ahead (a block of four
   such distances or more) or of the next tile's rows (``SkinnyPlan.stream``,
-  ``stream_level``; into L1 the prefetches held the loads up: 4 rows, 1 thread, Zen 5,
+  ``stream_level``; into L1 the prefetches held the loads up: 4 rows, 1 thread, Zen 4,
   under load, 48-53% of the read stream against 71-78%); where the rows are a
   multiple of the lanes (16 with AVX-512), the vectors run along A's rows instead, W's
   elements broadcast (``SkinnyPlan.rows_in_lanes``, :func:`_schedule_rows_in_lanes`; by
@@ -101,7 +101,7 @@ PREFETCH_MIN_ROWS = 8
 #: way fill the core's window, and the hardware prefetchers alone fall behind (2 rows:
 #: no change; 1 row: slower in a C model of the kernel).  Into L2 (``prefetcht1``) 2 KiB
 #: ahead, not into L1: in C models of the 4 x 6 tile (benchmarks/skinny_ceiling.py, 1
-#: thread, Zen 5, under load) 82-87% of the read stream against 73-76% without a
+#: thread, Zen 4, under load) 82-87% of the read stream against 73-76% without a
 #: prefetch and 64-67% with ``prefetcht0`` 1 KiB ahead; ``prefetcht1`` 4 KiB 81-82%,
 #: 8 KiB 76%; tecomp's kernel 71-78% against 48-53% into L1)
 STREAM_PREFETCH_MIN_ROWS = 4
@@ -386,7 +386,7 @@ def _schedule_rows_in_lanes(s: Schedule, C: Tensor, info: CpuModel,
     x nb`` with vectors along ``k`` (whose 8 x 3 tile's loop ran at half the FMA peak
     with W in L2), and no lane sums.  Each step of a line of W prefetches each row into
     L2 :data:`L2_PREFETCH_BYTES` ahead (``skinny.stream`` off: none; 16 rows, 1 thread,
-    Zen 5, under load: 14.2 ms against 15.0 into L1 1 KiB ahead).  The accumulators are
+    Zen 4, under load: 14.2 ms against 15.0 into L1 1 KiB ahead).  The accumulators are
     written out transposed once per tile.  (16 x 4096 @ (11008 x 4096)^T, 1 thread, Zen
     5, under load: 7.9 ms against 10.7 with the 8 x 3 tile along ``k``, the FMA peak's
     5.5; 12 rows of W a tile 10.6 ms, the prefetch 2 KiB ahead 8.2, one line 9.1.)"""
