@@ -52,7 +52,7 @@ STREAM_OUTPUT: Optional[bool] = None
 #: reads its padded taps (a lane mask where the window meets the left or right
 #: padding: every tap, since the mask depends on the tap) as one masked wide load and
 #: a shuffle (``pragma masked_wide_loads``), not a gather.  Batch 8, one thread, CPU
-#: time, under load: 256x28x28 stride 2 0.511 -> 0.184 ms, 512x14x14 0.264 -> 0.132,
+#: time, Zen 4, under load: 256x28x28 stride 2 0.511 -> 0.184 ms, 512x14x14 0.264 -> 0.132,
 #: 64x112x112 4.45 -> 2.24 (its input from memory), grouped 256x56x56 stride 2 in
 #: groups of 8 6.60 -> 5.71.  Off: the gathers, as before
 #: (``benchmarks/depthwise_conv.py --ab STRIDED_MASKED_LOADS``)

@@ -255,7 +255,7 @@ def group_conv2d_params(conv, info: CpuModel) -> dict:
             and _transpose_out_default(conv, info, blocks, ob, yb, xb)):
         # (a block row's transpose needs about a vector register per row it makes:
         # the accumulators keep half of them.  512x14x14 at batch 8, one thread, CPU
-        # time, under load: 2 rows x 14 pixels, 28 accumulators, spilled around the
+        # time, Zen 4, under load: 2 rows x 14 pixels, 28 accumulators, spilled around the
         # transposes; 1 row 2.68 -> 2.39 ms, 512x28x28 stride 2 3.37 -> 3.14 ms,
         # 1024x7x7 (2 vectors x 2 rows x 7 -> 1 row) 2.29 -> 2.24 ms)
         pix = max(1, (info.vregs // 2) // -(-ob // L))
