@@ -9,9 +9,10 @@ A transposed convolution: without groups and with a stride above
 1 such an operator is several stride-1 convolutions, one per phase of its output, and a
 stage that interleaves them (``nn.conv_grad.transposed_conv2d``; a convolution's data
 gradient has the same form).  Each convolution gets the convolution template, as
-:func:`tecomp.strategy.schedule_backward` gives them in a backward pass; the rest (the
-interleaving, the adjoint's windows) the rules.  (A single convolution, stride 1, is
-the convolution template's own.)"""
+:func:`tecomp.strategy.schedule_backward` gives them in a backward pass; the NCHW
+interleave stores each phase in turn (:func:`_interleave_by_phase`); the rest (the
+flipped weights, the adjoint's windows) the rules.
+(A single convolution, stride 1, is the convolution template's own.)"""
 from __future__ import annotations
 
 from typing import Optional
@@ -21,7 +22,7 @@ from ...ir.expr import ProducerLoad
 from ...ir.functor import collect
 from ...schedule.schedule import Schedule, create_schedule
 from .._common import _cint, _is_injective, _largest_divisor_at_most, _walk
-from .common import _auto_rest, _op_tags
+from .common import _auto_rest, _op_tags, _vector_split
 from .conv2d import _conv_for_generic_rules
 from .conv2d_grad import schedule_conv2d_into
 from ...target import CpuModel
@@ -52,7 +53,38 @@ def _phases_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
         return None
     for op in mine:
         schedule_conv2d_into(s, op.output(0), info.target)
+    if "phases" in outs[0].op.attrs and \
+            knobs.choose("template.phases.interleave", ["by_phase", "rules"], "by_phase") \
+            == "by_phase":
+        _interleave_by_phase(s, outs[0], info)
     return _auto_rest(s, outs, info)
+
+
+def _interleave_by_phase(s: Schedule, out, info: CpuModel) -> None:
+    """The stage that interleaves the NCHW phases of a transposed convolution (``out[n,
+    c, y, x]`` from phase ``(y % sh, x % sw)`` at ``(y // sh, x // sw)``): a task per
+    (image, channel), and in it, per row of the phases, each phase ``(ry, rx)`` in turn
+    (unrolled: its selects fold away), its row loaded as vectors and stored every
+    ``sw``-th element of the output row.  The rules vectorize the output row itself:
+    every lane picks its phase, a masked gather per phase and vector (knob
+    ``template.phases.interleave``: "rules").  Interleaved, 2 threads, a loaded 2-core
+    Zen 4 (load average 6-14), ms: the four 8x8 phases of 128 channels, batch 16, into 16x16, 0.711 (rules)
+    vs 0.236; the whole transposed convolution (DCGAN, 4x4 stride 2, batch 16, flips at
+    the root), 1 thread, CPU time: 256 to 128 on 8x8 13.23 -> 12.63, 128 to 64 on 16x16
+    13.00 -> 11.64, 512 to 256 on 4x4 (4-wide phases) 16.36 -> 16.42."""
+    sh, sw = out.op.attrs["phases"]
+    st = s[out]
+    n, c, y, x = st.op.axis
+    OW = _cint(x.dom.extent)
+    yo, ry = st.split(y, factor=sh)
+    xo, rx = st.split(x, factor=sw)
+    st.reorder(n, c, yo, ry, rx, xo)
+    task = st.fuse(n, c)
+    if info.threads > 1:
+        st.parallel(task)
+    st.unroll(ry)
+    st.unroll(rx)
+    _vector_split(st, xo, None if OW is None else -(-OW // sw), info.lanes)
 
 
 def _conv1d_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
