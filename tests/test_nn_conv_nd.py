@@ -295,9 +295,11 @@ def test_conv2d_transpose_interleave_by_phase(case, dtype):
 
 def test_conv2d_transpose_interleave_by_phase_in_the_template():
     """auto_schedule stores the phases of a batched NCHW transposed convolution phase by
-    phase (``template.phases.interleave``; "rules" leaves the interleave to the rules);
-    a symbolic batch too; the NHWC interleave (vectors across channels already) and an
-    NCHW one of NHWC phases (it transposes them) carry no ``phases``.  (The schedule of
+    phase (``template.phases.interleave``; "rules" leaves the interleave to the rules)
+    and inlines each phase's flipped weights into the convolution that reads them
+    (``template.phases.flip``; "root": a stage of their own); a symbolic batch too; the
+    NHWC interleave (vectors across channels already) and an NCHW one of NHWC phases
+    (it transposes them) carry no ``phases``.  (The schedule of
     an AVX-512 CPU, whose masks the conv template wants, whatever CPU runs it.)"""
     n = tc.var("n")
     rng = np.random.default_rng(8)
@@ -309,12 +311,17 @@ def test_conv2d_transpose_interleave_by_phase_in_the_template():
                                                                           name="W")
         Y = nn.conv2d_transpose_nchw(X, W, 2, 1, 1)
         assert Y.op.attrs["phases"] == (2, 2)
-        for knobs in ({}, {"template.phases.interleave": "rules"}):
+        for knobs in ({}, {"template.phases.interleave": "rules"},
+                      {"template.phases.flip": "root"}):
             s = apply_rules([X, W, Y], Knobs(knobs), cpu_model("llvm -mcpu=znver4"))
             # (the rows split by phase: the rules keep the output's rows whole)
             rows = [iv.var.name for iv in s[Y].leaf_iter_vars if iv.var.name.startswith("i2")]
             by_rules = "template.phases.interleave" in knobs
             assert rows == (["i2"] if by_rules else ["i2.outer", "i2.inner"]), (knobs, rows)
+            flips = {st.op.name: st.attach_type for st in s.stages
+                     if "conv2d_weight_flip" in st.op.tag}
+            assert len(flips) == 4 and set(flips.values()) == {
+                "root" if "template.phases.flip" in knobs else "inline"}, (knobs, flips)
             y = np.empty((2, 8, 15, 13), "float32")
             tc.build(s, [X, W, Y])(x.astype("float32"), w.astype("float32"), y)
             np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
@@ -322,10 +329,15 @@ def test_conv2d_transpose_interleave_by_phase_in_the_template():
     Wh = tc.placeholder((4, 4, 16, 32), name="W")
     assert "phases" not in nn.conv2d_transpose_nhwc(Xh, Wh, 2, 1).op.attrs
     # 16 output channels on 4-wide phases, 32 input channels: NHWC phases (narrow)
-    Xn = tc.placeholder((1, 32, 4, 4), name="X")
-    Yn = nn.conv2d_transpose_nchw(Xn, tc.placeholder((32, 16, 4, 4), name="W"), 2, 1)
+    Xn, Wn = tc.placeholder((1, 32, 4, 4), name="X"), tc.placeholder((32, 16, 4, 4), name="W")
+    Yn = nn.conv2d_transpose_nchw(Xn, Wn, 2, 1)
     assert any("conv2d_nhwc" in t.op.tag for t in Yn.op.input_tensors)
     assert "phases" not in Yn.op.attrs
+    # (NHWC phases keep their flipped weights a stage: their blocks may read its
+    # vectors in place)
+    s = apply_rules([Xn, Wn, Yn], Knobs({}), cpu_model("llvm -mcpu=znver4"))
+    assert {st.attach_type for st in s.stages if "conv2d_weight_flip" in st.op.tag} == \
+        {"root"}
 
 
 def test_conv2d_transpose_symbolic_batch_and_dtypes():
