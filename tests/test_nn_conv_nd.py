@@ -340,6 +340,31 @@ def test_conv2d_transpose_interleave_by_phase_in_the_template():
         {"root"}
 
 
+def test_conv2d_transpose_channel_vector_phases_transpose_their_kept_flips():
+    """Phases with vectors across output channels copy each block's weights across
+    them: from their flipped weights kept a root stage (``conv2d_tasks._flip_kept``),
+    in 16x16 register transposes, not a strided gather from the source per vector (the
+    flip inlined into the copy).  Skylake-AVX512's schedule, run where it runs."""
+    target = "llvm -mcpu=skylake-avx512"
+    X, W = tc.placeholder((2, 256, 4, 4), name="X"), tc.placeholder((256, 32, 4, 4), name="W")
+    Y = nn.conv2d_transpose_nchw(X, W, 2, 1)
+    s = apply_rules([X, W, Y], Knobs({}), cpu_model(target))
+    flips = {st.op.name: st.attach_type for st in s.stages
+             if "conv2d_weight_flip" in st.op.tag}
+    assert len(flips) == 4 and set(flips.values()) == {"root"}, flips
+    ir = str(tc.lower(s, [X, W, Y]))
+    assert ir.count("tensorize x86.transpose_f32_16x16") == 4
+    if tc.Target(target).runs_here() is not None:
+        return
+    rng = np.random.default_rng(9)
+    x, w = rng.standard_normal((2, 256, 4, 4)), rng.standard_normal((256, 32, 4, 4))
+    y = np.empty((2, 32, 8, 8), "float32")
+    tc.build(s, [X, W, Y], target=target)(x.astype("float32"), w.astype("float32"), y)
+    want = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), stride=2,
+                              padding=1).numpy()
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
 def test_conv2d_transpose_symbolic_batch_and_dtypes():
     n = tc.var("n")
     X, W = tc.placeholder((n, 4, 5, 5), name="X"), tc.placeholder((4, 3, 3, 3), name="W")

@@ -46,7 +46,8 @@ def _phases_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     copy of a block's weights across output channels (itself a gather), read the
     weights in place, one pass over them fewer per phase.  (Not an NHWC phase's: its
     block may read the flipped weights' contiguous vectors in place, which would become
-    gathers.)  1 thread, CPU time, interleaved, a loaded Zen 4
+    gathers.  Nor where the template copies them in register transposes: it keeps them
+    a stage then, ``conv2d_tasks._flip_kept``.)  1 thread, CPU time, interleaved, a loaded Zen 4
     (load average 10-14), ms, DCGAN shapes, batch 16, 4x4 stride 2, the interleave by
     phase in both: 256 to 128 on 8x8 12.63 -> 12.43, 128 to 64 on 16x16 11.64 -> 11.50,
     512 to 256 on 4x4 16.42 -> 16.45."""
@@ -69,8 +70,9 @@ def _phases_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     if nchw and knobs.choose("template.phases.flip", ["inline", "root"], "inline") == "inline":
         for op in nchw:
             w = _conv_weight(op.output(0))
+            # (not where the template kept it a stage: its copy transposes its buffer)
             if "conv2d_weight_flip" in _op_tags(w.op) and s[w].attach_type == "root" and \
-                    not s[w].relations:
+                    not s[w].relations and not s[w].iter_attrs:
                 s[w].compute_inline()
     if "phases" in outs[0].op.attrs and \
             knobs.choose("template.phases.interleave", ["by_phase", "rules"], "by_phase") \
