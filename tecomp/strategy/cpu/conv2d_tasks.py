@@ -302,9 +302,20 @@ def _flip_kept(weight: Tensor) -> bool:
 def _keep_flip(s: Schedule, weight: Tensor, intrin, info: CpuModel) -> None:
     """Flipped weights whose copy is transposed (``intrin``, :func:`_flip_kept`): a
     root stage of their own, scheduled here (not inlined into the copy by the rules)."""
-    if intrin is not None and _flip_kept(weight) and s[weight].attach_type == "root" \
-            and not s[weight].relations:
-        _schedule_elementwise_stage(s, weight, info)
+    if intrin is None or not _flip_kept(weight) or s[weight].attach_type != "root" or \
+            s[weight].relations:
+        return
+    st = s[weight]
+    # in 16 x 16 tiles of its two channel axes (the flip swaps them: a row of the
+    # source is a column here), so that each tile reads 16 runs of the source and
+    # writes 16 runs of its own buffer
+    a, b, ky, kx = st.op.axis
+    ao, ai = st.split(a, factor=16)
+    bo, bi = st.split(b, factor=16)
+    st.reorder(ao, bo, ai, bi, ky, kx)
+    tiles = st.fuse(ao, bo)
+    if info.threads > 1:
+        st.parallel(tiles)
 
 
 def _weight_copy(ws: Stage, vec_dim: int, ob: int, in_order: bool = False, intrin=None):
