@@ -5,9 +5,12 @@ one process.
 
 Channels-first layouts on both sides (NCHW, NCW, NCDHW; PyTorch's weights).  Medians,
 ms; ratio = PyTorch's time over tecomp's.  Each result is checked against PyTorch's
-first.
+first.  ``--knobs JSON`` (repeatable) adds a tecomp row per shape scheduled with those
+knobs of the rules (``--knobs '{"template.phases.interleave": "rules"}'``: the
+transposed convolutions' interleave as the rules vectorize it), interleaved with the
+others.
 
-    python3 benchmarks/conv_nd.py [--threads 2] [--rounds 7] [--only transpose,conv1d,conv3d]
+    python3 benchmarks/conv_nd.py [--threads 2] [--rounds 7] [--only transpose,conv1d,conv3d] [--knobs JSON ...]
 """
 from __future__ import annotations
 
@@ -42,12 +45,18 @@ CONV3D = [
 def main() -> None:
     ap = base_parser(__doc__, rounds=7)
     ap.add_argument("--only", default="transpose,conv1d,conv3d")
+    ap.add_argument("--knobs", action="append", default=[],
+                    help="JSON knobs of the rules: one more tecomp row per shape")
     args = ap.parse_args()
     pin_threads(args.threads)
+    import json
+
     import numpy as np
 
     import tecomp as tc
     import tecomp.nn as nn
+    from tecomp.strategy import Knobs, apply_rules
+    from tecomp.strategy.cpu import cpu_model
 
     torch = torch_or_none(args.threads)
     if torch is None:
@@ -61,15 +70,20 @@ def main() -> None:
         X = tc.placeholder(xshape, name="x")
         W = tc.placeholder(wshape, name="w")
         Y = make(X, W)
-        f = tc.build(tc.auto_schedule([X, W, Y]), [X, W, Y])
         x = rng.standard_normal(xshape).astype("float32")
         fan = int(np.prod(wshape[1:]))
         w = (rng.standard_normal(wshape) / np.sqrt(fan)).astype("float32")
-        out = np.empty(tc.utils.get_const_tuple(Y.shape), "float32")
         tx, tw = torch.from_numpy(x), torch.from_numpy(w)
-        f(x, w, out)
-        np.testing.assert_allclose(out, ref(tx, tw).numpy(), rtol=1e-4, atol=1e-4)
-        fns[f"tecomp {key}"] = lambda f=f, a=(x, w, out): f(*a)
+        want = ref(tx, tw).numpy()
+        for kn in [None] + args.knobs:
+            s = (tc.auto_schedule([X, W, Y]) if kn is None
+                 else apply_rules([X, W, Y], Knobs(json.loads(kn)), cpu_model()))
+            f = tc.build(s, [X, W, Y])
+            out = np.empty(tc.utils.get_const_tuple(Y.shape), "float32")
+            f(x, w, out)
+            np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+            fns[f"tecomp {key}" + (f" {kn}" if kn else "")] = \
+                lambda f=f, a=(x, w, out): f(*a)
         fns[f"torch {key}"] = lambda tx=tx, tw=tw: ref(tx, tw)
         rows.append(key)
 
@@ -97,6 +111,9 @@ def main() -> None:
         mine, theirs = t[f"tecomp {key}"], t[f"torch {key}"]
         print(f"  {key:48s} tecomp {mine * 1e3:8.3f} ms | torch {theirs * 1e3:8.3f} ms | "
               f"{theirs / mine:5.2f}x")
+        for kn in args.knobs:
+            other = t[f"tecomp {key} {kn}"]
+            print(f"    with {kn}: {other * 1e3:8.3f} ms | {theirs / other:5.2f}x")
 
 
 if __name__ == "__main__":

@@ -12,10 +12,10 @@ import pytest
 import tecomp as tc
 from tecomp import autodiff as ad
 from tecomp import nn
-from tecomp.strategy import Knobs
+from tecomp.strategy import Knobs, apply_rules
 from tecomp.nn._check import Args
 from tecomp.strategy.cpu.conv3d import _conv3d_template
-from tecomp.strategy.cpu.conv_nd import _conv1d_template
+from tecomp.strategy.cpu.conv_nd import _conv1d_template, _interleave_by_phase
 from tecomp.target import cpu_model
 
 torch = pytest.importorskip("torch")
@@ -255,9 +255,11 @@ def test_conv2d_transpose_kernel_equal_to_stride_is_one_gemm(nchw):
 
 
 def test_conv2d_transpose_phases_get_the_conv_template():
+    # (a Skylake-AVX512's schedule whatever CPU runs the test: on Zen 4, whose split
+    # loads cost nothing, the NHWC phases read their small weights in place, no copy)
     X, W = tc.placeholder((1, 32, 8, 8), name="X"), tc.placeholder((32, 16, 4, 4), name="W")
     Y = nn.conv2d_transpose_nchw(X, W, 2, 1)
-    s = tc.auto_schedule([X, W, Y])
+    s = apply_rules([X, W, Y], Knobs({}), cpu_model("llvm -mcpu=skylake-avx512"))
     convs = [st for st in s.stages if {"conv2d_nchw", "conv2d_nhwc"} & set(
         (st.op.tag or "").split(",")) and st.attach_type == "root"]
     assert len(convs) == 4
@@ -266,6 +268,101 @@ def test_conv2d_transpose_phases_get_the_conv_template():
     copies = [st for st in s.stages if st.op.name.startswith("W.flip.p")
               and st.op.name.endswith(".global")]
     assert len(copies) == 4
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("case", [TRANSPOSE[0], TRANSPOSE[1], TRANSPOSE[2], TRANSPOSE[5],
+                                  TRANSPOSE[8], (1, 4, 3, 3, 5, (3, 4), (2, 3), 1, 0, 1, 1)],
+                         ids=["odd_sizes", "output_padding", "strides_2_3_dilated",
+                              "stride3_asymmetric", "phases_without_taps", "strides_2_3"])
+def test_conv2d_transpose_interleave_by_phase(case, dtype):
+    """The NCHW phases' interleave stored phase by phase (each phase's row as vectors,
+    every stride-th output element): odd output sizes (a last row or column that not
+    every phase reaches), strides 2 and 3 and mixed, output_padding, dilation, phases
+    that no tap reaches (zeros), against PyTorch."""
+    (x, w), want = _transpose_case(case, True, dtype)
+    X, W = tc.placeholder(x.shape, dtype, "X"), tc.placeholder(w.shape, dtype, "W")
+    Y = _transpose(X, W, case, True)
+    stride = case[6]
+    assert Y.op.attrs["phases"] == ((stride, stride) if isinstance(stride, int) else stride)
+    s = tc.create_schedule(Y.op)
+    _interleave_by_phase(s, Y, cpu_model())
+    assert s[Y].relations
+    (y,) = _run(tc.build(s, [X, W, Y]), [x, w], [tc.utils.get_const_tuple(Y.shape)], dtype)
+    tol = 1e-10 if dtype == "float64" else 1e-4
+    np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
+
+
+def test_conv2d_transpose_interleave_by_phase_in_the_template():
+    """auto_schedule stores the phases of a batched NCHW transposed convolution phase by
+    phase (``template.phases.interleave``; "rules" leaves the interleave to the rules)
+    and inlines each phase's flipped weights into the convolution that reads them
+    (``template.phases.flip``; "root": a stage of their own); a symbolic batch too; the
+    NHWC interleave (vectors across channels already) and an NCHW one of NHWC phases
+    (it transposes them) carry no ``phases``.  (The schedule of
+    an AVX-512 CPU, whose masks the conv template wants, whatever CPU runs it.)"""
+    n = tc.var("n")
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((2, 32, 7, 6)), rng.standard_normal((32, 8, 4, 4))
+    want = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), stride=2,
+                              padding=1, output_padding=1).numpy()
+    for batch in (2, n):
+        X, W = tc.placeholder((batch, 32, 7, 6), name="X"), tc.placeholder((32, 8, 4, 4),
+                                                                          name="W")
+        Y = nn.conv2d_transpose_nchw(X, W, 2, 1, 1)
+        assert Y.op.attrs["phases"] == (2, 2)
+        for knobs in ({}, {"template.phases.interleave": "rules"},
+                      {"template.phases.flip": "root"}):
+            s = apply_rules([X, W, Y], Knobs(knobs), cpu_model("llvm -mcpu=znver4"))
+            # (the rows split by phase: the rules keep the output's rows whole)
+            rows = [iv.var.name for iv in s[Y].leaf_iter_vars if iv.var.name.startswith("i2")]
+            by_rules = "template.phases.interleave" in knobs
+            assert rows == (["i2"] if by_rules else ["i2.outer", "i2.inner"]), (knobs, rows)
+            flips = {st.op.name: st.attach_type for st in s.stages
+                     if "conv2d_weight_flip" in st.op.tag}
+            assert len(flips) == 4 and set(flips.values()) == {
+                "root" if "template.phases.flip" in knobs else "inline"}, (knobs, flips)
+            y = np.empty((2, 8, 15, 13), "float32")
+            tc.build(s, [X, W, Y])(x.astype("float32"), w.astype("float32"), y)
+            np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    Xh = tc.placeholder((2, 6, 6, 32), name="X")
+    Wh = tc.placeholder((4, 4, 16, 32), name="W")
+    assert "phases" not in nn.conv2d_transpose_nhwc(Xh, Wh, 2, 1).op.attrs
+    # 16 output channels on 4-wide phases, 32 input channels: NHWC phases (narrow)
+    Xn, Wn = tc.placeholder((1, 32, 4, 4), name="X"), tc.placeholder((32, 16, 4, 4), name="W")
+    Yn = nn.conv2d_transpose_nchw(Xn, Wn, 2, 1)
+    assert any("conv2d_nhwc" in t.op.tag for t in Yn.op.input_tensors)
+    assert "phases" not in Yn.op.attrs
+    # (NHWC phases keep their flipped weights a stage: their blocks may read its
+    # vectors in place)
+    s = apply_rules([Xn, Wn, Yn], Knobs({}), cpu_model("llvm -mcpu=znver4"))
+    assert {st.attach_type for st in s.stages if "conv2d_weight_flip" in st.op.tag} == \
+        {"root"}
+
+
+def test_conv2d_transpose_channel_vector_phases_transpose_their_kept_flips():
+    """Phases with vectors across output channels copy each block's weights across
+    them: from their flipped weights kept a root stage (``conv2d_tasks._flip_kept``),
+    in 16x16 register transposes, not a strided gather from the source per vector (the
+    flip inlined into the copy).  Skylake-AVX512's schedule, run where it runs."""
+    target = "llvm -mcpu=skylake-avx512"
+    X, W = tc.placeholder((2, 256, 4, 4), name="X"), tc.placeholder((256, 32, 4, 4), name="W")
+    Y = nn.conv2d_transpose_nchw(X, W, 2, 1)
+    s = apply_rules([X, W, Y], Knobs({}), cpu_model(target))
+    flips = {st.op.name: st.attach_type for st in s.stages
+             if "conv2d_weight_flip" in st.op.tag}
+    assert len(flips) == 4 and set(flips.values()) == {"root"}, flips
+    ir = str(tc.lower(s, [X, W, Y]))
+    assert ir.count("tensorize x86.transpose_f32_16x16") == 4
+    if tc.Target(target).runs_here() is not None:
+        return
+    rng = np.random.default_rng(9)
+    x, w = rng.standard_normal((2, 256, 4, 4)), rng.standard_normal((256, 32, 4, 4))
+    y = np.empty((2, 32, 8, 8), "float32")
+    tc.build(s, [X, W, Y], target=target)(x.astype("float32"), w.astype("float32"), y)
+    want = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), stride=2,
+                              padding=1).numpy()
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
 def test_conv2d_transpose_symbolic_batch_and_dtypes():

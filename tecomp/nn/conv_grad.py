@@ -371,7 +371,10 @@ def transposed_conv2d(adjoint, weight, nchw: bool, conf, shape, dtype: str, acc:
     tag = f"injective,conv2d_{'nchw' if nchw else 'nhwc'}_phases"
     if sh == sw == 1:
         tag = "injective,layout_transform"
-    return _te.compute(tuple(shape), interleave, name=name, tag=tag)
+    # ``phases``, the strides, where the phases are NCHW rows as the output is: the
+    # schedule then stores each phase's rows in turn (``strategy.cpu.conv_nd``)
+    attrs = {"phases": (sh, sw)} if nchw and not via_nhwc and (sh, sw) != (1, 1) else {}
+    return _te.compute(tuple(shape), interleave, name=name, tag=tag, attrs=attrs)
 
 
 def _narrow_phases(rows, cols, channels, adjoint_channels) -> bool:

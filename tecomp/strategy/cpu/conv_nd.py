@@ -9,9 +9,11 @@ A transposed convolution: without groups and with a stride above
 1 such an operator is several stride-1 convolutions, one per phase of its output, and a
 stage that interleaves them (``nn.conv_grad.transposed_conv2d``; a convolution's data
 gradient has the same form).  Each convolution gets the convolution template, as
-:func:`tecomp.strategy.schedule_backward` gives them in a backward pass; the rest (the
-interleaving, the adjoint's windows) the rules.  (A single convolution, stride 1, is
-the convolution template's own.)"""
+:func:`tecomp.strategy.schedule_backward` gives them in a backward pass, reading its
+flipped weights through the flip (no flipped copy: the template's own copy, where it
+makes one, gathers from the weights themselves); the NCHW interleave stores each phase
+in turn (:func:`_interleave_by_phase`); the rest (the adjoint's windows) the rules.
+(A single convolution, stride 1, is the convolution template's own.)"""
 from __future__ import annotations
 
 from typing import Optional
@@ -21,8 +23,8 @@ from ...ir.expr import ProducerLoad
 from ...ir.functor import collect
 from ...schedule.schedule import Schedule, create_schedule
 from .._common import _cint, _is_injective, _largest_divisor_at_most, _walk
-from .common import _auto_rest, _op_tags
-from .conv2d import _conv_for_generic_rules
+from .common import _auto_rest, _op_tags, _vector_split
+from .conv2d import _conv_for_generic_rules, _conv_weight
 from .conv2d_grad import schedule_conv2d_into
 from ...target import CpuModel
 
@@ -36,7 +38,19 @@ def _phases_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     ``conv2d._conv_for_generic_rules``) stays with them.  Interleaved, 2 threads, ms,
     against the rules for every phase (PyTorch), on a loaded 2-core machine: 256 to 128
     channels 4x4 stride 2 on 16x16, batch 8, 32.9 vs 38.1 (99.9), again 43.8 vs 45.2
-    (131.5); 128 to 64 on 32x32 41.5 vs 42.4 (135.0), again 49.6 vs 43.6 (159.9)."""
+    (131.5); 128 to 64 on 32x32 41.5 vs 42.4 (135.0), again 49.6 vs 43.6 (159.9).
+
+    An NCHW phase's flipped weights (``<weight>.flip.pRC``, a gather of the taps that
+    land on it) are inlined into their reader (knob ``template.phases.flip``, "root"
+    keeps them a pass of their own): the register block's broadcasts, or the template's
+    copy of a block's weights across output channels (itself a gather), read the
+    weights in place, one pass over them fewer per phase.  (Not an NHWC phase's: its
+    block may read the flipped weights' contiguous vectors in place, which would become
+    gathers.  Nor where the template copies them in register transposes: it keeps them
+    a stage then, ``conv2d_tasks._flip_kept``.)  1 thread, CPU time, interleaved, a loaded Zen 4
+    (load average 10-14), ms, DCGAN shapes, batch 16, 4x4 stride 2, the interleave by
+    phase in both: 256 to 128 on 8x8 12.63 -> 12.43, 128 to 64 on 16x16 11.64 -> 11.50,
+    512 to 256 on 4x4 16.42 -> 16.45."""
     if len(outs) != 1:
         return None
     reductions = [op for op in _walk(outs) if op.reduce_axis]
@@ -52,7 +66,47 @@ def _phases_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
         return None
     for op in mine:
         schedule_conv2d_into(s, op.output(0), info.target)
+    nchw = [op for op in mine if "conv2d_nchw" in _op_tags(op)]
+    if nchw and knobs.choose("template.phases.flip", ["inline", "root"], "inline") == "inline":
+        for op in nchw:
+            w = _conv_weight(op.output(0))
+            # (not where the template kept it a stage: its copy transposes its buffer)
+            if "conv2d_weight_flip" in _op_tags(w.op) and s[w].attach_type == "root" and \
+                    not s[w].relations and not s[w].iter_attrs:
+                s[w].compute_inline()
+    if "phases" in outs[0].op.attrs and \
+            knobs.choose("template.phases.interleave", ["by_phase", "rules"], "by_phase") \
+            == "by_phase":
+        _interleave_by_phase(s, outs[0], info)
     return _auto_rest(s, outs, info)
+
+
+def _interleave_by_phase(s: Schedule, out, info: CpuModel) -> None:
+    """The stage that interleaves the NCHW phases of a transposed convolution (``out[n,
+    c, y, x]`` from phase ``(y % sh, x % sw)`` at ``(y // sh, x // sw)``): a task per
+    (image, channel), and in it, per row of the phases, each phase ``(ry, rx)`` in turn
+    (unrolled: its selects fold away), its row loaded as vectors and stored every
+    ``sw``-th element of the output row.  The rules vectorize the output row itself:
+    every lane picks its phase, a masked gather per phase and vector (knob
+    ``template.phases.interleave``: "rules").  Interleaved, 2 threads, a loaded 2-core
+    Zen 4 (load average 6-14), ms: the four 8x8 phases of 128 channels, batch 16, into
+    16x16, 0.711 (rules) vs 0.236; the whole transposed convolution (DCGAN, 4x4 stride
+    2, batch 16, flips at the root), 1 thread, CPU time: 256 to 128 on 8x8 13.23 ->
+    12.63, 128 to 64 on 16x16 13.00 -> 11.64, 512 to 256 on 4x4 (4-wide phases) 16.36
+    -> 16.42."""
+    sh, sw = out.op.attrs["phases"]
+    st = s[out]
+    n, c, y, x = st.op.axis
+    OW = _cint(x.dom.extent)
+    yo, ry = st.split(y, factor=sh)
+    xo, rx = st.split(x, factor=sw)
+    st.reorder(n, c, yo, ry, rx, xo)
+    task = st.fuse(n, c)
+    if info.threads > 1:
+        st.parallel(task)
+    st.unroll(ry)
+    st.unroll(rx)
+    _vector_split(st, xo, None if OW is None else -(-OW // sw), info.lanes)
 
 
 def _conv1d_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
