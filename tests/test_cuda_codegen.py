@@ -16,7 +16,8 @@ from cuda_examples import (  # noqa: E402
     vector_add, int8_wrap,
 )
 
-from tecomp.errors import BuildError, RuntimeUnavailableError  # noqa: E402
+import tecomp as tc  # noqa: E402
+from tecomp.errors import BuildError, RuntimeUnavailableError, ScheduleError  # noqa: E402
 from tecomp.ir import (  # noqa: E402
     Allocate, AssertStmt, AttrStmt, Buffer, Cast, Const, Evaluate, For, IfThenElse,
     LetStmt, PrimFunc, Var, seq,
@@ -687,3 +688,27 @@ def test_division_by_a_dimension_is_plain_by_a_thread_index_is_not():
     assert ("B[((((((int)blockIdx.x) * 64) + ((int)threadIdx.x)) / n) * n) + "
             "(((((int)blockIdx.x) * 64) + ((int)threadIdx.x)) % n)] = A[" in s)
     assert "tc_floordiv_i32(7, (int)threadIdx.x)" in s  # threadIdx.x may be 0
+
+
+def test_pragma_min_blocks_per_sm_is_the_launch_bounds_second_number():
+    """``pragma(axis, "min_blocks_per_sm", n)`` on a loop outside the thread loops: the
+    kernel's ``__launch_bounds__(threads, n)``; without it one number; a value that is no
+    block count is refused, naming the stage and the axis."""
+    a = tc.placeholder((1024,), "float32", name="a")
+    b = tc.compute((1024,), lambda i: a[i] * 2.0, name="b")
+
+    def source(n):
+        s = tc.create_schedule(b.op)
+        bo, bi = s[b].split(b.op.axis[0], factor=128)
+        s[b].bind(bo, tc.thread_axis("blockIdx.x"))
+        s[b].bind(bi, tc.thread_axis("threadIdx.x"))
+        if n is not None:
+            s[b].pragma(bo, "min_blocks_per_sm", n)
+        return tc.build(s, [a, b], target="cuda -arch=sm_80").get_source()
+
+    assert "__launch_bounds__(128, 4) " in source(4)
+    assert "__launch_bounds__(128) " in source(None)
+    for bad in (0, 33, 2.0, True, "3"):
+        with pytest.raises(ScheduleError, match=r"min_blocks_per_sm on stage b, axis "
+                                                 r"i\.outer: .*an int from 1 to 32"):
+            source(bad)

@@ -22,7 +22,7 @@ from tecomp.strategy.cuda.attention import (FlashConfig, atomic_warps, backward_
                                             schedule_flash_attention_backward, shared_bytes)
 from tecomp.strategy.cuda.common import max_shared_bytes
 from tecomp.strategy.cuda.tensorcore import WARP
-from tecomp.target.cuda import block_shared_limit
+from tecomp.target.cuda import block_shared_limit, blocks_per_sm_by_shared
 from tecomp.testing.gpu_resources import ptxas_usage
 
 from helpers import gpu_driver  # noqa: F401  (a fixture)
@@ -400,6 +400,31 @@ def test_ptx_has_the_tensor_cores_and_nothing_spills(arch, d):
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx   # v [keys, dv]
     for kernel, use in ptxas_usage(src, arch).items():
         assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch,d,causal,dtype", [
+    ("sm_90a", 64, True, "float16"), ("sm_80", 64, True, "float16")] + [
+    pytest.param(a, d, c, dt, marks=_SLOW) for a in ("sm_90a", "sm_80") for d in (64, 128)
+    for c in (False, True) for dt in ("float16", "bfloat16")
+    if (d, c, dt) != (64, True, "float16")])
+def test_the_default_forward_kernels_spill_nothing(arch, d, causal, dtype):
+    """The default forward of each head dim (head dim 64 causal: the whole tiles' loop and
+    the diagonal one, whose epilogue's values ptxas spilled on sm_90a at 168 registers):
+    no spill, and the kernel's ``__launch_bounds__`` asks for the blocks its shared
+    memory lets an SM hold (``pragma min_blocks_per_sm``), which its registers allow."""
+    args = flash(4, 16, 2048, 2048, d, dtype, causal)
+    tgt = f"cuda -arch={arch}"
+    src = tc.build(schedule_flash_attention(args[3:], target=tgt), args,
+                   target=tgt).get_source()
+    blocks = blocks_per_sm_by_shared(arch, shared_bytes(flash_config(
+        d, d, dtype, block_shared_limit(arch)), d, d, dtype))
+    assert f"__launch_bounds__(128, {blocks}) main_kernel0(" in src
+    assert blocks == {("sm_90a", 64): 3, ("sm_90a", 128): 2, ("sm_80", 64): 2,
+                      ("sm_80", 128): 1}[arch, d]
+    for kernel, use in ptxas_usage(src, arch).items():
+        assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
+        assert use["registers"] * 128 * blocks <= 64 * 1024, (kernel, use)
 
 
 @needs_nvcc

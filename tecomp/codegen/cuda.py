@@ -85,6 +85,8 @@ THREAD_TAGS = {
     "blockIdx.x": ("grid", 0), "blockIdx.y": ("grid", 1), "blockIdx.z": ("grid", 2),
     "threadIdx.x": ("block", 0), "threadIdx.y": ("block", 1), "threadIdx.z": ("block", 2),
 }
+#: the AttrStmt key of ``pragma(axis, "min_blocks_per_sm", n)`` (``__launch_bounds__``)
+MIN_BLOCKS_PRAGMA = "pragma_min_blocks_per_sm"
 # the CUDA limits (their one home is tecomp.target)
 from ..target import (  # noqa: E402,F401
     FRAGMENT_SCOPES, MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_STATIC_SHARED_BYTES,
@@ -1348,7 +1350,7 @@ def codegen_cuda(func: PrimFunc) -> CudaSource:
         if any(h.startswith("tc_wgmma_m64") for h in r.helpers):
             _check_warpgroups(dataclasses.replace(info, block=kern.block))
         kernels.append(info)
-        texts.append(_kernel_text(kern.index, info, r.lines, kern.stmt))
+        texts.append(_kernel_text(kern.index, info, r.lines, kern.stmt, _min_blocks(attr.body)))
 
     arch = as_target(tgt).arch
     if arch and sm_number(arch) < MMA_MIN_SM and bf16_fragments:
@@ -1491,7 +1493,15 @@ def _shared_pointers(r: CudaRenderer, namer: Namer, shared: List[Buffer]) -> Non
         off += shared_array_bytes(b)
 
 
-def _kernel_text(k: int, info: KernelInfo, body_lines: List[str], stmt: Stmt) -> str:
+def _min_blocks(body) -> int:
+    """The blocks per SM a ``pragma min_blocks_per_sm`` around a kernel asks for, or 0."""
+    got = [int(n.value.value if isinstance(n.value, Const) else n.value) for n in collect(
+        body, lambda n: isinstance(n, AttrStmt) and n.key == MIN_BLOCKS_PRAGMA)]
+    return max(got, default=0)
+
+
+def _kernel_text(k: int, info: KernelInfo, body_lines: List[str], stmt: Stmt,
+                 min_blocks: int = 0) -> str:
     reads = [b.name for b in buffers_in(stmt)
              if b.scope == "global" and b not in set(stored_buffers(stmt))]
     text = f"kernel {k}: stage {info.stage}"
@@ -1504,7 +1514,8 @@ def _kernel_text(k: int, info: KernelInfo, body_lines: List[str], stmt: Stmt) ->
     bounds = ""
     cb = info.constant_block
     if cb is not None:
-        bounds = f"__launch_bounds__({cb[0] * cb[1] * cb[2]}) "
+        bounds = f"__launch_bounds__({cb[0] * cb[1] * cb[2]}" + (
+            f", {min_blocks}) " if min_blocks else ") ")
     params = ", ".join(f"{param_ctype(p)} {p.name}" for p in info.params)
     lines.append(f'extern "C" __global__ void {bounds}{info.name}({params}) {{')
     lines.extend(body_lines)

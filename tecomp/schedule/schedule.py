@@ -39,6 +39,8 @@ SCOPES = ("global", "shared", "local") + FRAGMENT_SCOPES
 #: the largest ``pragma(axis, "unroll_count", n)`` (LLVM's unroll count is a 32-bit count
 #: of at least 1: 2**32 reached it as 0 and crashed LLVM's unroller)
 MAX_UNROLL_COUNT = 1024
+#: the most blocks per SM ``pragma min_blocks_per_sm`` asks for (no GPU holds more)
+MAX_MIN_BLOCKS_PER_SM = 32
 
 
 # ---------------------------------------------------------------------------------
@@ -342,7 +344,10 @@ class Stage(TracedStage):
         LLVM backend stream the nest's aligned whole-vector stores to the buffers it does
         not allocate past the cache (docs/schedule.md); ``masked_wide_loads`` has it read
         a strided load under a lane mask in the nest as a wide masked load and a shuffle,
-        not a gather (docs/schedule.md); any other name is kept as a
+        not a gather (docs/schedule.md); ``min_blocks_per_sm`` (an int from 1 to
+        :data:`MAX_MIN_BLOCKS_PER_SM`), on a loop outside a CUDA kernel's thread loops,
+        asks ptxas to fit the kernel's registers to that many resident blocks per SM
+        (``__launch_bounds__``' second number); any other name is kept as a
         ``// attr pragma_<name>`` comment for the backends."""
         iv = self._iv(axis, "pragma")
         self._not_inlined("pragma")
@@ -356,6 +361,13 @@ class Stage(TracedStage):
                 f"pragma unroll_count on stage {display(self.name)}, axis {display(iv.name)}: "
                 f"the value is how many times LLVM unrolls the loop, an int from 1 to "
                 f"{MAX_UNROLL_COUNT}; got {value!r:.60}")
+        if name == "min_blocks_per_sm" and (isinstance(value, bool) or not isinstance(
+                value, int) or not 1 <= value <= MAX_MIN_BLOCKS_PER_SM):
+            raise ScheduleError(
+                f"pragma min_blocks_per_sm on stage {display(self.name)}, axis "
+                f"{display(iv.name)}: the value is how many blocks of the kernel one SM "
+                f"should hold at once, an int from 1 to {MAX_MIN_BLOCKS_PER_SM}; got "
+                f"{value!r:.60}")
         if name == "causal_tiles":
             raise ScheduleError(
                 f"pragma causal_tiles on stage {display(self.name)}, axis {display(iv.name)}: "

@@ -38,6 +38,23 @@ MAX_BLOCK_SHARED_BYTES = {70: 96 * 1024, 75: 64 * 1024, 80: 163 * 1024, 86: 99 *
                           120: 99 * 1024}
 
 
+#: the shared memory of one SM, by compute capability (what its resident blocks share)
+SM_SHARED_BYTES = {70: 96 * 1024, 75: 64 * 1024, 80: 164 * 1024, 86: 100 * 1024,
+                   87: 164 * 1024, 89: 100 * 1024, 90: 228 * 1024, 100: 228 * 1024,
+                   120: 100 * 1024}
+#: the shared memory the system reserves per resident block from sm_80 on
+BLOCK_RESERVED_SHARED_BYTES = 1024
+
+
+def blocks_per_sm_by_shared(arch, shared: int) -> int:
+    """How many blocks of ``shared`` bytes of shared memory one SM of ``arch`` holds (at
+    least 1; the registers and the threads may allow fewer); for an unknown or unnamed
+    architecture, sm_80's."""
+    sm = sm_number(arch) if arch else 80
+    per_block = shared + (BLOCK_RESERVED_SHARED_BYTES if sm >= 80 else 0)
+    return max(1, SM_SHARED_BYTES.get(sm, SM_SHARED_BYTES[80]) // max(1, per_block))
+
+
 def block_shared_limit(arch) -> int:
     """The shared memory one block of ``arch`` (``"sm_86"``) may take; for an unknown or
     unnamed architecture, sm_80's (A100, and less than Hopper's)."""

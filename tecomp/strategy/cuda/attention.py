@@ -62,7 +62,8 @@ from ...te.tensor_intrin import tensor_intrin
 from .._common import _cint, _has_tag
 from ..cpu.attention import _attention_parts
 from ..cpu.common import _NoTemplate
-from .common import _bind, _check_target, _cooperative_copy, max_shared_bytes
+from .common import (_bind, _check_target, _cooperative_copy, blocks_per_sm_by_shared,
+                     max_shared_bytes, sm_arch)
 from .tensorcore import FRAG, WARP, family_intrinsics
 
 def _stacked(t) -> int:
@@ -161,10 +162,11 @@ MAX_ACCUMULATORS = 160
 #: causal forward runs the key tiles before each block's first query, which the mask
 #: leaves whole, in a loop of their own without the mask's tests (``pragma causal_tiles
 #: ... whole``: the loop's body twice in the kernel).  Head dim 64's 16-key tiles (80):
-#: 168 registers on sm_90 (132 with the mask in every tile; ptxas keeps 3 blocks per SM
-#: and spills 8 bytes between the two loops, none inside them), the whole tiles' loop as
-#: the non-causal kernel's (SASS: 882 instructions a tile against 1076 in the diagonal
-#: ones); head dim 128's 32-key tiles (160) spilled 136 bytes in the diagonal loop (255
+#: 160 registers on sm_90a and no spill with ``__launch_bounds__(128, 3)`` (the 3 blocks
+#: its shared memory allows; 132 with the mask in every tile; left to itself ptxas took
+#: 168 and spilled 8 bytes of the epilogue's values across the diagonal loop), the whole
+#: tiles' loop as the non-causal kernel's (SASS: 885 instructions a tile against 1090 in
+#: the diagonal ones, whose statistics loop ptxas unrolls); head dim 128's 32-key tiles (160) spilled 136 bytes in the diagonal loop (255
 #: registers), so they keep one loop.
 WHOLE_TILES_MAX_ACCUMULATORS = 96
 
@@ -219,7 +221,7 @@ def schedule_flash_attention(outs, target: str = "cuda",
     cfg = config if config is not None else flash_config(D, Dv, q.dtype,
                                                          max_shared_bytes(target))
     s = create_schedule([t["out"].op, t["lse"].op])
-    _forward_into(s, t, cfg)
+    _forward_into(s, t, cfg, target)
     return s
 
 
@@ -332,7 +334,7 @@ def schedule_sdpa_as_flash(outs, target: str = "cuda",
     s.stages = [st]     # (the graph's own stages: left out)
     s._stage_of = {id(out.op): st}
     t = _substitute_flash(s, st, *got)
-    _forward_into(s, t, config if config is not None else _config_of(t, target))
+    _forward_into(s, t, config if config is not None else _config_of(t, target), target)
     return s
 
 
@@ -377,7 +379,7 @@ def sdpa_into_flash(s: Schedule, target: str = "cuda",
         t = _substitute_flash(s, st, *got, lse=lse[0] if lse else None)
         if lse:
             mine |= {id(lse[0].op), id(lse[0].origin_op)}
-        _forward_into(s, t, config if config is not None else _config_of(t, target))
+        _forward_into(s, t, config if config is not None else _config_of(t, target), target)
         mine |= {id(st.op), id(st.origin_op)}
     if mine:
         mine |= {id(st.op) for st in s.stages} - before
@@ -394,8 +396,8 @@ def _rescale(old, new):
                             _te.const(0.0, f32))
 
 
-def _forward_into(s: Schedule, t: dict, cfg: FlashConfig) -> None:
-    """The forward's kernels (the stages :func:`_parts` found) in ``s``."""
+def _forward_into(s: Schedule, t: dict, cfg: FlashConfig, target="cuda") -> None:
+    """The forward's kernels (the stages :func:`_parts` found) in ``s`` for ``target``."""
     q = t["q"]
     k = _Kernels(s, cfg, q.dtype, _cint(q.shape[2]), _cint(t["k"].shape[2]))
     causal = bool(t["out"].op.attrs.get("causal"))
@@ -408,6 +410,12 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig) -> None:
     # in step (each thread a row), p (shared) and p v into each warp's accumulators,
     # rescaled first by exp(lse_old - lse_new)
     ot, bo, pf, ko = k.accumulate(t["out"], t["pv"], t["p"], t["v"], cast16=True)
+    # the blocks per SM its shared memory allows, for ptxas (``__launch_bounds__``): it
+    # then fits the registers to them (the causal head dim 64 kernel, left to itself,
+    # took 168 on sm_90 and spilled 8 bytes; told 3 blocks, 160 and no spill)
+    ot.pragma(ot.leaf_iter_vars[0], "min_blocks_per_sm", blocks_per_sm_by_shared(
+        sm_arch(target), shared_bytes(cfg, _cint(q.shape[3]), _cint(t["v"].shape[3]),
+                                      q.dtype)))
     if causal:
         k.skip_causal(pf, ko, "before",
                       whole=cfg.block_kv + _cint(t["v"].shape[3]) <= WHOLE_TILES_MAX_ACCUMULATORS)
@@ -738,7 +746,7 @@ def _backward_into(s: Schedule, by: dict, final: dict, target: str,
                                  if _tagged(x.op, "flash_pds")))
     if tf is not None:   # tc.gradient's: the forward's output and logsumexp are computed too
         _forward_into(s, tf, config if config is not None else flash_config(
-            D, Dv, dtype, max_shared_bytes(target)))
+            D, Dv, dtype, max_shared_bytes(target)), target)
     if cfg.dq not in ("atomic", "recompute"):
         raise ScheduleError(f"{cfg}: dq is \"atomic\" (FlashAttention-2's five GEMMs) or "
                             f"\"recompute\" (a second pass, seven), got {cfg.dq!r:.40}")

@@ -8,7 +8,7 @@ from ...errors import ScheduleError, TargetError
 from ...schedule.schedule import Stage
 from ...build import device_arch
 from ...target import as_target
-from ...target.cuda import block_shared_limit
+from ...target.cuda import block_shared_limit, blocks_per_sm_by_shared
 from ...te.tensor import thread_axis
 from .._common import _ceil
 
@@ -34,11 +34,13 @@ def _check_target(target) -> None:
 def max_shared_bytes(target) -> int:
     """The shared memory a block may take on ``target``'s GPU: its ``-arch``, else GPU 0's
     (``cuda``), else sm_80's (:func:`tecomp.target.cuda.block_shared_limit`)."""
+    return block_shared_limit(sm_arch(target))
+
+
+def sm_arch(target):
+    """``target``'s ``-arch``, else GPU 0's (``cuda``), else None (sm_80's figures)."""
     t = as_target(target)
-    arch = t.arch
-    if arch is None and t.kind == "cuda":
-        arch = device_arch()
-    return block_shared_limit(arch)
+    return device_arch() if t.arch is None and t.kind == "cuda" else t.arch
 
 
 def _pow2_at_least(n: int) -> int:
