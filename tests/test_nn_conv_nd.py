@@ -344,11 +344,13 @@ def test_conv2d_transpose_channel_vector_phases_transpose_their_kept_flips():
     """Phases with vectors across output channels copy each block's weights across
     them: from their flipped weights kept a root stage (``conv2d_tasks._flip_kept``),
     in 16x16 register transposes, not a strided gather from the source per vector (the
-    flip inlined into the copy).  Skylake-AVX512's schedule, run where it runs."""
+    flip inlined into the copy), where the phases' flips are not packed in one pass
+    (``template.phases.pack``: "per_phase").  Skylake-AVX512's schedule, run where it
+    runs."""
     target = "llvm -mcpu=skylake-avx512"
     X, W = tc.placeholder((2, 256, 4, 4), name="X"), tc.placeholder((256, 32, 4, 4), name="W")
     Y = nn.conv2d_transpose_nchw(X, W, 2, 1)
-    s = apply_rules([X, W, Y], Knobs({}), cpu_model(target))
+    s = apply_rules([X, W, Y], Knobs({"template.phases.pack": "per_phase"}), cpu_model(target))
     flips = {st.op.name: st.attach_type for st in s.stages
              if "conv2d_weight_flip" in st.op.tag}
     assert len(flips) == 4 and set(flips.values()) == {"root"}, flips
@@ -363,6 +365,58 @@ def test_conv2d_transpose_channel_vector_phases_transpose_their_kept_flips():
     want = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), stride=2,
                               padding=1).numpy()
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", [
+    (2, 256, 32, 4, 4, (4, 4), 2, 1, 0, 1, 1),
+    (2, 256, 32, 5, 3, (4, 4), 2, 1, 0, 1, 1),
+    (1, 256, 32, 4, 4, (4, 4), 2, 1, 1, 1, 1),
+    (1, 256, 32, 4, 4, (5, 5), 3, 1, 0, 1, 1),
+    (1, 256, 32, 4, 4, (4, 5), (2, 3), 1, 0, 1, 1),
+], ids=["dcgan", "odd_sizes", "output_padding", "stride3", "strides_2_3"])
+def test_conv2d_transpose_channel_vector_phases_pack_their_weights_once(case):
+    """Channel-vector phases whose flips the template would keep a stage each (a pass
+    over all the weights per phase) read one copy of the weights stored [KH, KW, O, C]
+    instead (``conv_nd._pack_flip_source``, knob ``template.phases.pack``: "once"), made
+    in one pass (16x16 register transposes where the taps and channels fill them), the
+    flips inlined into the phases' copies; "per_phase" keeps them.  Odd sizes, stride 3
+    and mixed strides (windows of 25 and 20 taps: no transposes), output_padding; the
+    schedule of Skylake-AVX512, run where it runs, against PyTorch."""
+    target = "llvm -mcpu=skylake-avx512"
+    N, C, O, H, W_, k, stride, p, op, d, g = case
+    (x, w), want = _transpose_case(case, True, "float32")
+    X, W = tc.placeholder(x.shape, name="X"), tc.placeholder(w.shape, name="W")
+    Y = nn.conv2d_transpose_nchw(X, W, stride, p, op, d, g)
+    runs = tc.Target(target).runs_here() is None
+    for pack in ("once", "per_phase"):
+        s = apply_rules([X, W, Y], Knobs({"template.phases.pack": pack}), cpu_model(target))
+        flips = {st.attach_type for st in s.stages if "conv2d_weight_flip" in st.op.tag}
+        packs = [st for st in s.stages if st.op.name == "W.global"]
+        # (with "per_phase", phases of a 1-tap row or column may inline their flips)
+        assert len(packs) == (pack == "once") and ("root" in flips) == (pack == "per_phase")
+        if pack == "once":
+            ir = str(tc.lower(s, [X, W, Y]))
+            assert ir.count("tensorize x86.transpose_f32_16x16") == (k[0] * k[1] % 16 == 0)
+        if runs:
+            y = np.empty(want.shape, "float32")
+            tc.build(s, [X, W, Y], target=target)(x, w, y)
+            np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-3)
+
+
+def test_conv2d_transpose_pack_needs_two_kept_flips():
+    """No packed copy of the weights where the template keeps no flip (here, with a
+    symbolic batch) or just one (a dilation that lands every tap on one phase): the one
+    pass would add to, not replace, the flips' passes."""
+    target = cpu_model("llvm -mcpu=skylake-avx512")
+    for batch, k, d in ((tc.var("n"), (4, 4), 1), (1, (3, 3), 2)):
+        X = tc.placeholder((batch, 256, 4, 4), name="X")
+        W = tc.placeholder((256, 32, *k), name="W")
+        Y = nn.conv2d_transpose_nchw(X, W, 2, 1, 1 if d == 2 else 0, d)
+        s = apply_rules([X, W, Y], Knobs({}), target)
+        assert not [st for st in s.stages if st.op.name == "W.global"]
+        kept = [st for st in s.stages
+                if "conv2d_weight_flip" in st.op.tag and st.attach_type == "root"]
+        assert len(kept) == (1 if d == 2 else 0)
 
 
 def test_conv2d_transpose_symbolic_batch_and_dtypes():

@@ -196,7 +196,7 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuModel, 
             if weight_vec_dim != len(ww.shape) - 1:
                 # (gathers: copied in parallel, a little faster or within the noise)
                 # (measurements: benchmarks/DECISIONS.md, "Conv tasks: parallel weight gathers")
-                intrin = _weight_transpose(weight, weight_vec_dim, ob, info, flips=True)
+                intrin = _weight_transpose(weight, weight_vec_dim, ob, info, flips=s)
                 _keep_flip(s, weight, intrin, info)
                 blocks, _ = _weight_copy(s[ww], weight_vec_dim, ob, intrin=intrin)
                 if T > 1:
@@ -246,7 +246,7 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuModel, 
             # a 1x1 window's block transposed in registers, or else copied row by row
             # when each task copies its own
             # (measurements: benchmarks/DECISIONS.md, "Conv NCHW: the weight copy's cost")
-            intrin = _weight_transpose(weight, weight_vec_dim, ob, info, flips=True)
+            intrin = _weight_transpose(weight, weight_vec_dim, ob, info, flips=s)
             _keep_flip(s, weight, intrin, info)
             _, loops = _weight_copy(ws, weight_vec_dim, ob,
                                     in_order=_window(weight) == 1 and weight_vec_dim == 0
@@ -262,19 +262,19 @@ def _conv_tasks(s: Schedule, st: Stage, cs: Stage, pad, weight, info: CpuModel, 
 
 
 def _weight_transpose(weight: Tensor, vec_dim: Optional[int], ob: int, info: CpuModel,
-                      flips: bool = False):
+                      flips: Optional[Schedule] = None):
     """The ``x86.transpose_f32_LxL`` intrinsic for copying the OIHW ``weight`` across its
     output channels in ``L x L`` tiles of (output channels, ``C*KH*KW``) (each ``W[o]``
     is ``C*KH*KW`` contiguous elements: a 3x3 window's tile is affine in flattened
     memory only, see :mod:`tecomp.lower.tensorize`), where the target has it and the
     tiles divide ``C*KH*KW`` and the ``ob``-channel blocks; else None.  A window larger
     than 1x1 only for weights that are a placeholder or, with ``flips`` (a caller that
-    keeps them a stage: :func:`_keep_flip`), flipped weights (:func:`_flip_kept`); any
+    keeps them a stage in the schedule ``flips``: :func:`_keep_flip`), flipped weights (:func:`_flip_kept`); any
     other computed one is inlined into the copy, whose tiles would then read the source
     through its indices (``W[o, 2 - ky, ...]``: not affine even in memory)."""
     if vec_dim != 0 or len(weight.shape) != 4 or (
             isinstance(weight.op, ComputeOp) and _window(weight) != 1 and
-            not (flips and _flip_kept(weight))):
+            not (flips is not None and _flip_kept(flips, weight))):
         return None
     C, KH, KW = (_cint(e) for e in weight.shape[1:])
     L = info.lanes
@@ -284,7 +284,7 @@ def _weight_transpose(weight: Tensor, vec_dim: Optional[int], ob: int, info: Cpu
     return transpose_intrin(info.target, L, weight.dtype)
 
 
-def _flip_kept(weight: Tensor) -> bool:
+def _flip_kept(s: Schedule, weight: Tensor) -> bool:
     """Whether ``weight`` is a convolution's flipped weights (``conv2d_weight_flip``: a
     transposed convolution's phase, a data gradient's kernel) that the template computes
     at the root, in a pass of its own, so that its copy across the output channels is
@@ -294,15 +294,18 @@ def _flip_kept(weight: Tensor) -> bool:
     up-convolutions, 4x4 stride 2, batch 16: 512 to 256 channels on 4x4 (channel-vector
     phases) 16.13 gathered, 14.35 transposed (PyTorch 12.32); with Zen 5's machine
     facts (channel vectors for 8x8 phases too), on the same Zen 4, 256 to 128 on 8x8
-    12.46 -> 12.08, 512 to 256 on 4x4 15.95 -> 14.18."""
+    12.46 -> 12.08, 512 to 256 on 4x4 15.95 -> 14.18.  Not when ``s`` has them read a
+    copy of the weights instead (``strategy.cpu.conv_nd._pack_flip_source``: the flip
+    is then inlined into the convolution's copy, contiguous vectors of that copy)."""
     return isinstance(weight.op, ComputeOp) and \
-        "conv2d_weight_flip" in (weight.op.tag or "").split(",")
+        "conv2d_weight_flip" in (weight.op.tag or "").split(",") and \
+        s[weight].op.input_tensors[0] is weight.op.input_tensors[0]
 
 
 def _keep_flip(s: Schedule, weight: Tensor, intrin, info: CpuModel) -> None:
     """Flipped weights whose copy is transposed (``intrin``, :func:`_flip_kept`): a
     root stage of their own, scheduled here (not inlined into the copy by the rules)."""
-    if intrin is None or not _flip_kept(weight) or s[weight].attach_type != "root" or \
+    if intrin is None or not _flip_kept(s, weight) or s[weight].attach_type != "root" or \
             s[weight].relations:
         return
     st = s[weight]
@@ -310,9 +313,15 @@ def _keep_flip(s: Schedule, weight: Tensor, intrin, info: CpuModel) -> None:
     # source is a column here), so that each tile reads 16 runs of the source and
     # writes 16 runs of its own buffer
     a, b, ky, kx = st.op.axis
-    ao, ai = st.split(a, factor=16)
-    bo, bi = st.split(b, factor=16)
-    st.reorder(ao, bo, ai, bi, ky, kx)
+    _channel_tiles(st, (a, b), (ky, kx), False, info)
+
+
+def _channel_tiles(st: Stage, channels, taps, taps_outside: bool, info: CpuModel) -> None:
+    """``st`` in 16 x 16 tiles of its two ``channels`` axes, the tiles parallel (with
+    threads), the ``taps`` axes inside each tile, outside its channel loops with
+    ``taps_outside``."""
+    (ao, ai), (bo, bi) = (st.split(x, factor=16) for x in channels)
+    st.reorder(ao, bo, *((*taps, ai, bi) if taps_outside else (ai, bi, *taps)))
     tiles = st.fuse(ao, bo)
     if info.threads > 1:
         st.parallel(tiles)
