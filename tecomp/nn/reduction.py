@@ -198,13 +198,11 @@ def _arg(op: str, x: Tensor, axis: Axis, keepdims: bool, dtype: str, select_last
     # per vector of values), widened once per result (the stage ``<name>``)
     inner = "int32" if dtype == "int64" and INT32_INDEX and _fits_int32(rks) else dtype
 
-    def better(p, q, first=None, guard=True):
+    def better(p, q, first=None):
         """Whether ``p = (index, value)`` is kept over ``q``: the extreme value, the first
         (or last) index among equal ones, and a NaN over any number (numpy's first NaN).
         ``first``: whether ``p``'s index is the one to keep among equal values, when
-        known (``p`` holds elements before ``q``'s: True for the first index).
-        ``guard``: whether an identity ``p`` is tested for (without, it is kept over an
-        element equal to its value: the stage ``<name>`` makes that row's -1 a 0)."""
+        known (``p`` holds elements before ``q``'s: True for the first index)."""
         (pi, pv), (qi, qv) = p, q
         if first is None:
             first = pi > qi if select_last_index else pi < qi
@@ -221,7 +219,7 @@ def _arg(op: str, x: Tensor, axis: Axis, keepdims: bool, dtype: str, select_last
             if floats:
                 wins = wins | ((pv != pv) & (qv == qv))
         # the identity (index -1) loses to every element, whatever its value
-        return (qi < 0) | ((pi >= 0) & wins if guard else wins)
+        return (qi < 0) | ((pi >= 0) & wins)
 
     def pick(c, p, q):
         return (_te.if_then_else(c, p[0], q[0]), _te.if_then_else(c, p[1], q[1]))
@@ -229,13 +227,8 @@ def _arg(op: str, x: Tensor, axis: Axis, keepdims: bool, dtype: str, select_last
     def combine(p, q):
         return pick(better(p, q), p, q)
 
-    # the in-order combine tests for the identity only where it would otherwise keep it
-    # over an element of its value (the first index, numpy's) and no stage widens the
-    # index after the reduction (where the identity is left, every element was its value)
-    guard = not select_last_index and inner == dtype
-
     def combine_in_order(p, q):   # (p's elements come before q's)
-        return pick(better(p, q, first=not select_last_index, guard=guard), p, q)
+        return pick(better(p, q, first=not select_last_index), p, q)
 
     def identity(ti, tv):
         return (Const(-1, ti), _te.min_value(tv) if big else _te.max_value(tv))
@@ -255,18 +248,7 @@ def _arg(op: str, x: Tensor, axis: Axis, keepdims: bool, dtype: str, select_last
 
     idx, _val = _te.compute(shape, f, name=name if inner == dtype else f"{name}.acc",
                             tag=f"reduce_{op}")
-    if guard or select_last_index:
-        return _rounded(idx, dtype, name, tag=f"reduce_{op}")
-    # -1 over a nonempty reduction: every element was the identity's value (-inf for a
-    # float argmax), kept by the unguarded combine; numpy's answer is the first, 0
-    ext = rks[0].dom.extent
-    nonempty = len(rks) > 1 or isinstance(ext, Const)   # (constant extents are >= 1)
-
-    def widen(*i):
-        lost = idx[i] < 0 if nonempty else (idx[i] < 0) & (ext > 0)
-        return _te.if_then_else(lost, Const(0, inner), idx[i]).astype(dtype)
-
-    return _te.compute(shape, widen, name=name, tag=f"reduce_{op}")
+    return _rounded(idx, dtype, name, tag=f"reduce_{op}")
 
 
 #: whether an int64 argmax/argmin counts its positions in int32 where they all fit (the
@@ -300,9 +282,7 @@ def _arg_doc(op: str, ref: str, what: str) -> str:
     call is refused (give ``dtype="int64"``, or declare the sizes ``tc.var(..., "int64")``).
     An int64 index whose positions all fit in int32 (constant extents whose product is
     below 2**31, or one int32 symbolic axis) is counted in int32 by the compute
-    ``<name>.acc`` (its output ``<name>.acc.v0``) and widened by the stage ``<name>``
-    (which also gives 0 for a row all of the start value, -inf for a float argmax, that
-    ``<name>.acc`` leaves at -1 as it does not test for the start value).
+    ``<name>.acc`` (its output ``<name>.acc.v0``) and widened by the stage ``<name>``.
 
     Parameters
     ----------
