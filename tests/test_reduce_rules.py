@@ -395,6 +395,23 @@ def test_int64_argmax_counts_in_int32_where_the_positions_fit(op, axis, keepdims
         np.testing.assert_array_equal(got, _arg_want(op, x, axis, keepdims, last))
 
 
+def test_int64_argmax_over_columns_widens_each_tile():
+    """A column argmax counted in int32: the widening stage is the column reduction's
+    epilogue (the reduction at its tiles, its pairs a tile's worth, not the output's)."""
+    X = tc.placeholder((3, 40, 6, 48), name="X")
+    Y = nn.argmax(X, axis=1, dtype="int64")
+    s, knobs = schedule([X, Y])
+    assert knobs.values.get("argmax.acc.columns") is True, knobs.values
+    ir = str(tc.lower(s, [X, Y]))
+    m = re.search(r"allocate argmax\.acc\.v0: int32\[([\d, ]+)\]", ir)
+    assert m and np.prod([int(d) for d in m.group(1).split(",")]) < 3 * 6 * 48, ir
+    assert ir.index("parallel") < m.start(), ir
+    x = _arg_rows("argmax")[:6, :240].reshape(3, 40, 6, 2).repeat(24, axis=3)
+    got = np.zeros((3, 6, 48), "int64")
+    tc.build(s, [X, Y])(x, got)
+    np.testing.assert_array_equal(got, np.argmax(x, axis=1))
+
+
 def test_int64_argmax_keeps_int64_where_int32_cannot_hold_the_positions():
     """The int32 count only where every flat position fits: 2**31 - 1 elements do, 2**31
     do not; one symbolic int32 axis does, an int64 one or two int32 ones do not."""
