@@ -57,23 +57,23 @@ CASES = [
     ((4, 9, 2, 64), "min", (0, 1), False, "float32", "min.columns"),
     ((3, 40, 6, 48), "sum", 1, False, "int32", "sum.columns"),
     ((3, 40, 6, 48), "sum", 1, False, "float16", "sum.acc.columns"),
-    ((3, 40, 6, 48), "argmax", 1, False, "float32", "argmax.columns"),
-    ((3, 40, 6, 48), "argmin", 0, True, "float32", "argmin.columns"),
+    ((3, 40, 6, 48), "argmax", 1, False, "float32", "argmax.acc.columns"),
+    ((3, 40, 6, 48), "argmin", 0, True, "float32", "argmin.acc.columns"),
     ((3, 40, 6, 64), "any", 1, False, "bool", "any.columns"),
     ((3, 40, 6, 64), "all", (0, 1), False, "bool", "all.columns"),
     ((1100, 20), "sum", 0, False, "float32", "sum.split"),            # too few tiles
-    ((1100, 20), "argmax", 0, False, "float32", "argmax.split"),
+    ((1100, 20), "argmax", 0, False, "float32", "argmax.acc.split"),
     ((4, 33, 50), "sum", None, False, "float32", "sum.split"),        # 0-d
     ((4, 33, 50), "prod", None, False, "float32", "prod.split"),
     ((4, 33, 50), "mean", None, True, "float32", "mean.sum.split"),
     ((3, 1030), "max", None, True, "float32", "max.split"),
     ((1030,), "sum", 0, False, "float32", "sum.split"),               # chunks with a tail
-    ((2, 1030), "argmin", None, False, "float32", "argmin.split"),
+    ((2, 1030), "argmin", None, False, "float32", "argmin.acc.split"),
     ((2, 40, 30), "any", None, False, "bool", "any.split"),
-    ((4, 8, 300), "argmax", -1, False, "float32", "argmax.tuple_rows"),   # a lane tail
-    ((6, 1000), "argmin", 1, True, "float32", "argmin.tuple_rows"),
-    ((3, 4, 6, 50), "argmax", (2, 3), False, "float32", "argmax.tuple_rows"),
-    ((4, 8, 300), "argmin", None, True, "float32", "argmin.split"),   # pairs in lanes
+    ((4, 8, 300), "argmax", -1, False, "float32", "argmax.acc.tuple_rows"),   # a lane tail
+    ((6, 1000), "argmin", 1, True, "float32", "argmin.acc.tuple_rows"),
+    ((3, 4, 6, 50), "argmax", (2, 3), False, "float32", "argmax.acc.tuple_rows"),
+    ((4, 8, 300), "argmin", None, True, "float32", "argmin.acc.split"),   # pairs in lanes
     # planes of packed bytes, rows of bools and of half-width values
     ((6, 500), "max", 1, False, "float16", "max.rows_per_task"),
     ((6, 40, 256), "any", -1, False, "bool", "any.rows_per_task"),
@@ -360,6 +360,85 @@ def test_argmax_over_reordered_reduce_loops_keeps_the_index_tests():
     got = np.zeros((), "int32")
     tc.build(s, [X, Y])(x, got)
     assert got == np.argmax(x)
+
+
+def _arg_want(op, x, axis, keepdims, last):
+    """numpy's answer for ``_arg_rows``-like ``x`` (``axis`` a tuple: all of them)."""
+    flat = x.reshape(-1) if isinstance(axis, tuple) else x
+    ax = None if isinstance(axis, tuple) else axis
+    if not last:
+        return getattr(np, op)(flat, axis=ax, keepdims=keepdims)
+    # numpy has no select_last_index: the reversed rows' first
+    if ax is None:
+        return flat.size - 1 - getattr(np, op)(flat[::-1])
+    return flat.shape[ax] - 1 - getattr(np, op)(np.flip(flat, ax), axis=ax, keepdims=keepdims)
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("axis,keepdims", [(1, False), (-1, True), ((0, 1), False),
+                                           (0, True)])
+def test_int64_argmax_counts_in_int32_where_the_positions_fit(op, axis, keepdims):
+    """``dtype="int64"`` over extents int32 holds: the compute ``<name>.acc`` counts in
+    int32 and ``<name>`` widens it; numpy's answers (first NaN, ties, rows all of the
+    identity's value, the last index), as int64."""
+    x = _arg_rows(op)
+    for last in (False, True):
+        X = tc.placeholder(x.shape, name="X")
+        Y = getattr(nn, op)(X, axis=axis, keepdims=keepdims, dtype="int64",
+                            select_last_index=last)
+        acc = Y.op.input_tensors[0]
+        assert (Y.op.name, Y.dtype, acc.op.name, acc.dtype) == (op, "int64", f"{op}.acc",
+                                                                "int32")
+        s, _ = schedule([X, Y])
+        got = np.full(tuple(int(e.value) for e in Y.shape), -7, "int64")
+        tc.build(s, [X, Y])(x, got)
+        np.testing.assert_array_equal(got, _arg_want(op, x, axis, keepdims, last))
+
+
+def test_int64_argmax_over_columns_widens_each_tile():
+    """A column argmax counted in int32: the widening stage is the column reduction's
+    epilogue (the reduction at its tiles, its pairs a tile's worth, not the output's)."""
+    X = tc.placeholder((3, 40, 6, 48), name="X")
+    Y = nn.argmax(X, axis=1, dtype="int64")
+    s, knobs = schedule([X, Y])
+    assert knobs.values.get("argmax.acc.columns") is True, knobs.values
+    ir = str(tc.lower(s, [X, Y]))
+    m = re.search(r"allocate argmax\.acc\.v0: int32\[([\d, ]+)\]", ir)
+    assert m and np.prod([int(d) for d in m.group(1).split(",")]) < 3 * 6 * 48, ir
+    assert ir.index("parallel") < m.start(), ir
+    x = _arg_rows("argmax")[:6, :240].reshape(3, 40, 6, 2).repeat(24, axis=3)
+    got = np.zeros((3, 6, 48), "int64")
+    tc.build(s, [X, Y])(x, got)
+    np.testing.assert_array_equal(got, np.argmax(x, axis=1))
+
+
+def test_int64_argmax_keeps_int64_where_int32_cannot_hold_the_positions():
+    """The int32 count only where every flat position fits: 2**31 - 1 elements do, 2**31
+    do not; one symbolic int32 axis does, an int64 one or two int32 ones do not."""
+    def inner(shape, axis):
+        Y = nn.argmax(tc.placeholder(shape, name="X"), axis=axis, dtype="int64")
+        assert Y.dtype == "int64"
+        first = Y.op.input_tensors[0].op
+        body = first if first.name == "argmax.acc" else Y.op
+        return body.name, body.output(0).dtype
+
+    assert inner((3, 2 ** 31 - 1), 1) == ("argmax.acc", "int32")
+    assert inner((2 ** 8, 2 ** 15 - 1, 2 ** 8), (1, 0, 2)) == ("argmax.acc", "int32")
+    assert inner((2 ** 16, 2 ** 15), None) == ("argmax", "int64")
+    assert inner((2, 2 ** 31), 1) == ("argmax", "int64")
+    n, m = tc.var("n"), tc.var("m")
+    assert inner((3, n), 1) == ("argmax.acc", "int32")
+    assert inner((3, tc.var("l", "int64")), 1) == ("argmax", "int64")
+    assert inner((n, m), None) == ("argmax", "int64")
+    # a symbolic int32 axis, run: int64 out
+    X = tc.placeholder((3, n), name="X")
+    Y = nn.argmin(X, axis=-1, dtype="int64")
+    s, _ = schedule([X, Y])
+    f = tc.build(s, [X, Y])
+    x = _arg_rows("argmin")[:3]
+    got = np.zeros(3, "int64")
+    f(x, got)
+    np.testing.assert_array_equal(got, np.argmin(x, axis=-1))
 
 
 def test_reduce_in_order_follows_splits_fuses_and_reorders():

@@ -194,6 +194,9 @@ def _arg(op: str, x: Tensor, axis: Axis, keepdims: bool, dtype: str, select_last
     shape, rks, index = _reduced(x, axes, keepdims)
     big = op == "argmax"
     floats = _dt.is_float(x.dtype)
+    # an int64 index counted in int32 where every flat position fits (half the registers
+    # per vector of values), widened once per result (the stage ``<name>``)
+    inner = "int32" if dtype == "int64" and INT32_INDEX and _fits_int32(rks) else dtype
 
     def better(p, q, first=None):
         """Whether ``p = (index, value)`` is kept over ``q``: the extreme value, the first
@@ -234,17 +237,38 @@ def _arg(op: str, x: Tensor, axis: Axis, keepdims: bool, dtype: str, select_last
     # the flat (row-major) position over the reduced axes
     strides, flat = [], None
     for k in reversed(rks):
-        term = k.var.astype(dtype)
+        term = k.var.astype(inner)
         for e in strides:
             term = term * e
         flat = term if flat is None else flat + term
-        strides.append(k.dom.extent.astype(dtype))
+        strides.append(k.dom.extent.astype(inner))
 
     def f(*i):
         return reducer((flat, x[index(i)]), axis=rks)
 
-    idx, _val = _te.compute(shape, f, name=name, tag=f"reduce_{op}")
-    return idx
+    idx, _val = _te.compute(shape, f, name=name if inner == dtype else f"{name}.acc",
+                            tag=f"reduce_{op}")
+    return _rounded(idx, dtype, name, tag=f"reduce_{op}")
+
+
+#: whether an int64 argmax/argmin counts its positions in int32 where they all fit (the
+#: reduction ``<name>.acc``, widened into ``<name>``); off: int64 throughout
+INT32_INDEX = True
+
+
+def _fits_int32(rks) -> bool:
+    """Whether every flat position over the reduce axes ``rks`` fits in int32 (so do the
+    identity -1 and the strides): constant extents whose product is at most 2**31 - 1,
+    or one axis whose extent is an int32 (symbolic) value."""
+    if len(rks) == 1 and not isinstance(rks[0].dom.extent, Const):
+        return rks[0].dom.extent.dtype == "int32"
+    n = 1
+    for k in rks:
+        e = k.dom.extent
+        if not isinstance(e, Const):
+            return False
+        n *= int(e.value)
+    return n <= 2 ** 31 - 1
 
 
 def _arg_doc(op: str, ref: str, what: str) -> str:
@@ -256,6 +280,9 @@ def _arg_doc(op: str, ref: str, what: str) -> str:
     first output ``<name>.v0`` of a two-output compute (the index and the value), counted
     in ``dtype``: over int32 symbolic extents whose flat positions int32 cannot hold, the
     call is refused (give ``dtype="int64"``, or declare the sizes ``tc.var(..., "int64")``).
+    An int64 index whose positions all fit in int32 (constant extents whose product is
+    below 2**31, or one int32 symbolic axis) is counted in int32 by the compute
+    ``<name>.acc`` (its output ``<name>.acc.v0``) and widened by the stage ``<name>``.
 
     Parameters
     ----------

@@ -305,11 +305,13 @@ class _Rules(BlockRules):
         op = st.op
         # an epilogue of one GEMM-like reduction: tile it like the reduction
         red, flat = self._epilogue_of(op)
-        if red is not None and not flat and self._column_plan(red) is not None and \
-                not self.split_reduction_wanted(red) and \
-                self.k.choose(f"{red.name}.columns", [True, False], True):
-            # a column reduction's epilogue (a mean's division): tiled with it
-            self.column_reduction(st, self.s[red])
+        col = red if red is not None and not flat else self._epilogue_of(op, columns=True)[0]
+        if col is not None and self._column_plan(col) is not None and \
+                not self.split_reduction_wanted(col) and \
+                self.k.choose(f"{col.name}.columns", [True, False], True):
+            # a column reduction's epilogue (a mean's division, an int64 argmax's
+            # widening of its int32 index): tiled with it
+            self.column_reduction(st, self.s[col])
             return
         if red is not None and self.k.choose(f"fuse_epilogue.{op.name}", [True, False], True):
             oaxes = None
@@ -567,35 +569,40 @@ class _Rules(BlockRules):
                  for ld in _loads(b.source)]
         return "strided" not in kinds and "unit" in kinds
 
-    def _epilogue_of(self, op) -> Tuple[Optional[ComputeOp], bool]:
+    def _epilogue_of(self, op, columns: bool = False) -> Tuple[Optional[ComputeOp], bool]:
         """The one reduction ``op`` reads at its own indices (an elementwise epilogue of a
         GEMM-like stage), when only ``op`` reads it and the reduction can be tiled, and
         whether ``op`` reads it through its plane flattened and through inlined stages
-        (:meth:`_flat_epilogue_of`); ``(None, False)`` where there is none."""
+        (:meth:`_flat_epilogue_of`); ``(None, False)`` where there is none.  With
+        ``columns``: a tuple reduction too, to tile as a column reduction (it gets no
+        register block; no flattened plane)."""
         reds = []
         for t in op.input_tensors:
             if isinstance(t.op, ComputeOp) and t.op.reduce_axis:
                 reds.append(t.op)
         if len(reds) != 1:
-            flat = self._flat_epilogue_of(op)
+            flat = None if columns else self._flat_epilogue_of(op)
             return (flat, True) if flat is not None else (None, False)
         red = reds[0]
-        if not self._tileable_epilogue(op, red, self.readers(red)) or \
+        if not self._tileable_epilogue(op, red, self.readers(red), columns) or \
                 [self.ext(e) for e in red.shape] != [self.ext(e) for e in op.shape] or \
                 not all(self._indexed_by(op, red.output(0), list(op.axis))):
             return None, False
         return red, False
 
-    def _tileable_epilogue(self, op, red, readers) -> bool:
+    def _tileable_epilogue(self, op, red, readers, columns: bool = False) -> bool:
         """Whether reduction ``red``, read by ``op`` only (``readers``: its readers, those
-        inlined replaced by theirs), can be tiled with ``op`` as its epilogue."""
-        if id(red) in self.done or len(red.bodies) > 1 or len(op.bodies) > 1:
+        inlined replaced by theirs), can be tiled with ``op`` as its epilogue (with
+        ``columns``: a tuple reduction too, as a column reduction, whose tiles need no
+        register block)."""
+        if id(red) in self.done or (len(red.bodies) > 1 and not columns) or \
+                len(op.bodies) > 1:
             return False
         rst = self.s[red]   # (a stage a template gave a cache_write: its op is not red)
         if rst.op is not red or rst.is_output or rst.attach_type != "root" or \
                 len(readers) != 1 or readers[0] is not op:
             return False
-        return self._plan_block(red) is not None
+        return (columns and len(red.bodies) > 1) or self._plan_block(red) is not None
 
     def _flat_epilogue_of(self, op) -> Optional[ComputeOp]:
         """The reduction ``red`` (``[..., H*W]``) that elementwise ``op`` (``[..., H, W]``,
