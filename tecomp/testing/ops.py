@@ -28,7 +28,8 @@ is drawn from its own random stream (``RandomDraw(seed * 7919 + 41)``) and is on
     (a group's planes within a quarter of L2, the data past a quarter of L3).
 
 The float inputs of pools and reductions hold NaN, +-inf and -0.0 among normal values
-in half the cases (and small integers, so that windows and rows hold ties, in a quarter).
+in half the cases (and small integers, so that windows and rows hold ties, in a quarter);
+in 30% of those, also a whole row (or leading slice) of one of NaN, +inf, -inf.
 A stream of its own (``RandomDraw(seed * 7919 + 42)``) makes the batch symbolic (a
 ``tc.var`` passed last; a reduction's first axis) in 15% of the cases, the float32 data
 of pools and reductions float64 in 15% (float16 in 10% of the rest, compared within a
@@ -543,6 +544,15 @@ def _data(case: OpCase):
     w = None
     if "wshape" in sp:
         w = rng.standard_normal(tuple(sp["wshape"])).astype("float32")
+    if sp.get("specials") and x.size and rng.random() < 0.3:
+        # (drawn after the weights: a seed's other values stay what they were) a whole
+        # slice of one special value: a row of -inf, whose argmax is its first index
+        # (the start value must be replaced by an equal element), a plane of NaN
+        v = np.float32(rng.choice(np.array(SPECIALS[:3], "float32")))
+        if rng.random() < 0.5:
+            x.reshape(-1, x.shape[-1])[0] = v
+        else:
+            x[0] = v
     x = x.astype(sp["dtype"])
     if sp.get("in_view") == "broadcast":
         x = np.broadcast_to(x[:1], x.shape)
