@@ -48,8 +48,9 @@ def np_pool(x, kind, kernel, stride, pads, dilation, ceil_mode, count_include_pa
     """PyTorch's pooling over ``x`` [N, C, *spatial] in float64, with ``pads`` one
     (before, after) pair per dimension (PyTorch's own rules where it has no asymmetric
     padding: windows clipped to the data, a ceil_mode window counted up to the padding);
-    None where a window lies on padding only (TOPI's lists have a few: tecomp refuses
-    them, as PyTorch refuses any padding over half the kernel)."""
+    a max window on padding only (a dilation's taps stepping over the data) is -inf, as
+    PyTorch's; an average one gives None (TOPI's lists have a few: tecomp refuses them,
+    as PyTorch refuses any padding over half the kernel)."""
     x = x.astype(np.float64)
     size = x.shape[2:]
     outs = []
@@ -65,10 +66,13 @@ def np_pool(x, kind, kernel, stride, pads, dilation, ceil_mode, count_include_pa
         for o, n, k, s, (b, e), d in zip(pos, size, kernel, stride, pads, dilation):
             start = o * s - b
             t = [start + j * d for j in range(k) if 0 <= start + j * d < n]
-            if not t:
+            if not t and kind != "max":
                 return None
             taps.append(t)
             count *= (min(start + k, n + e) - start) if count_include_pad else len(t)
+        if not all(taps):
+            res[(slice(None), slice(None)) + pos] = -np.inf
+            continue
         win = x[(slice(None), slice(None)) + np.ix_(*taps)].reshape(x.shape[:2] + (-1,))
         res[(slice(None), slice(None)) + pos] = win.max(-1) if kind == "max" \
             else win.sum(-1) / count
@@ -452,6 +456,60 @@ def test_cuda_emulation(build, shape):
 # ---------------------------------------------------------------------------------
 # gradients
 
+# max pooling whose dilated taps step over the data: windows on padding only, -inf as
+# PyTorch computes them (name, shape NC..., kernel, stride, padding pairs, dilation,
+# ceil_mode); the first is the ops fuzz family's seed 30884, once refused.  Within
+# PyTorch's padding limit such a window is a dimension's only one; asymmetric padding
+# mixes them with windows on data (checked against the numpy reference alone)
+PADDING_ONLY = [
+    ("2d_height1", (1, 3, 1, 6), (2, 2), (1, 1), [(1, 1)] * 2, (2, 2), False),
+    ("2d_ceil", (2, 16, 1, 33), (2, 2), (2, 2), [(1, 1)] * 2, (2, 2), True),
+    ("3d", (1, 2, 1, 5, 4), (2, 2, 2), (1, 1, 1), [(1, 1)] * 3, (2, 1, 2), False),
+    ("1d_mixed", (2, 4, 2), (2,), (1,), [(2, 1)], (3,), False),
+    ("2d_mixed", (1, 3, 2, 7), (2, 3), (1, 2), [(1, 2), (1, 0)], (3, 2), True),
+]
+
+
+@pytest.mark.parametrize("layout", ["first", "last"])
+@pytest.mark.parametrize("sched", ["plain", "auto"])
+@pytest.mark.parametrize("case", PADDING_ONLY, ids=lambda c: c[0])
+def test_max_windows_on_padding_only_are_minus_inf(case, sched, layout):
+    name, shape, k, s, pads, d, ceil = case
+    nd = len(shape) - 2
+    x = rng.standard_normal(shape).astype("float32")
+    want = np_pool(x, "max", k, s, pads, d, ceil, True)
+    assert np.isneginf(want).any(), "the case must have a window on padding only"
+    ref = torch_pool(x, "max", nd, k, s, pads, d, ceil, True)
+    if "mixed" in name:
+        assert ref is None and np.isfinite(want).any()
+    else:
+        np.testing.assert_array_equal(want, ref)
+    lay = nn.pooling.LAYOUTS[nd][0 if layout == "first" else 1]
+    data = x if layout == "first" else to_last(x)
+    X = tc.placeholder(data.shape, name="X")
+    Y = _operator("max", nd)(X, k, s, pads, dilation=d, ceil_mode=ceil, layout=lay)
+    got = run([X], Y, [data], schedule=None if sched == "auto" else tc.create_schedule(Y.op))
+    np.testing.assert_array_equal(got if layout == "first" else to_first(got), want)
+
+
+def test_max_window_on_padding_only_has_no_gradient():
+    """Its gradient goes nowhere: the data's gradient is zero.  (PyTorch 2.13's backward
+    is not the reference here: its index for such a window points past the plane, so its
+    gradient lands in the next channel's plane, and past the tensor for the last one.)"""
+    x = rng.standard_normal((2, 3, 1, 6))
+    X = tc.placeholder(x.shape, "float64", name="X")
+    Y = nn.max_pool2d(X, 2, 1, 1, dilation=2)
+    H = tc.placeholder(Y.shape, "float64", name="H")
+    (G,) = tc.gradient(Y, [X], head=H)
+    f = tc.build(tc.create_schedule([Y.op, G.op]), [X, H, Y, G])
+    h = rng.standard_normal(tuple(int(e.value) for e in Y.shape))
+    y, g = np.zeros(h.shape), np.full(x.shape, np.nan)
+    f(x, h, y, g)
+    np.testing.assert_array_equal(y, F.max_pool2d(torch.from_numpy(x), 2, 1, 1, 2).numpy())
+    assert np.isneginf(y).all()
+    np.testing.assert_array_equal(g, np.zeros(x.shape))
+
+
 F64 = "float64"
 
 
@@ -501,6 +559,33 @@ def test_gradient_matches_pytorch(name, op, top, shape, ties):
     g = np.zeros(data.shape)
     f(data, hh, y, g)
     np.testing.assert_allclose(to_first(y) if last else y, want_y, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(to_first(g) if last else g, want_g, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("nan", [False, True], ids=["inf", "inf_nan"])
+@pytest.mark.parametrize("name", ["max1d_d2_ceil", "max2d_nhwc_ties", "max3d_ties"])
+def test_max_gradient_with_minus_inf_data_matches_pytorch(name, nan):
+    """Windows whose data are all -inf next to the padding (-inf too): the gradient goes
+    to the window's first data element, never to the padding; a window with NaNs gives
+    it to its last NaN (PyTorch's rules)."""
+    _, op, top, shape, _ = next(c for c in GRAD_CASES if c[0] == name)
+    last = "nhwc" in name
+    x = rng.standard_normal(shape)
+    x[rng.random(shape) < 0.7] = -np.inf
+    if nan:
+        x[rng.random(shape) < 0.1] = np.nan
+    data = to_last(x) if last else x
+    X = tc.placeholder(data.shape, F64, name="X")
+    Y = op(X)
+    H = tc.placeholder(Y.shape, F64, name="H")
+    (G,) = tc.gradient(Y, [X], head=H)
+    f = tc.build(tc.create_schedule([Y.op, G.op]), [X, H, Y, G])
+    h = rng.standard_normal(tuple(top(torch.from_numpy(x)).shape))
+    want_y, want_g = _torch_grad(top, x, h)
+    y, g = np.zeros(tuple(int(e.value) for e in Y.shape)), np.zeros(data.shape)
+    f(data, to_last(h) if last else h, y, g)
+    np.testing.assert_array_equal(to_first(y) if last else y, want_y)
+    assert not nan or np.isnan(want_y).any()
     np.testing.assert_allclose(to_first(g) if last else g, want_g, rtol=1e-12, atol=1e-12)
 
 

@@ -36,6 +36,7 @@ points, ``B * J`` additions instead of a loop over the batch for every element o
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
 from ..errors import AutodiffError
@@ -742,8 +743,17 @@ class _Gradient:
                     "tecomp.autodiff.register_derivative(reducer, lambda x, rest: d_combine/d_x) "
                     "or register_derivative(reducer, 'fcombine') to derive it from fcombine")
             if kind in ("max", "min"):
-                arg = self.arg_stage(c, body, kind)
-                guards.append(_op.compare(EQ, _lin_index(body.axis), arg[tuple(ivars)]))
+                # compared in int64: the gradient's inversion moves index terms next
+                # to the load, and int32 sums with a load (any int32 value to the index
+                # checks) could wrap
+                arg = self.arg_stage(c, body, kind)[tuple(ivars)].astype("int64")
+                lin = _lin_index(body.axis).astype("int64")
+                at = _op.compare(EQ, lin, arg)
+                if _dt.is_float(body.source.dtype):
+                    # (a NaN's position p is there as -1 - p: no decoding select)
+                    at = _op.any_(at, _op.compare(
+                        EQ, _op.binary("-", Const(-1, "int64"), lin), arg))
+                guards.append(at)
             elif kind == "rule":
                 seed = _mul(seed, self.reducer_factor(c, body, rule))
             leaves = partials(body.source, is_target, seed, tuple(guards), where=where,
@@ -771,7 +781,9 @@ class _Gradient:
     # -- helper stages ---------------------------------------------------------------
     def arg_stage(self, c: Tensor, body: Reduce, kind: str) -> Tensor:
         """``c.argmax[i]``: the first (row-major over the reduce axes) position where the
-        reduced expression equals the extremum ``c[i]``."""
+        reduced expression equals the extremum ``c[i]`` (never a padding of the
+        reducer's identity: :func:`_off_padding`); where it holds a NaN, ``-1 - p`` with
+        ``p`` its last NaN's position."""
         key = (id(c), kind)
         st = self._helpers.get(key)
         if st is not None:
@@ -785,8 +797,17 @@ class _Gradient:
             src = substitute(body.source, vm)
             cond = substitute(body.condition, vm)
             hit = _op.compare(EQ, src, c[tuple(i)])
+            data = _off_padding(src, kind)
+            if data is not None:
+                hit = _op.all_(data, hit)
             lin = _lin_index(new_r)
             val = _op.if_then_else(hit, lin, Const(2**31 - 1, "int32"))
+            if _dt.is_float(src.dtype):
+                # a NaN (the extremum is NaN then): the last one, as -1 - position
+                # (PyTorch's max pooling); smaller than any position, and the later the
+                # smaller
+                val = _op.if_then_else(_op.compare(NE, src, src),
+                                       _op.binary("-", Const(-1, "int32"), lin), val)
             return _reduce.min(val, axis=new_r, where=None if _is_true(cond) else cond)
 
         st = compute(c.shape, _named(_axis_names(c), f),
@@ -861,6 +882,45 @@ def _copy_axis(iv):
     if isinstance(d.min, Const) and d.min.value == 0:
         return reduce_axis(d.extent, name=iv.var.name)
     return reduce_axis((d.min, _op.add(d.min, d.extent)), name=iv.var.name)
+
+
+def _off_padding(src: Expr, kind: str) -> Optional[Expr]:
+    """Where ``src`` (a max's or min's reduced element) reads data rather than a
+    padding of the reducer's identity (``-inf`` for a max, ``+inf`` for a min, an integer
+    type's limit): the condition of ``cond ? data : identity`` (or its negation), None
+    when it reads no such padding.  A padding is never the extremum that takes the
+    gradient (PyTorch's max pooling): a window whose data are all ``-inf`` gives it to
+    its first data element, one on padding only to nothing."""
+    while isinstance(src, Cast):
+        src = src.value
+    if isinstance(src, ProducerLoad) and isinstance(src.producer, Tensor):
+        # a padding stage of its own (the forward reads it too): its body at the index
+        op = src.producer.op
+        if not isinstance(op, ComputeOp) or len(op.bodies) != 1 or \
+                isinstance(op.bodies[0], Reduce) or len(src.indices) != len(op.axis):
+            return None
+        src = substitute(op.bodies[0], {iv.var: x for iv, x in zip(op.axis, src.indices)})
+    if not isinstance(src, Select):
+        return None
+    dt = src.dtype
+    if _dt.is_float(dt):
+        ident = -math.inf if kind == "max" else math.inf
+    elif _dt.is_int(dt) or _dt.is_uint(dt):
+        lo, hi = _dt.int_limits(dt)
+        ident = lo if kind == "max" else hi
+    else:
+        return None
+
+    def is_ident(e):
+        while isinstance(e, Cast):
+            e = e.value
+        return isinstance(e, Const) and e.value == ident
+
+    if is_ident(src.false_value) and not is_ident(src.true_value):
+        return src.cond
+    if is_ident(src.true_value) and not is_ident(src.false_value):
+        return Not(src.cond)
+    return None
 
 
 def _lin_index(axes) -> Expr:

@@ -7,7 +7,9 @@ per dimension, ``(before, after)`` pairs, TOPI's befores-then-afters, ``"SAME"``
 (kernel - 1) - 1) / stride + 1``, rounded down, or up with ``ceil_mode`` as long as the
 last window starts inside the input or its left padding.  Padding is a stage
 ``<name>.pad`` (``-inf`` for max pooling, zero for average pooling) that the schedules
-inline; a padding that leaves a window on padding only is refused.
+inline.  A max pooling window on padding only is ``-inf`` (PyTorch's result: with a
+dilation its taps can step over the data); an average pooling window on padding only
+(a padding past half the kernel, which PyTorch refuses) is refused.
 """
 from __future__ import annotations
 
@@ -60,10 +62,12 @@ class _Pool:
             return (self.a.ints(arg, one, low, 1),)
         return self.a.ints(arg, v, low, self.nd)
 
-    def window(self, kernel, stride, padding, dilation, ceil_mode):
+    def window(self, kernel, stride, padding, dilation, ceil_mode, padding_only: bool):
         """``(kernel, stride, dilation, padding, pads, out)``: ``padding`` the user's
         ``(before, after)`` pair per spatial dimension, ``pads`` the same with the after
-        side grown to cover ``ceil_mode``'s last window."""
+        side grown to cover ``ceil_mode``'s last window.  ``padding_only``: whether a
+        window may lie on padding only (max pooling's ``-inf``); if not, such a
+        window is refused."""
         a = self.a
         k = self.sizes("kernel", kernel, 1)
         s = self.sizes("stride", kernel if stride is None else stride, 1)
@@ -80,7 +84,7 @@ class _Pool:
                     o -= 1
                 out[i] = o
             e = max(e, (out[i] - 1) * ss + dd * (kk - 1) + 1 - n - b)
-            for o in (0, out[i] - 1) if dd == 1 else range(out[i]):
+            for o in () if padding_only else (0, out[i] - 1) if dd == 1 else range(out[i]):
                 t0 = o * ss - b
                 j = max(0, -(-(-t0) // dd))   # the first tap at or after 0
                 if j >= kk or t0 + j * dd >= n:
@@ -123,7 +127,7 @@ class _Pool:
 
 def _max_pool(op, nd, data, kernel, stride, padding, dilation, ceil_mode, layout, name):
     p = _Pool(op, name, data, nd, layout)
-    k, s, d, _, pads, out = p.window(kernel, stride, padding, dilation, ceil_mode)
+    k, s, d, _, pads, out = p.window(kernel, stride, padding, dilation, ceil_mode, True)
     src = p.padded(pads, -math.inf, name)
     rk = p.reduce_axes(k)
     return _te.compute(
@@ -137,7 +141,7 @@ def _avg_pool(op, nd, data, kernel, stride, padding, ceil_mode, count_include_pa
     p = _Pool(op, name, data, nd, layout)
     if not isinstance(count_include_pad, bool):
         p.a.fail(f"count_include_pad must be True or False, got {count_include_pad!r:.40}")
-    k, s, _, user, pads, out = p.window(kernel, stride, padding, 1, ceil_mode)
+    k, s, _, user, pads, out = p.window(kernel, stride, padding, 1, ceil_mode, False)
     acc = _acc(data.dtype)
     src = p.padded(pads, 0.0, name)
     rk = p.reduce_axes(k)
@@ -179,9 +183,10 @@ def _pool_doc(kind: str, nd: int, ref: str) -> str:
     shape = ", ".join(_WORDS[c][0].upper() if c in "DHW" else c for c in first)
     oshape = ", ".join("O" + _WORDS[c][0].upper() if c in "DHW" else c for c in first)
     head = {"max": f"Max pooling over ``[{shape}]`` ({first}, or {last} with ``layout=``); "
-                   "padding is ``-inf`` (never\n    the maximum).\n\n    The gradient goes "
-                   "to the first maximum of each window in row-major order\n    (PyTorch's "
-                   "rule).",
+                   "padding is ``-inf`` (never\n    the maximum; a window on padding only, "
+                   "which a dilation allows, is ``-inf``).\n\n    The gradient goes "
+                   "to the first maximum of each window in row-major order,\n    never to "
+                   "the padding, or to the window's last NaN (PyTorch's rule).",
             "avg": f"Average pooling over ``[{shape}]`` ({first}, or {last} with "
                    "``layout=``) with zero\n    padding.\n\n    The window sums "
                    "(``<name>.sum``) of float16/bfloat16 data are float32."}[kind]
@@ -190,6 +195,9 @@ def _pool_doc(kind: str, nd: int, ref: str) -> str:
     cip = ("    count_include_pad : bool, optional\n        Divide by the window's size "
            "within the padding (True, PyTorch's default)\n        or by the number of data "
            "elements in it.\n") if kind == "avg" else ""
+    pad_rule = ("." if kind == "max" else
+                "; no window may lie\n        on padding only (at most half the kernel "
+                "on each side always fits).")
     return f"""{head}  PyTorch's ``{ref}``, TOPI's ``pool{nd}d``.
 
     Parameters
@@ -202,8 +210,7 @@ def _pool_doc(kind: str, nd: int, ref: str) -> str:
         The stride (default: the kernel).
     padding : int, sequence or str, optional
         An int, one per dimension, one ``(before, after)`` pair per dimension, the
-        befores then the afters (TOPI's), ``"SAME"`` or ``"VALID"``; no window may lie
-        on padding only.
+        befores then the afters (TOPI's), ``"SAME"`` or ``"VALID"``{pad_rule}
 {cip}    name : str, optional
         The output stage's name; helper stages are ``<name>.<what>``.
 {dil}    ceil_mode : bool, optional

@@ -7,7 +7,7 @@ without ``keepdims`` gives a 0-d tensor (shape ``()``, as numpy's).  Sums, means
 products of float16/bfloat16 values accumulate in float32 (a stage ``<name>.acc`` or
 ``<name>.sum``) and round once; integer ones keep their dtype (and wrap, as TOPI's).
 The gradients of ``sum``, ``mean``, ``max``, ``min`` and ``prod`` come from
-:func:`tecomp.gradient` (a max's gradient goes to the first maximum).
+:func:`tecomp.gradient` (a max's gradient goes to the first maximum, or to the last NaN).
 """
 from __future__ import annotations
 
@@ -147,9 +147,11 @@ sum = _reduction("sum", _te.sum, True, "The sum", "bool: use any, or cast it",  
                  "Float16/bfloat16 values are summed in float32 (``<name>.acc``) and rounded "
                  "once;\n    integers keep their dtype (as TOPI's).")
 max = _reduction("max", _te.max, False, "The maximum", "bool: use any",  # noqa: A001
-                 "A NaN propagates (as numpy's); the gradient goes to the first maximum.")
+                 "A NaN propagates (as numpy's); the gradient goes to the first maximum\n    "
+                 "(to the last NaN where there is one).")
 min = _reduction("min", _te.min, False, "The minimum", "bool: use all",  # noqa: A001
-                 "A NaN propagates (as numpy's); the gradient goes to the first minimum.")
+                 "A NaN propagates (as numpy's); the gradient goes to the first minimum\n    "
+                 "(to the last NaN where there is one).")
 prod = _reduction("prod", _te.prod, True, "The product", "bool: use all",
                   "Float16/bfloat16 values are multiplied in float32 and rounded once.")
 

@@ -189,8 +189,8 @@ CASES = [
     ("max_pool2d", lambda: nn.max_pool2d(X4, 9), S,
      r"max_pool2d max_pool2d: the kernel does not fit: the 9x9 kernel"),
     ("max_pool2d", lambda: nn.max_pool2d(X4, 2, 0), S, r"stride must be an int >= 1"),
-    ("max_pool2d", lambda: nn.max_pool2d(X4, 2, 2, 2), S,
-     r"max_pool2d max_pool2d: padding 2 leaves window 0 of the height on padding only \(the "
+    ("avg_pool2d", lambda: nn.avg_pool2d(X4, 2, 2, 2), S,
+     r"avg_pool2d avg_pool2d: padding 2 leaves window 0 of the height on padding only \(the "
      r"2-wide kernel, stride 2, dilation 1, over 8 elements padded by 2\+2\); pad less"),
     ("max_pool2d", lambda: nn.max_pool2d(X4, 2, layout="NCW"), S,
      r"max_pool2d max_pool2d: layout must be 'NCHW' or 'NHWC' \(the 2-d layouts, channels "
