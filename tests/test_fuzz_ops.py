@@ -144,3 +144,30 @@ def test_the_fuzzer_draws_the_family_only_when_asked():
     assert isinstance(case_for_seed(6, 0, op_every=3), OpCase)
     assert not isinstance(case_for_seed(7, 0, op_every=3), OpCase)
     assert not isinstance(case_for_seed(6, 0), OpCase)
+
+
+def test_max_pooling_gradients_are_checked():
+    """Half the family's max poolings also check their data gradient against the
+    family's reference of PyTorch's rule (the first data maximum, never the padding, a
+    window's last NaN); seed 30847 (NHWC, dilated, windows past the data) was refused
+    at its call by the index checks before the gradient compared its positions in
+    int64, and seed 30884's window on padding only (-inf) was refused at definition."""
+    for seed in (30847, 30884):
+        case = draw_op_case(seed)
+        out = run_op_case(case)
+        assert out.kind == "ok", out.report()
+    assert draw_op_case(30847).spec["grad"]
+    assert sum(bool(draw_op_case(s).spec.get("grad")) for s in range(30800, 30900)) >= 3
+
+
+def test_gradient_reference_follows_pytorchs_rule():
+    """The reference the gradient check uses: ties to the first data element, a window
+    with NaNs to its last NaN, nothing from a window on padding only."""
+    sp = {"layout": "NCW", "k": [3], "s": [3], "dil": [1], "pairs": [[1, 1]]}
+    x = np.array([[[-np.inf, -np.inf, 2.0, 2.0, np.nan, 1.0, np.nan]]])
+    h = np.array([[[1.0, 10.0, 100.0]]])
+    g, _ = ops._max_pool_grad_ref(sp, x, h)
+    np.testing.assert_array_equal(g, [[[1.0, 0, 0, 0, 10.0, 0, 100.0]]])
+    sp = {"layout": "NCW", "k": [2], "s": [1], "dil": [2], "pairs": [[1, 1]]}
+    g, _ = ops._max_pool_grad_ref(sp, np.array([[[5.0]]]), np.array([[[7.0]]]))
+    np.testing.assert_array_equal(g, [[[0.0]]])

@@ -47,7 +47,13 @@ float32 half-ulps a factor); maxima,
 minima, argmax/argmin and max pooling exactly (NaN where PyTorch has NaN; ``-0.0`` and
 ``0.0`` count as equal).  A padding PyTorch cannot take (asymmetric, or more than half
 the kernel) is applied to the reference's input first (``-inf`` for max, zeros for avg;
-``count_include_pad=False`` divides by the pooled ones of a mask).
+``count_include_pad=False`` divides by the pooled ones of a mask).  A third stream
+(``RandomDraw(seed * 7919 + 43)``) has half the max poolings of float32/float64 data (a
+constant batch) also build their data gradient (``tc.gradient`` with a random head,
+auto-scheduled) and compare it with PyTorch's rule computed in float64
+(:func:`_max_pool_grad_ref`: each window's head to its first data element equal to the
+maximum, never to the padding, to its last NaN where it holds one, nothing from a window
+on padding only), within ``1e-5`` of the summed magnitudes.
 
 One in ten of the others (the second stream) writes an argument as a careless user
 would: numpy integers for ints, lists for tuples, ``keepdims=1`` (used as given, or
@@ -57,12 +63,14 @@ padding, a layout that does not exist, an axis out of range or given twice, ``ar
 over no axis, an output size of 0, groups that do not divide the channels, a weight of
 the wrong channel count): it must raise a :class:`~tecomp.errors.TecompError` whose
 message names the parameter.  Outcomes: ``ok``, ``refused`` (an illegal call refused as
-it must be, or a window on padding only -- tecomp's documented refusal -- for a padding
-past PyTorch's limit), ``mismatch`` (a wrong value or shape, or an illegal call
-accepted) or ``crash`` (any other exception, a legal call refused).
+it must be, or an average pooling window on padding only -- tecomp's documented refusal --
+for a padding past PyTorch's limit; a max pooling window on padding only is -inf),
+``mismatch`` (a wrong value or shape, or an illegal call accepted) or ``crash`` (any
+other exception, a legal call refused).
 """
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 import traceback
@@ -154,6 +162,12 @@ def draw_op_case(seed: int, target: str = "llvm") -> OpCase:
     if kind in ("pool", "adaptive", "global", "reduce") and sp["dtype"] == "float32" and \
             e.bool(0.1):
         sp["dtype"] = "float16"       # summed (multiplied) in float32, rounded once
+    # (a third stream) max pooling's data gradient too: to the first data maximum of
+    # each window, never the padding, or its last NaN; nothing from one on padding only
+    g = RandomDraw(seed * 7919 + 43)
+    sp["grad"] = (kind == "pool" and sp["pool"] == "max" and not sp.get("illegal")
+                  and not sp["sym_batch"] and sp["dtype"] in ("float32", "float64")
+                  and g.bool(0.5))
     return OpCase(sp, d.int(0, 2**16), target, f"fuzz seed {seed} (ops: {sp['op']})",
                   fuzz_seed=seed, twist={"op": sp["op"]})
 
@@ -248,7 +262,9 @@ def _draw_pool(d):
     kwargs["layout"] = layout
     sp = {"op": f"{kind}_pool{nd}d", "nd": nd, "pool": kind, "shape": shape,
           "dtype": "float32", "kwargs": kwargs, "k": k, "s": s, "dil": dil,
-          "pairs": [list(p) for p in pairs], "may_refuse": may_refuse, "layout": layout}
+          "pairs": [list(p) for p in pairs],
+          # (a max window on padding only is -inf: only an average one may be refused)
+          "may_refuse": may_refuse and kind == "avg", "layout": layout}
     _values(d, sp)
     return sp
 
@@ -672,6 +688,43 @@ def _pool_ref(sp, x):
     return r.numpy(), (sc.numpy() if sc is not None else None), outs
 
 
+def _max_pool_grad_ref(sp, x, h):
+    """Max pooling's data gradient for head ``h`` (PyTorch's rule, in float64): each
+    window's head to its first data element (row-major) equal to its maximum, or to its
+    last NaN; never to the padding, nothing from a window on padding only.  ``(gradient,
+    scale)``, the scale the summed magnitudes (the sums' order differs)."""
+    last = sp["layout"][1] != "C"
+    xc = np.moveaxis(x, -1, 1) if last else x
+    hc = np.moveaxis(h, -1, 1).astype(np.float64) if last else h.astype(np.float64)
+    g = np.zeros(xc.shape, np.float64)
+    sc = np.zeros(xc.shape, np.float64)
+    size = xc.shape[2:]
+    k, s, dil, pairs = sp["k"], sp["s"], sp["dil"], sp["pairs"]
+    for pos in np.ndindex(*hc.shape[2:]):
+        taps = [[o * ss - b + j * dd for j in range(kk)]
+                for o, kk, ss, dd, (b, _) in zip(pos, k, s, dil, pairs)]
+        data = [t for t in itertools.product(*taps)
+                if all(0 <= i < n for i, n in zip(t, size))]
+        if not data:
+            continue
+        vals = np.stack([xc[(slice(None), slice(None)) + t].astype(np.float64)
+                         for t in data], -1)             # [N, C, taps], row-major
+        nan = np.isnan(vals)
+        top = np.max(np.where(nan, -np.inf, vals), -1, keepdims=True)
+        first = np.argmax(vals == top, -1)
+        lastnan = vals.shape[-1] - 1 - np.argmax(nan[..., ::-1], -1)
+        pick = np.where(nan.any(-1), lastnan, first)
+        hv = hc[(slice(None), slice(None)) + pos]
+        for ti, t in enumerate(data):
+            m = pick == ti
+            idx = (slice(None), slice(None)) + t
+            g[idx] += np.where(m, hv, 0.0)
+            sc[idx] += np.where(m, np.abs(hv), 0.0)
+    if last:
+        g, sc = np.moveaxis(g, 1, -1), np.moveaxis(sc, 1, -1)
+    return g, sc
+
+
 def _norm_axes(axis, rank):
     if axis is None:
         return tuple(range(rank))
@@ -828,6 +881,26 @@ def run_op_case(case: OpCase, check_passes: bool = False) -> "Outcome":
             except Exception:  # noqa: BLE001
                 ir = ""
             return Outcome("mismatch", case, "compare", bad, ir)
+        if sp.get("grad"):
+            stage = "gradient"
+            H = tc.placeholder(Y.shape, dtype=Y.dtype, name="H")
+            (G,) = tc.gradient(Y, [X], head=H)
+            gs = tc.auto_schedule([X, H, G], target=case.target)
+            stage = "gradient build"
+            fg = tc.build(gs, [X, H, G], target=case.target)
+            h = np.random.default_rng(case.seed + 1).standard_normal(oshape).astype(Y.dtype)
+            gx = np.zeros(x.shape, X.dtype)
+            stage = "gradient call"
+            fg(np.ascontiguousarray(x), h, gx)
+            stage = "gradient compare"
+            want_g, scale_g = _max_pool_grad_ref(sp, np.asarray(x), h)
+            bad = _compare(gx, want_g, scale_g)
+            if bad:
+                try:
+                    ir = str(tc.lower(gs, [X, H, G]))
+                except Exception:  # noqa: BLE001
+                    ir = ""
+                return Outcome("mismatch", case, "gradient", bad, ir)
     except Exception as e:  # noqa: BLE001
         return Outcome("crash", case, stage, _exc(e), ir)
     return Outcome("ok", case, "compare")
