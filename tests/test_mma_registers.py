@@ -169,6 +169,26 @@ def softmax_tile(M=32, D=32, L=48, N=32, kind="exp"):
     return s, ([Q, Kt, V, out] if kind == "exp" else [Q, Kt, out])
 
 
+
+def biased_scores(M=32, D=32, L=48):
+    """``X = Q K^T + bias[j]`` in registers (``cuda.mma_add_cols_f32``: the bias a vector
+    of the keys in global memory, ``-inf`` where a key is masked), stored."""
+    Q, Kt = (tc.placeholder(shape, "float16", name=n) for n, shape in (("Q", (M, D)),
+                                                                      ("K", (L, D))))
+    bias = tc.placeholder((L,), F32, name="bias")
+    S = _mm(Q, Kt, "S", transpose_b=True)
+    X = tc.compute((M, L), lambda i, j: S[i, j] + bias[j], name="x")
+    s = tc.create_schedule(X.op)
+    XF, w = _warp_store(s, X)
+    QS, KS = _shared(s, (Q, Kt), (S, S), X, w, M // 16)
+    s[S].set_scope("mma.accumulator")
+    _gemm_into(s, S, QS, KS, "f16", (s[X], w), transposed=True)
+    xi, xj = s[XF].op.axis
+    fj, xj = s[XF].split(xj, 16)
+    s[XF].reorder(fj, xi, xj)
+    s[XF].tensorize(xi, tc.tensor_intrin("cuda.mma_add_cols_f32"))
+    return s, [Q, Kt, bias, X]
+
 def _f16(rng, *shape, dtype="float16"):
     return rng.standard_normal(shape, dtype=np.float32).astype(NP[dtype])
 
@@ -215,6 +235,19 @@ def check_softmax_tile(mod, kind, mode=None, M=32, D=32, L=48, N=32):
     np.testing.assert_allclose(got[ok], want[ok], rtol=2e-3 if kind == "exp" else 1e-5,
                                atol=1e-4 * np.abs(want[ok]).max())
 
+
+
+def check_biased(mod, masked, mode=None, M=32, D=32, L=48):
+    rng = np.random.default_rng(5)
+    q, k = _f16(rng, M, D), _f16(rng, L, D)
+    bias = rng.standard_normal(L).astype(np.float32)
+    bias[masked] = -np.inf
+    x = np.full((M, L), np.nan, np.float32)
+    mod(q, k, bias, x, **({"mode": mode} if mode else {}))
+    want = _f64(q) @ _f64(k).T + bias
+    ok = np.isfinite(want)
+    assert np.isneginf(x[:, masked]).all() and np.isfinite(x[ok]).all()
+    np.testing.assert_allclose(x[ok], want[ok], rtol=0, atol=1e-5 * np.abs(want[ok]).max())
 
 # --------------------------------------------------------------------------- emulation
 
@@ -265,6 +298,14 @@ def test_a_wrong_quad_exchange_is_caught(monkeypatch):
         check_softmax_tile(mod, "mul", "serial")
 
 
+
+@needs_cxx
+def test_a_bias_of_the_keys_is_added_in_registers():
+    """``S + bias[j]`` with each lane loading its 4 columns' biases (-inf for masked keys:
+    their scores become -inf, the others exact to float32's sums)."""
+    s, args = biased_scores()
+    check_biased(tc.build(s, args, target="cuda-emu"), [3, 17, 40, 47], "serial")
+
 @needs_cxx
 def test_a_wrong_register_pairing_is_caught(monkeypatch):
     """The emulation's result depends on the lanes' registers: pair the accumulator's
@@ -313,9 +354,10 @@ def test_an_accumulator_read_transposed_is_refused():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("what", ["back to back bf16", "softmax tile"])
+@pytest.mark.parametrize("what", ["back to back bf16", "softmax tile", "biased scores"])
 def test_ptx_of_the_register_step_and_nothing_spills(what):
-    s, args = back_to_back(dtype="bfloat16") if what.startswith("back") else softmax_tile()
+    s, args = {"back to back bf16": lambda: back_to_back(dtype="bfloat16"),
+               "softmax tile": softmax_tile, "biased scores": biased_scores}[what]()
     src = tc.build(s, args, target="cuda -arch=sm_90").get_source()
     for kernel, use in ptxas_usage(src, "sm_90").items():
         assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
@@ -329,6 +371,12 @@ def test_ptx_of_the_register_step_and_nothing_spills(what):
 def test_an_accumulator_feeds_the_next_mma_on_the_gpu(gpu_driver, dtype):
     s, args = back_to_back(dtype=dtype)
     check_back_to_back(tc.build(s, args, target="cuda"), dtype)
+
+
+@pytest.mark.gpu
+def test_a_bias_of_the_keys_on_the_gpu(gpu_driver):
+    s, args = biased_scores()
+    check_biased(tc.build(s, args, target="cuda"), [7, 31])
 
 
 @pytest.mark.gpu

@@ -60,7 +60,11 @@ floats, ``C[g][8h+2t:8h+2t+2]`` and ``C[g+8][8h+2t:8h+2t+2]``.
   ``cuda.mma_mul_f32`` -- ``C[i, j] = A[i, j] * B[i, j]``: elementwise on accumulator
   tiles, each lane its 8 floats (every accumulator tile has the one layout, so no lane
   exchanges anything): with ``B`` a row tile of ``cuda.mma_row_max_f32``, ``exp(S -
-  m)``; with ``B`` one of factors, the rows of an accumulator rescaled in registers.
+  m)``; with ``B`` one of factors, the rows of an accumulator rescaled in registers;
+* ``cuda.mma_add_cols_f32`` -- ``C[i, j] = A[i, j] + v[j]``: a vector in memory (a 16 x 16
+  view of it, row stride 0) added along the columns of an accumulator tile, each lane
+  loading the 4 elements of its columns: a per-key bias on the scores in registers (a
+  padding mask, ``-inf`` past the keys).
 
 Each has a bfloat16 twin, ``_f16`` spelled ``_bf16`` (``cuda.mma_load_a_bf16``,
 ``cuda.mma_bf16bf16f32``: ``mma.sync....f32.bf16.bf16.f32``; ldmatrix moves 16-bit
@@ -315,6 +319,33 @@ def _elementwise_emit(name: str, kind: str):
     return emit
 
 
+def _add_cols():
+    a = placeholder((16, 16), "float32", name="a")
+    v = placeholder((16, 16), "float32", name="v")
+    return compute((16, 16), lambda i, j: a[i, j] + v[i, j], name="c")
+
+
+def _add_cols_emit(name: str):
+    def emit(cb, ins, outs):
+        c = _fragment(name, outs[0], "mma.accumulator")
+        a = _fragment(name, ins[0], "mma.accumulator")
+        v = ins[1]
+        if v.fragment is not None or v.strides[0] != 0:
+            raise BuildError(f"tensor intrinsic {name}: operand {v.name} is a vector in memory "
+                             f"read along the tile's columns (row stride 0), got {v.buffer_name} "
+                             f"with strides {list(v.strides)}")
+        cb.emit(f"const int t = {LANE} & 3;")
+        for half in range(2):
+            for col in range(2):   # (the lane's columns 8 half + 2t + col)
+                cb.emit(f"const float tc_v{2 * half + col} = "
+                        f"{v.ptr}[({8 * half + col} + 2 * t) * {v.strides[1]}];")
+        for half in range(2):
+            for reg in range(4):
+                x = 4 * half + reg
+                cb.emit(f"{c}[{x}] = {a}[{x}] + tc_v{2 * half + (reg & 1)};")
+    return emit
+
+
 def _scale_rows():
     c = placeholder((16, 16), "float32", name="c")
     f = placeholder((16, 16), "float32", name="f")
@@ -351,6 +382,8 @@ def declarations():
                 "cuda.mma_atomic_add_f32", False, None))
     out.append((_scale_rows(), _scale_rows_emit("cuda.mma_scale_rows_f32"),
                 "cuda.mma_scale_rows_f32", False, None))
+    out.append((_add_cols(), _add_cols_emit("cuda.mma_add_cols_f32"), "cuda.mma_add_cols_f32",
+                False, None))
     out.append((_fill_neg_inf(), _fill_emit("cuda.mma_fill_neg_inf_f32", "-INFINITY"),
                 "cuda.mma_fill_neg_inf_f32", False, None))
     for kind in ("exp_diff", "mul"):
