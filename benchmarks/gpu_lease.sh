@@ -68,7 +68,8 @@ for name in $STEPS; do
     tests) step tests 240 tests.log python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 60 \
         tests/test_hopper.py tests/test_wgmma_template.py tests/test_tma_pipeline.py \
         tests/test_cuda_library.py tests/test_tensorcore_edges.py tests/test_flash_attention.py \
-        tests/test_torch.py tests/test_cuda_gpu.py tests/test_mma.py tests/test_tensorcore.py;;
+        tests/test_torch.py tests/test_cuda_gpu.py tests/test_mma.py tests/test_tensorcore.py \
+        tests/test_mma_registers.py;;
     *) echo "unknown step $name";;
     esac
 done

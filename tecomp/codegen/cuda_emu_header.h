@@ -962,6 +962,23 @@ inline const Slot* warp_exchange(const char* op, Slot mine, int* lane) {
   return w;
 }
 
+// __shfl_xor_sync(mask, v, lane_mask): lane l gets v of lane l ^ lane_mask (width 32);
+// the emulation takes the full mask only (every lane of the warp takes part), and
+// lanes that meet at another warp-wide operation trap, as above.
+inline unsigned int shfl_xor_bits(unsigned int mask, unsigned int bits, int lane_mask) {
+  const char* op = "shfl.sync.bfly";
+  if (mask != 0xffffffffu)
+    warp_op_error(op, "the emulation runs __shfl_xor_sync with the full mask 0xffffffff only");
+  if (lane_mask < 0 || lane_mask > 31)
+    warp_op_error(op, "the lane mask is not in 0..31");
+  Slot mine;
+  mine.p = nullptr;
+  mine.w[0] = bits;
+  int lane;
+  const Slot* w = warp_exchange(op, mine, &lane);
+  return w[lane ^ lane_mask].w[0];
+}
+
 // Shared-memory bank accounting of the warp-wide loads (ldmatrix, and wgmma's operand
 // reads through its descriptors, each 8 x 8 core matrix of A and B once per wgmma of a
 // warpgroup, as the descriptor's layout and swizzle place its 8 rows): a phase is one 8 x 8
@@ -1652,3 +1669,17 @@ inline void wgmma_m64nNk16(float* d, uint64_t desc_a, uint64_t desc_b, int scale
 }
 
 }  // namespace tecomp_emu
+
+inline float __shfl_xor_sync(unsigned int mask, float v, int lane_mask) {
+  unsigned int b;
+  memcpy(&b, &v, sizeof b);
+  b = tecomp_emu::shfl_xor_bits(mask, b, lane_mask);
+  memcpy(&v, &b, sizeof v);
+  return v;
+}
+inline int __shfl_xor_sync(unsigned int mask, int v, int lane_mask) {
+  return (int)tecomp_emu::shfl_xor_bits(mask, (unsigned int)v, lane_mask);
+}
+inline unsigned int __shfl_xor_sync(unsigned int mask, unsigned int v, int lane_mask) {
+  return tecomp_emu::shfl_xor_bits(mask, v, lane_mask);
+}

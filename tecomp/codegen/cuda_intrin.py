@@ -28,7 +28,9 @@ from .cuda_hopper import HOPPER_COLLECTIVES, HOPPER_HELPERS
 #: tc_ldmatrix_* / tc_mma_* ones below)
 HELPERS = ("tc_ld_b32", "tc_dp4a_us", "tc_dp4a_ss", "tc_ldmatrix_x4", "tc_ldmatrix_x4_trans",
            "tc_mma_m16n8k16_f16", "tc_mma_m16n8k16_bf16", "tc_tf32", "tc_mma_m16n8k8_tf32",
-           "tc_swizzled_ptr", *HOPPER_HELPERS)  # sm_90a: mbarrier, cp.async.bulk, wgmma (cuda_hopper.py)
+           "tc_pack2_f16", "tc_pack2_bf16", "tc_quad_max_f32", "tc_quad_sum_f32",
+           "tc_swizzled_ptr",
+           *HOPPER_HELPERS)  # sm_90a: mbarrier, cp.async.bulk, wgmma (cuda_hopper.py)
 
 #: what one lane holds of a 16 x 16 tile of an ``mma.*`` fragment: its C element type and
 #: the dtypes the fragment buffer may have (the PTX ISA's m16n8k16 / m16n8k8 fragments; the
@@ -106,6 +108,48 @@ _MMA_TF32 = (
     "#endif\n"
     "}}")
 
+_PACK2 = (
+    "// two floats rounded to nearest to {dt} and packed in one register, the first in the\n"
+    "// lower half (an A fragment's register: cvt.rn.{t}x2.f32 takes the upper one first).\n"
+    "{{q}} unsigned int tc_pack2_{t}(float lo, float hi) {{{{\n"
+    "#if defined(TECOMP_CUDA_EMU)\n"
+    "  return (unsigned int){conv}(lo).__x | ((unsigned int){conv}(hi).__x << 16);\n"
+    "#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800\n"
+    "#error \"tecomp: cvt.rn.{t}x2.f32 (the cuda.mma_acc_to_a_* intrinsics) needs sm_80 or later\"\n"
+    "#else\n"
+    "  unsigned int r;\n"
+    "  asm(\"cvt.rn.{t}x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo));\n"
+    "  return r;\n"
+    "#endif\n"
+    "}}}}")
+
+_QUAD = (
+    "// The {what} of a, b, c, d (the lane's four elements of a row of an mma accumulator\n"
+    "// tile) and of the other three lanes of its quad (lanes 4g..4g+3, the row's lanes):\n"
+    "// two __shfl_xor_sync, lane masks 1 and 2; every lane of the quad gets it.{nan}\n"
+    "{{q}} float tc_quad_{kind}_f32(float a, float b, float c, float d) {{{{\n"
+    "  float x = {comb_ab};\n"
+    "  x = {comb_xc};\n"
+    "  x = {comb_xd};\n"
+    "  for (int m = 1; m <= 2; m <<= 1) {{{{\n"
+    "    const float y = __shfl_xor_sync(0xffffffffu, x, m);\n"
+    "    x = {comb_xy};\n"
+    "  }}}}\n"
+    "  return x;\n"
+    "}}}}")
+
+
+def _quad(kind: str) -> str:
+    if kind == "max":
+        comb = lambda a, b: f"(({a} > {b}) || ({a} != {a})) ? {a} : {b}"  # noqa: E731
+        what, nan = "maximum", "  NaN propagates."
+    else:
+        comb = lambda a, b: f"{a} + {b}"  # noqa: E731
+        what, nan = "sum", ""
+    return _QUAD.format(what=what, nan=nan, kind=kind, comb_ab=comb("a", "b"),
+                        comb_xc=comb("x", "c"), comb_xd=comb("x", "d"), comb_xy=comb("x", "y"))
+
+
 #: the device helpers of the cuda.mma_* intrinsics: inline PTX on the GPU, the CUDA
 #: emulation's per-lane implementations (tecomp/codegen/cuda_emu_header.h) there
 MMA_HELPERS = {
@@ -115,6 +159,10 @@ MMA_HELPERS = {
     "tc_mma_m16n8k16_bf16": _MMA.format(t="bf16", bf16=1),
     "tc_tf32": _TF32,
     "tc_mma_m16n8k8_tf32": _MMA_TF32,
+    "tc_pack2_f16": _PACK2.format(t="f16", dt="float16", conv="__float2half"),
+    "tc_pack2_bf16": _PACK2.format(t="bf16", dt="bfloat16", conv="__float2bfloat16"),
+    "tc_quad_max_f32": _quad("max"),
+    "tc_quad_sum_f32": _quad("sum"),
 }
 
 

@@ -39,7 +39,32 @@ floats, ``C[g][8h+2t:8h+2t+2]`` and ``C[g+8][8h+2t:8h+2t+2]``.
   place by a factor from memory (``f`` a 16 x 16 view of a vector, column stride 0), each
   lane its 8 elements by the factors of its two rows.  Lowering emits it, not a schedule:
   the rescaling of an accumulator between the steps of an online reduction
-  (``Stage._lockstep``, FlashAttention-2's ``acc *= exp(m_old - m_new)``).
+  (``Stage._lockstep``, FlashAttention-2's ``acc *= exp(m_old - m_new)``);
+* ``cuda.mma_acc_to_a_f16`` / ``cuda.mma_acc_to_a_bf16`` -- ``A[i, k] = C[i, k]`` cast: a
+  16 x 16 accumulator tile straight into the A operand of the next mma, in the lane's
+  registers (no shared memory, no ``ldmatrix``).  The accumulator's two 16 x 8 halves hold
+  ``C[g][2t:2t+2]``, ``C[g+8][2t:2t+2]``, ``C[g][2t+8:2t+10]``, ``C[g+8][2t+8:2t+10]`` in
+  floats 0-1, 2-3, 4-5, 6-7: the A fragment's four registers in order, so each lane packs
+  its own pairs (``cvt.rn.f16x2.f32``): FlashAttention-2's ``P = exp(S - m)`` fed to
+  ``P V`` without leaving the registers; a back-to-back GEMM's intermediate;
+* ``cuda.mma_row_max_f32`` / ``cuda.mma_row_sum_f32`` -- ``R[i, j] = max_k C[i, k]``
+  (``sum``): the rows of a 16 x 16 accumulator tile reduced into an accumulator tile
+  that holds each row's result in all its columns (a lane's floats of row ``g`` and of
+  row ``g + 8`` then all equal: the row statistics of FlashAttention-2's online softmax,
+  ``m`` and ``l``, in the registers that later scale the row).  Each lane reduces its
+  four elements of each row, then the quad (the four lanes of a row, ``t = 0..3``) with
+  two ``__shfl_xor_sync`` (lane masks 1 and 2); a tile split along ``k`` adds into the
+  running result (their inits: ``cuda.mma_fill_neg_inf_f32`` and ``cuda.mma_fill_f32``).
+  The maximum propagates NaN, as ``tc.max``;
+* ``cuda.mma_exp_diff_f32`` -- ``C[i, j] = fast_exp(A[i, j] - B[i, j])`` and
+  ``cuda.mma_mul_f32`` -- ``C[i, j] = A[i, j] * B[i, j]``: elementwise on accumulator
+  tiles, each lane its 8 floats (every accumulator tile has the one layout, so no lane
+  exchanges anything): with ``B`` a row tile of ``cuda.mma_row_max_f32``, ``exp(S -
+  m)``; with ``B`` one of factors, the rows of an accumulator rescaled in registers;
+* ``cuda.mma_add_cols_f32`` -- ``C[i, j] = A[i, j] + v[j]``: a vector in memory (a 16 x 16
+  view of it, row stride 0) added along the columns of an accumulator tile, each lane
+  loading the 4 elements of its columns: a per-key bias on the scores in registers (a
+  padding mask, ``-inf`` past the keys).
 
 Each has a bfloat16 twin, ``_f16`` spelled ``_bf16`` (``cuda.mma_load_a_bf16``,
 ``cuda.mma_bf16bf16f32``: ``mma.sync....f32.bf16.bf16.f32``; ldmatrix moves 16-bit
@@ -54,7 +79,9 @@ from __future__ import annotations
 
 from ..errors import BuildError
 from .intrin_cuda import TC_DTYPES, _copy, _fill, _leading_dim, _memory, _mma
-from .tensor import compute, placeholder
+from .reduce import max as _max, sum as _sum
+from .intrin import fast_exp
+from .tensor import compute, const, placeholder, reduce_axis
 
 #: the C text of a lane's index in its warp (the renderer requires blockDim.x to be a
 #: multiple of 32, so the lanes of a warp are consecutive threadIdx.x)
@@ -172,10 +199,10 @@ def _mma_emit(name: str, t: str):
     return emit
 
 
-def _fill_emit(name: str):
+def _fill_emit(name: str, value: str = "0.0f"):
     def emit(cb, ins, outs):
         c = _fragment(name, outs[0], "mma.accumulator")
-        cb.emit(f"for (int tc_r = 0; tc_r < 8; ++tc_r) {c}[tc_r] = 0.0f;")
+        cb.emit(f"for (int tc_r = 0; tc_r < 8; ++tc_r) {c}[tc_r] = {value};")
     return emit
 
 
@@ -223,6 +250,102 @@ def _scale_rows_emit(name: str):
     return emit
 
 
+#: the accumulator's floats that A's registers 0..3 pack (lower half first): the
+#: accumulator holds ``C[g][2t:2t+2]``, ``C[g+8][2t:2t+2]`` and the same 8 columns on, in
+#: order, where A's registers hold ``A[g][2t:2t+2]``, ``A[g+8][2t:2t+2]``,
+#: ``A[g][2t+8:2t+10]``, ``A[g+8][2t+8:2t+10]``
+ACC_TO_A = ((0, 1), (2, 3), (4, 5), (6, 7))
+
+
+def _acc_to_a_emit(name: str, dtype: str):
+    def emit(cb, ins, outs):
+        a = _fragment(name, outs[0], "mma.matrix_a")
+        c = _fragment(name, ins[0], "mma.accumulator")
+        if outs[0].layout == "col_major":
+            raise BuildError(
+                f"tensor intrinsic {name}: fragment {outs[0].buffer_name} is read by its mma "
+                "transposed (as A[k, i]); the accumulator's registers are the A operand's only "
+                "as stored: order the reading mma's loops so that it reads A[i, k]")
+        pack = cb.helper(f"tc_pack2_{TC_DTYPES[dtype]}")
+        for reg, (lo, hi) in enumerate(ACC_TO_A):
+            cb.emit(f"{a}[{reg}] = {pack}({c}[{lo}], {c}[{hi}]);")
+    return emit
+
+
+def _fill_neg_inf():
+    return compute((16, 16), lambda i, j: const(float("-inf"), "float32"), name="c")
+
+
+def _row_reduce(kind: str):
+    c = placeholder((16, 16), "float32", name="c")
+    k = reduce_axis((0, 16), name="k")
+    red = _max if kind == "max" else _sum
+    return compute((16, 16), lambda i, j: red(c[i, k], axis=k), name="r")
+
+
+def _row_reduce_emit(name: str, kind: str):
+    def emit(cb, ins, outs):
+        r = _fragment(name, outs[0], "mma.accumulator")
+        c = _fragment(name, ins[0], "mma.accumulator")
+        f = cb.helper(f"tc_quad_{kind}_f32")
+        # the lane's floats of row g: 0, 1 (columns 2t, 2t + 1) and 4, 5 (8 + 2t, 9 + 2t);
+        # of row g + 8: 2, 3, 6, 7
+        for half, regs in ((0, (0, 1, 4, 5)), (1, (2, 3, 6, 7))):
+            cb.emit(f"const float tc_row{half} = {f}({', '.join(f'{c}[{x}]' for x in regs)});")
+        for reg in range(8):
+            old, new = f"{r}[{reg}]", f"tc_row{(reg >> 1) & 1}"
+            cb.emit(f"{old} = (({old} > {new}) || ({old} != {old})) ? {old} : {new};"
+                    if kind == "max" else f"{old} = {old} + {new};")
+    return emit
+
+
+def _elementwise(kind: str):
+    a = placeholder((16, 16), "float32", name="a")
+    b = placeholder((16, 16), "float32", name="b")
+    if kind == "exp_diff":
+        return compute((16, 16), lambda i, j: fast_exp(a[i, j] - b[i, j]), name="c")
+    return compute((16, 16), lambda i, j: a[i, j] * b[i, j], name="c")
+
+
+def _elementwise_emit(name: str, kind: str):
+    def emit(cb, ins, outs):
+        c = _fragment(name, outs[0], "mma.accumulator")
+        a = _fragment(name, ins[0], "mma.accumulator")
+        b = _fragment(name, ins[1], "mma.accumulator")
+        for reg in range(8):
+            x, y = f"{a}[{reg}]", f"{b}[{reg}]"
+            cb.emit(f"{c}[{reg}] = " + (f"__expf({x} - {y});" if kind == "exp_diff"
+                                        else f"{x} * {y};"))
+    return emit
+
+
+def _add_cols():
+    a = placeholder((16, 16), "float32", name="a")
+    v = placeholder((16, 16), "float32", name="v")
+    return compute((16, 16), lambda i, j: a[i, j] + v[i, j], name="c")
+
+
+def _add_cols_emit(name: str):
+    def emit(cb, ins, outs):
+        c = _fragment(name, outs[0], "mma.accumulator")
+        a = _fragment(name, ins[0], "mma.accumulator")
+        v = ins[1]
+        if v.fragment is not None or v.strides[0] != 0:
+            raise BuildError(f"tensor intrinsic {name}: operand {v.name} is a vector in memory "
+                             f"read along the tile's columns (row stride 0), got {v.buffer_name} "
+                             f"with strides {list(v.strides)}")
+        cb.emit(f"const int t = {LANE} & 3;")
+        for half in range(2):
+            for col in range(2):   # (the lane's columns 8 half + 2t + col)
+                cb.emit(f"const float tc_v{2 * half + col} = "
+                        f"{v.ptr}[({8 * half + col} + 2 * t) * {v.strides[1]}];")
+        for half in range(2):
+            for reg in range(4):
+                x = 4 * half + reg
+                cb.emit(f"{c}[{x}] = {a}[{x}] + tc_v{2 * half + (reg & 1)};")
+    return emit
+
+
 def _scale_rows():
     c = placeholder((16, 16), "float32", name="c")
     f = placeholder((16, 16), "float32", name="f")
@@ -241,6 +364,9 @@ def declarations():
         out.append((_mma(dt, "float32"), _mma_emit(name, t), name, False, "cuda.mma_fill_f32"))
         name = f"cuda.mma_store_{t}"
         out.append((_copy("float32", dt, "c"), _store(name, cast=dt), name, False, None))
+        name = f"cuda.mma_acc_to_a_{t}"
+        out.append((_copy("float32", dt, "a_frag"), _acc_to_a_emit(name, dt), name, False,
+                    None))
     # tf32: float32 tiles, rounded to tf32 as they are loaded (four mma.sync.m16n8k8 per
     # 16 x 16 x 16 tile); the computation declared is float32's, which the tensor cores
     # approximate (10 mantissa bits per operand): what a user asks for with tf32=True
@@ -256,4 +382,14 @@ def declarations():
                 "cuda.mma_atomic_add_f32", False, None))
     out.append((_scale_rows(), _scale_rows_emit("cuda.mma_scale_rows_f32"),
                 "cuda.mma_scale_rows_f32", False, None))
+    out.append((_add_cols(), _add_cols_emit("cuda.mma_add_cols_f32"), "cuda.mma_add_cols_f32",
+                False, None))
+    out.append((_fill_neg_inf(), _fill_emit("cuda.mma_fill_neg_inf_f32", "-INFINITY"),
+                "cuda.mma_fill_neg_inf_f32", False, None))
+    for kind in ("exp_diff", "mul"):
+        name = f"cuda.mma_{kind}_f32"
+        out.append((_elementwise(kind), _elementwise_emit(name, kind), name, False, None))
+    for kind, init in (("max", "cuda.mma_fill_neg_inf_f32"), ("sum", "cuda.mma_fill_f32")):
+        name = f"cuda.mma_row_{kind}_f32"
+        out.append((_row_reduce(kind), _row_reduce_emit(name, kind), name, False, init))
     return out

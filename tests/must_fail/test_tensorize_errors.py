@@ -154,9 +154,11 @@ def test_unknown_builtin_name():
                                                r"built-ins are aarch64.neon_u8s8s32_4x4, aarch64.smmla_s8s8s32_2x2x8, "
                                                r"aarch64.ummla_u8u8s32_2x2x8, aarch64.usdot_u8s8s32_4x4, "
                                                r"aarch64.usmmla_u8s8s32_2x2x8, "
-                                               r"cuda.dp4a_s8s8s32, cuda.dp4a_u8s8s32, cuda.mma_atomic_add_f32, "
-                                               r"cuda.mma_bf16bf16f32, "
-                                                   r"cuda.mma_f16f16f32, "
+                                               r"cuda.dp4a_s8s8s32, cuda.dp4a_u8s8s32, cuda.mma_acc_to_a_bf16, "
+                                               r"cuda.mma_acc_to_a_f16, cuda.mma_add_cols_f32, "
+                                               r"cuda.mma_atomic_add_f32, "
+                                               r"cuda.mma_bf16bf16f32, cuda.mma_exp_diff_f32, "
+                                               r"cuda.mma_f16f16f32, "
                                                r"cuda.mma_fill_f32, .*, cuda.wmma_fill_f32, .*, "
                                                r"x86.avx2_u8s8s32_8x4"):
         tc.tensor_intrin("x86.amx")
