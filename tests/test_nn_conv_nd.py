@@ -796,7 +796,7 @@ def test_conv3d_ncdhw_short_reduction_ir():
 
 
 @pytest.mark.parametrize("shape,k,stride,padding,dilation", [
-    ((2, 100, 12, 421), 3, 2, 1, 1),     # 100 input channels: chunks of 50, stride 2
+    ((2, 100, 12, 421), 3, 2, 1, 1),     # 100 input channels: chunks of 25, stride 2
     ((1, 130, 8, 333), 5, 1, 2, 2),      # chunks of 65, dilated
     ((3, 200, 20, 150), 3, 1, 0, 1),     # batch 3, chunks of 50, 20 = 5 blocks of 4
 ], ids=["s2_chunks", "dilated_chunks", "batch3"])

@@ -204,13 +204,14 @@ def _conv1d_ncw_into(s: Schedule, conv, info: CpuModel, wide: bool = True):
     "wide" or "narrow"): with 32 registers, :data:`WIDE_ROW_VECTORS` vectors (4
     channels x 6 vectors, 24 accumulators: per tap 10 loads for 24 FMAs), and the input
     channels in chunks whose data rows for the block (its outputs times the stride,
-    plus the window) fill at most L1, each chunk in turn for all the task's blocks of
-    output channels at one block of outputs, their accumulators kept in a local buffer
-    across the chunks (a GEMM's K blocking: the chunk's rows are read from L1 by every
-    block of output channels, not from L2).  1 thread, CPU time, interleaved, a loaded
-    2-core Zen 4 (load average 12), ms: wav2vec2's second layer (512 -> 512, kernel 3,
-    stride 2, 3199 samples) 36.9 narrow, 26.4 wide (PyTorch 25.5); 256 -> 256, kernel
-    3, 1024 samples, batch 8: 34.7 and 32.1 (PyTorch 32.3).  "narrow": two vectors,
+    plus the window) fill at most L1, where they make two chunks or more (else the
+    narrow block): each chunk in turn for all the task's blocks of output channels at
+    one block of outputs, their accumulators kept in a local buffer across the chunks
+    (a GEMM's K blocking: the chunk's rows are read from L1 by every block of output
+    channels, not from L2).  1 thread, CPU time, interleaved, a loaded 2-core Zen 4
+    (load average 12-16), ms: wav2vec2's second layer (512 -> 512, kernel 3, stride 2,
+    3199 samples) 35.3 narrow, 26.6 wide (PyTorch 25.5); 256 -> 256, kernel 3, 1024
+    samples, batch 8: 32.9 and 30.8 (PyTorch 31.6).  "narrow": two vectors,
     as the rules make them, each block accumulated over the whole reduction.
 
     A task is ``BT`` such blocks of output channels (their weights fill half of L2;
@@ -237,19 +238,21 @@ def _conv1d_ncw_into(s: Schedule, conv, info: CpuModel, wide: bool = True):
     K = 1
     for r in reds[1:]:
         K *= _cint(r.dom.extent)
-    # (the wide block: WIDE_ROW_VECTORS vectors along the row where 32 registers hold
-    # them, else two)
-    xvecs = WIDE_ROW_VECTORS if wide and info.vregs >= 32 else 2
-    xvecs = max(1, min(xvecs, OX // L))
-    xb = xvecs * L
-    budget = max(1, (info.vregs - 4) // xvecs)   # accumulator rows
+    # the wide block (WIDE_ROW_VECTORS vectors along the row, where 32 registers hold
+    # them) with the input channels in chunks whose data rows (the block's outputs
+    # times the stride, and the window) fill at most L1; where one chunk takes them all
+    # (one input channel: wav2vec2's first layer), two vectors and no chunks
+    xvecs, kblock = 2, C
+    if wide and info.vregs >= 32 and OX >= WIDE_ROW_VECTORS * L:
+        sx, dx = conv.op.attrs["conv"][0][0], conv.op.attrs["conv"][2][0]
+        row_bytes = (WIDE_ROW_VECTORS * L * sx + (K - 1) * dx + 1) * _dt.bits(conv.dtype) // 8
+        kb = _largest_divisor_at_most(C, max(1, info.l1_bytes // row_bytes))
+        if kb < C:
+            xvecs, kblock = WIDE_ROW_VECTORS, kb
+    xb = xvecs * L if OX >= xvecs * L else L
+    budget = max(1, (info.vregs - 4) // (xb // L))   # accumulator rows
     ob = _largest_divisor_at_most(O, budget)
     ob = ob if ob >= 4 else min(O, budget)
-    # the input channels in chunks whose data rows (the block's outputs times the stride,
-    # all the taps) fill at most L1 (none where one chunk takes them all)
-    sx, dx = conv.op.attrs["conv"][0][0], conv.op.attrs["conv"][2][0]
-    row_bytes = (xb * sx + (K - 1) * dx + 1) * _dt.bits(conv.dtype) // 8
-    kblock = _largest_divisor_at_most(C, max(1, info.l1_bytes // row_bytes)) if wide else C
     # output channels per task: their weights (K * C each) fill half of L2, with at
     # least two tasks per thread, and no partial task (see above)
     nblocks = -(-O // ob)
