@@ -108,6 +108,30 @@ def test_terms_read_in_every_lane_are_dropped():
     np.testing.assert_allclose(y, _ref(x, w, ((1, 1), (1, 1))), rtol=1e-4, atol=1e-4)
 
 
+def test_the_zero_terms_pragma_computes_the_padded_taps():
+    """The pragma ``zero_terms`` on a loop of the convolution's stage: no test of the
+    padding left (the tap loops run 0 to 3 in every row), the padding's zeros
+    multiplied instead; without it the border rows' tap loops start or end early.  The
+    values are the padded convolution's either way."""
+    X = tc.placeholder((1, 3, 5, 7), name="X")
+    W = tc.placeholder((4, 3, 3, 3), name="W")
+    Y = nn.conv2d_nchw(X, W, padding=((2, 1), (1, 1)))
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((1, 3, 5, 7)), rng.standard_normal((4, 3, 3, 3))
+    for pragma in (False, True):
+        s = tc.create_schedule(Y.op)
+        if pragma:
+            s[Y].pragma(s[Y].op.reduce_axis[0], "zero_terms")
+        text = str(tc.lower(s, [X, W, Y]))
+        conv = text[text.index("conv2d_nchw[0, o,"):]
+        taps = [ln.strip() for ln in conv.splitlines() if "(ky," in ln]
+        assert taps and all(t == "for (ky, 0, 3) {" for t in taps) == pragma, taps
+        assert "if (" not in conv or not pragma, conv
+        y = np.zeros((1, 4, 6, 7), np.float32)
+        tc.build(s, [X, W, Y])(x.astype(np.float32), w.astype(np.float32), y)
+        np.testing.assert_allclose(y, _ref(x, w, ((2, 1), (1, 1))), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("nchw,case", [
     # (C, O, groups, H, W, padding, stride, dilation)
     (True, (8, 8, 2, 7, 9, ((2, 0), (1, 3)), (1, 1), (1, 1))),

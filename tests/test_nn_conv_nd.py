@@ -690,11 +690,136 @@ def test_conv3d_ncdhw_template_by_channels(case):
 
 
 def test_conv3d_ncdhw_rows_that_fill_their_vectors_stay_with_the_rules():
-    """Rows of 16 or 32 (every lane busy), 3 input channels (81 taps) or output channels
-    that are not whole 2-vector blocks: not the by-channels template."""
-    for C, O, S in ((16, 32, (2, 4, 16)), (16, 32, (2, 4, 32)), (3, 32, (2, 4, 14)),
-                    (16, 24, (2, 4, 14))):
+    """Rows of 16 or 32 (every lane busy) with a reduction of 256 steps or more, or
+    output channels that are not whole 2-vector blocks: not the by-channels template."""
+    for C, O, S in ((16, 32, (2, 4, 16)), (16, 32, (2, 4, 32)), (16, 24, (2, 4, 14)),
+                    (3, 24, (2, 4, 14))):
         X = tc.placeholder((1, C, *S), name="X")
         W = tc.placeholder((O, C, 3, 3, 3), name="W")
         Y = nn.conv3d_ncdhw(X, W, 1, 1)
         assert _conv3d_template([Y], Knobs(), cpu_model("llvm -mcpu=skylake-avx512")) is None
+
+
+@pytest.mark.parametrize("case", [
+    # batch, in, out channels, (depth, height, width), stride, padding, dilation
+    (1, 3, 32, (5, 9, 16), 1, 1, 1),                 # C3D's first layer, small: rows of 16
+    (2, 3, 64, (4, 7, 13), 1, (1, 2, 0), 1),        # batch 2, odd rows: 8 + 5
+    (1, 2, 32, (6, 8, 19), (2, 1, 2), 1, (1, 2, 1)),  # strided, dilated
+    (None, 5, 32, (3, 5, 11), 1, (0, 1, 1), 1),     # a symbolic batch
+], ids=["c3d_small", "batch2_odd", "strided_dilated", "symbolic"])
+def test_conv3d_ncdhw_short_reduction_by_channels(case):
+    """A reduction under 256 steps (a first layer's 3 input channels x 27 taps), whatever
+    its rows: the by-channels template, its block stored along the output rows (its
+    vectors read back from the block in L1, not scattered across the channel planes) and
+    its taps on the zero padding computed (the pragma ``zero_terms``: constant tap loops);
+    right with either knob, against PyTorch."""
+    N, C, O, S, stride, padding, dilation = case
+    target = "llvm -mcpu=skylake-avx512"
+    X = tc.placeholder((tc.var("n") if N is None else N, C, *S), name="X")
+    W = tc.placeholder((O, C, 3, 3, 3), name="W")
+    Y = nn.conv3d_ncdhw(X, W, stride, padding, dilation)
+    info = cpu_model(target)
+    assert _conv3d_template([Y], Knobs(), info) is not None
+    rng = np.random.default_rng(11)
+    x, w = rng.standard_normal((N or 2, C, *S)), rng.standard_normal((O, C, 3, 3, 3))
+    want = F.conv3d(_torch_pad(torch.from_numpy(x), _pairs(padding, 3)), torch.from_numpy(w),
+                    stride=stride, dilation=dilation).numpy()
+    variants = [{}]
+    if N == 1 and C == 3:
+        variants += [{"template.conv3d_ncdhw.store": "scatter"},
+                     {"template.conv3d_ncdhw.zero_taps": "skip"}]
+    for knobs in variants:
+        s = apply_rules([X, W, Y], Knobs(knobs), info)
+        text = str(tc.lower(s, [X, W, Y], target=target))
+        assert "W.global" in text
+        assert ("pragma_zero_terms" in text) == (knobs.get(
+            "template.conv3d_ncdhw.zero_taps", "compute") == "compute"), knobs
+        if "pragma_zero_terms" in text:
+            # every tap loop runs from 0 to 3: none bounded by the padding
+            taps = [ln.strip() for ln in text.splitlines() if "(kd," in ln or "(kh," in ln]
+            assert taps and all(t.endswith(", 0, 3) {") for t in taps), taps
+        y = np.empty(want.shape, "float32")
+        tc.build(s, [X, W, Y], target=target)(x.astype("float32"), w.astype("float32"), y)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4, err_msg=str(knobs))
+
+
+def test_conv3d_ncdhw_short_reduction_ir():
+    """The loop nest of the short-reduction template (3 -> 32 channels, 2 x 3 x 16,
+    padding 1, AVX-512) pinned: the weight copy and the padding at the root, tasks of
+    (channel block, plane, row), blocks of 8 pixels x 2 vectors of channels over
+    constant tap loops, each block computed once (its buffer no wider than its 8
+    pixels) and stored to the output row by row (a vector of 8 pixels per channel)."""
+    target = "llvm -mcpu=skylake-avx512"
+    X = tc.placeholder((1, 3, 2, 3, 16), name="X")
+    W = tc.placeholder((32, 3, 3, 3, 3), name="W")
+    Y = nn.conv3d_ncdhw(X, W, 1, 1)
+    s = apply_rules([X, W, Y], Knobs(), cpu_model(target))
+    loops = [ln.rstrip(" {") for ln in str(tc.lower(s, [X, W, Y], target=target)).splitlines()
+             if ln.strip().startswith(("parallel", "for", "unrolled", "vectorized"))]
+    want = """  parallel (i0.i1.fused, 0, 3)
+    for (i2, 0, 3)
+      for (i3, 0, 3)
+        for (i4, 0, 3)
+          vectorized (i5, 0, 32)
+  parallel (i0.i1.fused_1, 0, 3)
+    for (i3_1, 0, 5)
+      vectorized (i4.inner, 0, 16)
+      vectorized (i4.inner, 0, 2)
+    for (i2_1, 1, 2)
+      vectorized (i4.inner, 0, 16)
+      vectorized (i4.inner, 0, 2)
+      for (i3_1, 1, 3)
+        vectorized (i4.inner, 0, 16)
+        vectorized (i4.inner, 0, 1)
+        vectorized (i4.inner, 1, 1)
+      vectorized (i4.inner, 0, 16)
+      vectorized (i4.inner, 0, 2)
+    for (i3_1, 0, 5)
+      vectorized (i4.inner, 0, 16)
+      vectorized (i4.inner, 0, 2)
+  parallel (i0.i1.outer.fused.i2.fused.i3.fused, 0, 6)
+    for (i4.outer, 0, 2)
+      unrolled (i4.inner_1, 0, 8)
+        unrolled (i1.inner.outer, 0, 2)
+          vectorized (i1.inner.inner, 0, 16)
+        for (c, 0, 3)
+          unrolled (kd, 0, 3)
+            unrolled (kh, 0, 3)
+              unrolled (kw, 0, 3)
+                unrolled (i4.inner_1, 0, 8)
+                  unrolled (i1.inner.outer, 0, 2)
+                    vectorized (i1.inner.inner, 0, 16)
+      unrolled (i1.inner, 0, 32)
+        unrolled (i4.inner.outer, 0, 1)
+          vectorized (i4.inner.inner, 0, 8)"""
+    assert "\n".join(loops) == want, "\n".join(loops)
+
+
+@pytest.mark.parametrize("shape,k,stride,padding,dilation", [
+    ((2, 100, 12, 421), 3, 2, 1, 1),     # 100 input channels: chunks of 25, stride 2
+    ((1, 130, 8, 333), 5, 1, 2, 2),      # chunks of 65, dilated
+    ((3, 200, 20, 150), 3, 1, 0, 1),     # batch 3, chunks of 50, 20 = 5 blocks of 4
+], ids=["s2_chunks", "dilated_chunks", "batch3"])
+def test_conv1d_ncw_wide_block_in_channel_chunks(shape, k, stride, padding, dilation):
+    """The conv1d_ncw template's wide block (4 output channels x 6 vectors along the
+    row, AVX-512) with the input channels in chunks whose data rows fit in L1 (the
+    accumulators of the task's output channels kept in a local buffer across the
+    chunks); right against PyTorch, and the narrow block (knob
+    ``template.conv1d_ncw.block``) too."""
+    N, C, O, L = shape
+    target = "llvm -mcpu=skylake-avx512"
+    X, W = tc.placeholder((N, C, L), name="X"), tc.placeholder((O, C, k), name="W")
+    Y = nn.conv1d_ncw(X, W, stride, padding, dilation)
+    info = cpu_model(target)
+    assert _conv1d_template([Y], Knobs(), info) is not None
+    rng = np.random.default_rng(12)
+    x, w = rng.standard_normal((N, C, L)), rng.standard_normal((O, C, k))
+    want = F.conv1d(_torch_pad(torch.from_numpy(x), _pairs(padding, 1)), torch.from_numpy(w),
+                    stride=stride, dilation=dilation).numpy()
+    for block in ("wide", "narrow"):
+        s = apply_rules([X, W, Y], Knobs({"template.conv1d_ncw.block": block}), info)
+        text = str(tc.lower(s, [X, W, Y], target=target))
+        assert ("c.outer" in text) == (block == "wide"), block     # the chunks
+        y = np.empty(want.shape, "float32")
+        tc.build(s, [X, W, Y], target=target)(x.astype("float32"), w.astype("float32"), y)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4, err_msg=block)

@@ -1978,10 +1978,13 @@ def _kept_terms(st: Stage, cond, tensorized: bool):
     the full sum); the others are tested once per iteration of the loops they read
     (``hoist_guards``).  In a GPU kernel the condition is dropped too: its threads
     compute the zero products, as they did before convolutions skipped them (a test per
-    tap in every thread, not measured on a device)."""
+    tap in every thread, not measured on a device).  A stage with the pragma
+    ``zero_terms`` on one of its loops computes them too (a template whose tap loops
+    would otherwise get bounds read from its parallel task, not unrolled)."""
     if not st.op.attrs.get(ZERO_WHERE) or (isinstance(cond, Const) and cond.value is True):
         return cond
-    if tensorized or _in_kernel(st):
+    if tensorized or _in_kernel(st) or any(
+            name == "zero_terms" for a in st.iter_attrs.values() for name, _ in a.pragmas):
         return Const(True, "bool")
     lanes = [iv.var for iv in st.leaf_iter_vars
              if getattr(st.iter_attrs.get(iv), "kind", None) == "vectorized"]

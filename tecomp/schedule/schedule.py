@@ -344,7 +344,10 @@ class Stage(TracedStage):
         LLVM backend stream the nest's aligned whole-vector stores to the buffers it does
         not allocate past the cache (docs/schedule.md); ``masked_wide_loads`` has it read
         a strided load under a lane mask in the nest as a wide masked load and a shuffle,
-        not a gather (docs/schedule.md); ``min_blocks_per_sm`` (an int from 1 to
+        not a gather (docs/schedule.md); ``zero_terms``, on any loop of a convolution's
+        stage, computes the products on its zero padding that its sum leaves out
+        (``tecomp.te.reduce.ZERO_WHERE``: the tap loops keep constant bounds);
+        ``min_blocks_per_sm`` (an int from 1 to
         :data:`MAX_MIN_BLOCKS_PER_SM`), on a loop outside a CUDA kernel's thread loops,
         asks ptxas to fit the kernel's registers to that many resident blocks per SM
         (``__launch_bounds__``' second number); any other name is kept as a

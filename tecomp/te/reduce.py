@@ -20,7 +20,8 @@ from ..ir import op as _op
 #: compute those terms anyway, whichever is cheaper: a term of the condition that reads
 #: a vectorized loop is dropped rather than tested in every lane, and ``tensorize``
 #: computes the intrinsic's full sum.  The value is the same where the operands are
-#: finite (a skipped ``0 * inf`` is NaN when computed).  A ``where=`` that excludes
+#: finite (a skipped ``0 * inf`` is NaN when computed).  The pragma ``zero_terms`` on
+#: any loop of the stage has lowering compute them all (constant tap loops).  A ``where=`` that excludes
 #: nonzero terms must not carry it; ``rfactor`` drops it when it adds its tail guard.
 ZERO_WHERE = "where_zero_terms"
 

@@ -9,7 +9,12 @@ line (the weights of one output channel are ``C * 27`` floats apart).  Here a bl
 weights from a copy stored ``[O / 2L, C, KD, KH, KW, 2L]`` and one broadcast per pixel.
 Interleaved with PyTorch, 1 thread, a loaded 2-core Xeon, ms: 128 -> 128 channels
 4x14x14, batch 2: 38.4 with the rules' blocks, 24.6 with these (PyTorch 22.9); 64 -> 64
-8x28x28: 27.5 and 20.3 (PyTorch 92.7)."""
+8x28x28: 27.5 and 20.3 (PyTorch 92.7).
+
+A short reduction (a first layer: 3 input channels x 27 taps, 81 steps) takes the
+template whatever its rows: the rules' row blocks broadcast 8 weights from 8 lines per
+tap and spill.  Its block is stored along the output rows and its taps on the zero
+padding are computed (see :func:`_conv3d_ncdhw_into`)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -21,8 +26,14 @@ from .conv2d import _row_lane_use
 from .conv_nd import _accumulate_block, _data_of, _unrolled_vectors
 from ...target import CpuModel
 
-#: the shortest reduction (input channels x kernel taps) worth the weight copy (with 3
-#: input channels, 81 taps, the rules' row vectors are kept, as conv2d's template does)
+#: reductions (input channels x kernel taps) this long or longer take the template only
+#: where the rows leave lanes idle (:data:`ROW_LANE_USE`); shorter ones (3 input
+#: channels, 81 taps) always, their blocks stored by rows, their zero taps computed.
+#: 1 thread, CPU time, interleaved, a loaded 2-core Zen 4 (load average 11), ms, C3D's
+#: first layer (3 -> 64 channels, 16x56x56, batch 1): the rules' row blocks 23.5, this
+#: template 6.7 (stores scattered across the channel planes: 15.7; taps on the padding
+#: skipped: 7.5), PyTorch 13.7.  Longer reductions keep the scatter and the skipped taps
+#: (64 -> 64 8x28x28: 11.5 vs 12.7 by rows; 128 -> 128 4x14x14: 10.7 vs 13.1)
 MIN_REDUCTION = 256
 #: rows whose vectors keep this share of the lanes busy or more stay with the rules'
 #: row vectors (conv2d's threshold; 1 thread, loaded, ms, 64 -> 64 channels: rows of 32
@@ -33,9 +44,12 @@ ROW_LANE_USE = 0.9
 def _conv3d_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     """A DAG that is one float32 ``conv3d_ncdhw`` without groups (the output itself,
     constant extents but the batch) whose output channels make whole blocks of two
-    vectors, whose reduction is :data:`MIN_REDUCTION` steps or longer and whose rows
-    leave lanes of their vectors idle (:data:`ROW_LANE_USE`): :func:`_conv3d_ncdhw_into`;
-    None otherwise."""
+    vectors, and whose reduction is shorter than :data:`MIN_REDUCTION` steps or whose
+    rows leave lanes of their vectors idle (:data:`ROW_LANE_USE`):
+    :func:`_conv3d_ncdhw_into` (knobs ``template.conv3d_ncdhw.store``, "rows" or
+    "scatter", and ``template.conv3d_ncdhw.zero_taps``, "compute" or "skip": by
+    default the first of each for a short reduction, the second otherwise); None
+    otherwise."""
     if len(outs) != 1:
         return None
     op = outs[0].op
@@ -47,25 +61,39 @@ def _conv3d_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     if None in exts:
         return None
     O, OW, reduction = exts[0], exts[3], exts[4] * exts[5] * exts[6] * exts[7]
-    if O % (2 * info.lanes) or reduction < MIN_REDUCTION or \
-            _row_lane_use(OW, OW, info) >= ROW_LANE_USE:
+    if O % (2 * info.lanes) or (reduction >= MIN_REDUCTION and
+                                _row_lane_use(OW, OW, info) >= ROW_LANE_USE):
         return None
     if not knobs.choose("template.conv3d_ncdhw", [True, False], True):
         return None
     s = create_schedule([op])
-    _conv3d_ncdhw_into(s, outs[0], info)
+    # a short reduction (the first layer's 3 channels x 27 taps): the block stored to
+    # the output along its rows, the taps on the zero padding computed (see
+    # :func:`_conv3d_ncdhw_into`)
+    short = reduction < MIN_REDUCTION
+    store = knobs.choose("template.conv3d_ncdhw.store", ["rows", "scatter"],
+                         "rows" if short else "scatter")
+    zero_taps = knobs.choose("template.conv3d_ncdhw.zero_taps", ["compute", "skip"],
+                             "compute" if short else "skip")
+    _conv3d_ncdhw_into(s, outs[0], info, store=store, zero_taps=zero_taps == "compute")
     return _auto_rest(s, outs, info)
 
 
-def _conv3d_ncdhw_into(s: Schedule, conv, info: CpuModel) -> None:
+def _conv3d_ncdhw_into(s: Schedule, conv, info: CpuModel, store: str = "scatter",
+                       zero_taps: bool = False) -> None:
     """``Y[n, o, z, y, x] = sum over c, kd, kh, kw of P[n, c, z*sd + kd*dd, ...] *
     W[o, c, kd, kh, kw]``: register blocks of ``2 x lanes`` output channels (two
     vectors) by ``XB`` pixels of one output row (at most 8: 16 accumulators, with the
     two weight vectors and a broadcast in the 32 registers; a divisor of the row where
     one is 6 to 8), accumulated over the whole reduction in a local buffer stored
-    channels innermost, then written to the NCDHW output.  Tasks: (image, channel block,
-    output plane, output row).  The padded input and the weight copy are computed once,
-    at the root, in parallel."""
+    channels innermost, then written to the NCDHW output: ``store`` "scatter", a
+    vector of channels per pixel, each a scatter across the channel planes; "rows", a
+    vector of the block's pixels per channel, read back from the block's buffer (a
+    gather in L1) and stored to the output row.  Tasks: (image, channel block, output
+    plane, output row).  The padded input and the weight copy are computed once, at the
+    root, in parallel.  ``zero_taps``: the taps on the zero padding are computed (the
+    pragma ``zero_terms``), so that the tap loops keep constant bounds and are unrolled;
+    else skipped, their loops bounded by the task's plane and row."""
     L = info.lanes
     ob = 2 * L
     op = conv.op
@@ -102,7 +130,12 @@ def _conv3d_ncdhw_into(s: Schedule, conv, info: CpuModel) -> None:
     task = st.fuse(n, oo, z, y)
     if info.threads > 1:
         st.parallel(task)
-    _unrolled_vectors(st, xi, oi, L)
+    if store == "rows":
+        # (vectors of the block's pixels: a split past them would widen the block)
+        st.reorder(task, xo, oi, xi)
+        _unrolled_vectors(st, oi, xi, min(L, xb))
+    else:
+        _unrolled_vectors(st, xi, oi, L)
     cs = s[CL]
     cs.compute_at(st, xo)
     cn, co, cz, cy, cx = cs.op.axis
@@ -111,3 +144,5 @@ def _conv3d_ncdhw_into(s: Schedule, conv, info: CpuModel) -> None:
     _, cx = cs.split(cx, factor=xb)
     _, co = cs.split(co, factor=ob)
     _accumulate_block(cs, cx, co, L)
+    if zero_taps:
+        cs.pragma(cs.op.reduce_axis[0], "zero_terms")

@@ -2,8 +2,9 @@
 convolutions (:func:`tecomp.nn.conv2d_transpose_nchw` / ``_nhwc``) as the auto-scheduler's
 starting points.
 
-``conv1d_ncw``: register blocks as the rules make them, in tasks of output channels
-whose weights stay in L2, the row a serial loop inside (:func:`_conv1d_ncw_into`).
+``conv1d_ncw``: register blocks of a few output channels by vectors along the row, in
+tasks of output channels whose weights stay in L2, the row a serial loop inside, the
+input channels in chunks that stay in L1 (:func:`_conv1d_ncw_into`).
 
 A transposed convolution: without groups and with a stride above
 1 such an operator is several stride-1 convolutions, one per phase of its output, and a
@@ -191,18 +192,32 @@ def _conv1d_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     if not knobs.choose("template.conv1d_ncw", [True, False], True):
         return None
     s = create_schedule([op])
-    _conv1d_ncw_into(s, outs[0], info)
+    _conv1d_ncw_into(s, outs[0], info, wide=knobs.choose(
+        "template.conv1d_ncw.block", ["wide", "narrow"], "wide") == "wide")
     return _auto_rest(s, outs, info)
 
 
-def _conv1d_ncw_into(s: Schedule, conv, info: CpuModel):
+def _conv1d_ncw_into(s: Schedule, conv, info: CpuModel, wide: bool = True):
     """A 1-d convolution ``Y[n, o, x] = sum over c, k of X[n, c, x*s + k*d] * W[o, c,
-    k]``: register blocks of ``OB`` output channels x two vectors along the row (the
-    row loaded, the weights broadcast), as the rules make them, each accumulated over
-    the whole reduction.  A task is ``BT`` such blocks of output channels (their
-    weights fill half of L2; two tasks per thread at least) over the whole row, block
-    of outputs after block of outputs along it, each of its blocks of output channels
-    in turn there (the data of a block stays in L1).  The row is a serial loop, so that
+    k]``: register blocks of ``OB`` output channels x vectors along the row (the row
+    loaded, the weights broadcast).  ``wide`` (knob ``template.conv1d_ncw.block``,
+    "wide" or "narrow"): with 32 registers, :data:`WIDE_ROW_VECTORS` vectors (4
+    channels x 6 vectors, 24 accumulators: per tap 10 loads for 24 FMAs), and the input
+    channels in chunks whose data rows for the block (its outputs times the stride,
+    plus the window) fill at most L1, where they make two chunks or more (else the
+    narrow block): each chunk in turn for all the task's blocks of output channels at
+    one block of outputs, their accumulators kept in a local buffer across the chunks
+    (a GEMM's K blocking: the chunk's rows are read from L1 by every block of output
+    channels, not from L2).  1 thread, CPU time, interleaved, a loaded 2-core Zen 4
+    (load average 12-16), ms: wav2vec2's second layer (512 -> 512, kernel 3, stride 2,
+    3199 samples) 35.3 narrow, 26.6 wide (PyTorch 25.5); 256 -> 256, kernel 3, 1024
+    samples, batch 8: 32.9 and 30.8 (PyTorch 31.6).  "narrow": two vectors,
+    as the rules make them, each block accumulated over the whole reduction.
+
+    A task is ``BT`` such blocks of output channels (their weights fill half of L2;
+    two tasks per thread at least) over the whole row, block of outputs after block of
+    outputs along it, each of its blocks of output channels in turn there (the data of
+    a block stays in L1).  The row is a serial loop, so that
     loop partitioning gives its last, partial block its own code: the rules fuse it
     into the parallel loop, where a partial block (a row of 1999 outputs) makes every
     block's accumulators an array in memory.  Interleaved, 2 threads, ms, batch 4, 512
@@ -223,7 +238,18 @@ def _conv1d_ncw_into(s: Schedule, conv, info: CpuModel):
     K = 1
     for r in reds[1:]:
         K *= _cint(r.dom.extent)
-    xb = 2 * L if OX >= 2 * L else L
+    # the wide block (WIDE_ROW_VECTORS vectors along the row, where 32 registers hold
+    # them) with the input channels in chunks whose data rows (the block's outputs
+    # times the stride, and the window) fill at most L1; where one chunk takes them all
+    # (one input channel: wav2vec2's first layer), two vectors and no chunks
+    xvecs, kblock = 2, C
+    if wide and info.vregs >= 32 and OX >= WIDE_ROW_VECTORS * L:
+        sx, dx = conv.op.attrs["conv"][0][0], conv.op.attrs["conv"][2][0]
+        row_bytes = (WIDE_ROW_VECTORS * L * sx + (K - 1) * dx + 1) * _dt.bits(conv.dtype) // 8
+        kb = _largest_divisor_at_most(C, max(1, info.l1_bytes // row_bytes))
+        if kb < C:
+            xvecs, kblock = WIDE_ROW_VECTORS, kb
+    xb = xvecs * L if OX >= xvecs * L else L
     budget = max(1, (info.vregs - 4) // (xb // L))   # accumulator rows
     ob = _largest_divisor_at_most(O, budget)
     ob = ob if ob >= 4 else min(O, budget)
@@ -254,12 +280,33 @@ def _conv1d_ncw_into(s: Schedule, conv, info: CpuModel):
         st.parallel(task)
     _unrolled_vectors(st, oi, xi, L)
     cs = s[CL]
+    if kblock < C:
+        # the block's accumulators over the task's output channels, in L1, each chunk of
+        # input channels in turn for all of them: the chunk's data rows are read from L1
+        cs.compute_at(st, xo)
+        _, co, cx = cs.op.axis
+        coo, co = cs.split(co, factor=ob)
+        _, cx = cs.split(cx, factor=xb)
+        c, *taps = cs.op.reduce_axis
+        cko, cki = cs.split(c, factor=kblock)
+        cs.reorder(cko, coo, cki, *taps, co, cx)
+        _unrolled_vectors(cs, co, cx, L)
+        for r in taps:
+            if _cint(r.dom.extent) <= 8:
+                cs.unroll(r)
+        cs.pragma(cki, "fp_contract")
+        return
     cs.compute_at(st, oo2)
     _, co, cx = cs.op.axis
     # split by the block first: a partial block's extents are then bounded by constants
     _, co = cs.split(co, factor=ob)
     _, cx = cs.split(cx, factor=xb)
     _accumulate_block(cs, co, cx, L)
+
+
+#: the vectors along the row of the conv1d_ncw template's wide register block (with 32
+#: registers): 4 output channels x 6 vectors, 24 accumulators
+WIDE_ROW_VECTORS = 6
 
 
 def _unrolled_vectors(st, rows, vec, lanes: int) -> None:
