@@ -409,15 +409,39 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
 
     def softplus(self, x):
         """log(1 + exp(x)) without overflow: ``max(x, 0) + log1p(exp(-|x|))`` (float32:
-        tecomp's own ``exp`` and :meth:`log1p_f32`; float64: libm per lane).  ``+inf``
-        gives ``+inf``, ``-inf`` gives 0, NaN stays NaN."""
+        :meth:`_softplus_f32`; float64: tecomp's float64 ``exp`` and libm's ``log1p`` per
+        lane).  ``+inf`` gives ``+inf``, ``-inf`` gives 0, NaN stays NaN."""
         b, ty, _, C, _, _ = self._kit(x)
-        ax = b.call(self._fn1("llvm.fabs", ty), [x])
-        e = self.exp(b.fneg(ax))
         el = ty.element if isinstance(ty, ir.VectorType) else ty
-        l1p = (self._call_lanes("log1p", e) if isinstance(el, ir.DoubleType)
-               else self.log1p_f32(e))
-        return b.fadd(b.call(self._fn1("llvm.maxnum", ty, 2), [x, C(0.0)]), l1p)
+        if not isinstance(el, ir.DoubleType):
+            return self._softplus_f32(x)
+        e = self.exp(b.fneg(b.call(self._fn1("llvm.fabs", ty), [x])))
+        return b.fadd(b.call(self._fn1("llvm.maxnum", ty, 2), [x, C(0.0)]),
+                      self._call_lanes("log1p", e))
+
+    def _softplus_f32(self, x):
+        """float32 softplus with one exponential and one logarithm polynomial: ``t =
+        exp(-|x|)`` in ``(0, 1]`` (:meth:`exp_f32`'s steps, ``|x|`` clamped to 104, where
+        ``t`` is 0), then ``log1p(t)`` with an exact reduction that needs neither the
+        exponent bits of ``1 + t`` nor a division: ``t < 1/2``: ``log1p(t)`` itself,
+        ``f = t``; ``t >= 1/2``: ``log1p(t) = ln2 + log1p(f)`` with ``f = (t - 1)/2``
+        (one FMA, exact), so ``f`` is in ``[-1/4, 1/2)``, where :meth:`log_f32`'s
+        polynomial holds (``f - f^2/2 + f^3 P(f)``, ``ln2`` in two parts); then
+        ``max(x, 0) +`` that.  ``t = 0`` gives 0 (``softplus(-inf) = 0``, ``+inf`` gives
+        ``+inf``); a NaN is selected back at the end."""
+        b, ty, _, C, _, madd = self._kit(x)
+        nx = b.fneg(b.call(self._fn1("llvm.fabs", ty), [x]))
+        t = self._exp_in(b.call(self._fn1("llvm.maxnum", ty, 2), [nx, C(-104.0)]), None, None)
+        high = b.fcmp_ordered(">=", t, C(0.5))
+        f = b.select(high, madd(t, C(0.5), C(-0.5)), t)
+        e = b.select(high, C(1.0), C(0.0))
+        z = b.fmul(f, f)
+        y = b.fmul(b.fmul(self._horner(self._LOG34_P, f, madd), f), z)
+        y = madd(e, C(self._LN2_F32[1]), y)
+        y = madd(z, C(-0.5), y)
+        l1p = madd(e, C(self._LN2_F32[0]), b.fadd(f, y))
+        res = b.fadd(b.call(self._fn1("llvm.maxnum", ty, 2), [x, C(0.0)]), l1p)
+        return b.select(b.fcmp_unordered("uno", x, x), x, res)
 
     #: sin(r) = r + r z S(z) and cos(r) = 1 - z/2 + z^2 C(z), z = r^2, |r| <= pi/4 (the
     #: coefficients of Cephes' sinf and cosf)
