@@ -409,15 +409,39 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
 
     def softplus(self, x):
         """log(1 + exp(x)) without overflow: ``max(x, 0) + log1p(exp(-|x|))`` (float32:
-        tecomp's own ``exp`` and :meth:`log1p_f32`; float64: libm per lane).  ``+inf``
-        gives ``+inf``, ``-inf`` gives 0, NaN stays NaN."""
+        :meth:`_softplus_f32`; float64: tecomp's float64 ``exp`` and libm's ``log1p`` per
+        lane).  ``+inf`` gives ``+inf``, ``-inf`` gives 0, NaN stays NaN."""
         b, ty, _, C, _, _ = self._kit(x)
-        ax = b.call(self._fn1("llvm.fabs", ty), [x])
-        e = self.exp(b.fneg(ax))
         el = ty.element if isinstance(ty, ir.VectorType) else ty
-        l1p = (self._call_lanes("log1p", e) if isinstance(el, ir.DoubleType)
-               else self.log1p_f32(e))
-        return b.fadd(b.call(self._fn1("llvm.maxnum", ty, 2), [x, C(0.0)]), l1p)
+        if not isinstance(el, ir.DoubleType):
+            return self._softplus_f32(x)
+        e = self.exp(b.fneg(b.call(self._fn1("llvm.fabs", ty), [x])))
+        return b.fadd(b.call(self._fn1("llvm.maxnum", ty, 2), [x, C(0.0)]),
+                      self._call_lanes("log1p", e))
+
+    def _softplus_f32(self, x):
+        """float32 softplus with one exponential and one logarithm polynomial: ``t =
+        exp(-|x|)`` in ``(0, 1]`` (:meth:`exp_f32`'s steps, ``|x|`` clamped to 104, where
+        ``t`` is 0), then ``log1p(t)`` with an exact reduction that needs neither the
+        exponent bits of ``1 + t`` nor a division: ``t < 1/2``: ``log1p(t)`` itself,
+        ``f = t``; ``t >= 1/2``: ``log1p(t) = ln2 + log1p(f)`` with ``f = (t - 1)/2``
+        (one FMA, exact), so ``f`` is in ``[-1/4, 1/2)``, where :meth:`log_f32`'s
+        polynomial holds (``f - f^2/2 + f^3 P(f)``, ``ln2`` in two parts); then
+        ``max(x, 0) +`` that.  ``t = 0`` gives 0 (``softplus(-inf) = 0``, ``+inf`` gives
+        ``+inf``); a NaN is selected back at the end."""
+        b, ty, _, C, _, madd = self._kit(x)
+        nx = b.fneg(b.call(self._fn1("llvm.fabs", ty), [x]))
+        t = self._exp_in(b.call(self._fn1("llvm.maxnum", ty, 2), [nx, C(-104.0)]), None, None)
+        high = b.fcmp_ordered(">=", t, C(0.5))
+        f = b.select(high, madd(t, C(0.5), C(-0.5)), t)
+        e = b.select(high, C(1.0), C(0.0))
+        z = b.fmul(f, f)
+        y = b.fmul(b.fmul(self._horner(self._LOG34_P, f, madd), f), z)
+        y = madd(e, C(self._LN2_F32[1]), y)
+        y = madd(z, C(-0.5), y)
+        l1p = madd(e, C(self._LN2_F32[0]), b.fadd(f, y))
+        res = b.fadd(b.call(self._fn1("llvm.maxnum", ty, 2), [x, C(0.0)]), l1p)
+        return b.select(b.fcmp_unordered("uno", x, x), x, res)
 
     #: sin(r) = r + r z S(z) and cos(r) = 1 - z/2 + z^2 C(z), z = r^2, |r| <= pi/4 (the
     #: coefficients of Cephes' sinf and cosf)
@@ -531,10 +555,88 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
               1.6511608362197876, -0.9528770446777344, 0.31634604930877686,
               -0.04649728909134865)
 
+    #: erf(a) = C_hi + (t H + (C_lo + t (L + t (p2 + t (p3 + ... + t p6))))) on 16 segments
+    #: of a = |x|: k = min(round(4a), 15), t = a - k/4 (exact); one row per k:
+    #: (C_hi, C_lo, H, L, p2, ..., p6), C = erf(k/4) and H + L the slope in two float32
+    #: parts (k = 0: C = 0, erf(a) = a (H + L + ...)).  Fitted for tecomp (Lawson's
+    #: iteration towards the minimax relative error against mpmath, 2e-11 or better)
+    _ERF_SEGMENTS = (
+        (0.0, 0.0, 1.1283792, -5.8586377e-08, -2.8265095e-08,
+         -0.37612376, -9.035452e-05, 0.11423582, -0.009985542),
+        (0.2763264, 2.0475857e-09, 1.0600141, -4.400617e-09, -0.26500347,
+         -0.3091677, 0.1269665, 0.07962957, -0.039708592),
+        (0.5204999, -7.269198e-09, 0.8787826, 1.0798993e-08, -0.4393913,
+         -0.1464649, 0.18307744, 0.0074698087, -0.049762305),
+        (0.71115565, -1.9346363e-08, 0.6429311, -2.7159375e-08, -0.4821983,
+         0.026784936, 0.15068875, -0.05274339, -0.026912084),
+        (0.8427008, 1.3511696e-08, 0.4151075, 1.4838536e-08, -0.41510752,
+         0.13836598, 0.069187514, -0.06877347, 0.00439604),
+        (0.92290014, -1.2029034e-08, 0.23652112, -1.0024579e-09, -0.2956514,
+         0.16753504, -0.006157184, -0.047082677, 0.021100327),
+        (0.96610516, -1.662207e-08, 0.11893029, -3.5713782e-10, -0.17839544,
+         0.138753, -0.044598084, -0.014994715, 0.019249355),
+        (0.9866717, -1.4953303e-08, 0.05277499, 1.5864915e-09, -0.09235624,
+         0.090158574, -0.048102506, 0.006459304, 0.008989206),
+        (0.9953223, -2.206372e-08, 0.020666985, -8.629377e-10, -0.04133397,
+         0.04822368, -0.03444557, 0.0129969865, 0.00051411707),
+        (0.9985373, -1.8603894e-08, 0.007142319, -1.2017182e-10, -0.016070217,
+         0.021724695, -0.01908375, 0.010639336, -0.0028701313),
+        (0.999593, 2.8497082e-08, 0.0021782843, 1.08091223e-10, -0.0054457104,
+         0.0083499765, -0.008622471, 0.006131988, -0.0027895013),
+        (0.9998994, -9.281739e-09, 0.0005862775, 5.244738e-13, -0.0016122626,
+         0.0027602513, -0.0032580835, 0.0027734248, -0.0016602526),
+        (0.9999779, 2.2826214e-08, 0.00013925321, -1.537276e-12, -0.00041775932,
+         0.00078901765, -0.0010443489, 0.0010272107, -0.0007426317),
+        (0.9999957, -1.124504e-08, 2.9189096e-05, -6.3948933e-13, -9.486443e-05,
+         0.0001957736, -0.0002865393, 0.00031844436, -0.00026633005),
+        (0.9999993, -2.7842635e-08, 5.3994504e-06, 1.354609e-13, -1.8898034e-05,
+         4.2283133e-05, -6.7705136e-05, 8.370946e-05, -7.8923505e-05),
+        (0.9999999, 5.482033e-09, 8.814029e-07, -2.7703295e-14, -3.3046192e-06,
+         7.976876e-06, -1.3969987e-05, 1.8264798e-05, -1.396301e-05),
+    )
+
     def erf_f32(self, x):
         """erf(x) for float32 (scalar or vector) in plain vector instructions (libm's
         ``erff`` would be one call per lane, where GELU spent about half its time)
         (measurements: benchmarks/DECISIONS.md, "Code generator: erf in vector instructions").
+
+        Where the target has fused multiply-adds and a 16-entry table instruction
+        (``policy.vector_op("lookup16")``: x86 with AVX2 or AVX-512), one polynomial per
+        segment of ``a = |x|`` (``_ERF_SEGMENTS``), its coefficients read per lane:
+        ``a`` clamped to 4 (erf rounds to 1 from 3.92 on; a NaN kept),
+        ``k = min(round(4a), 15)`` (from the low bits of ``4a + 1.5 * 2^23``, one FMA),
+        ``t = a - k/4`` (exact), then ``C_hi + (t H + (C_lo + t Q(t)))`` with a degree-5
+        ``Q`` by Horner and the sign of ``x``: no exponential, no division, one branch
+        for every lane.  Elsewhere :meth:`_erf_f32_two_branches`.  No step is ever
+        contracted, so every schedule gives the same bits (per target: the two forms
+        differ by an ulp on some inputs); measured on every float32 input against
+        float64 erf: docs/numerics.md.  NaN stays NaN, ``erf(+-inf) = +-1``,
+        ``erf(-0.0) = -0.0``."""
+        b, ty, ity, C, _, madd = self._kit(x)
+        lookup = self.policy.vector_op("lookup16", ty) if self.policy.has_fma else None
+        if lookup is None:
+            return self._erf_f32_two_branches(x)
+        ax = b.call(self._fn1("llvm.fabs", ty), [x])
+        # min(ax, 4) that keeps a NaN (one vminps, the NaN as its second operand)
+        a = b.select(b.fcmp_ordered(">", ax, C(4.0)), C(4.0), ax)
+        magic = 12582912.0
+        s = b.call(self._fn1("llvm.minnum", ty, 2), [madd(a, C(4.0), C(magic)), C(magic + 15)])
+        t = madd(b.fsub(s, C(magic)), C(-0.25), a)
+        idx = b.bitcast(s, ity)
+        rows = self._ERF_SEGMENTS
+
+        def coef(j):
+            return lookup(b, self.mb, tuple(r[j] for r in rows), idx)
+
+        q = coef(8)
+        for j in (7, 6, 5, 4, 3):
+            q = madd(q, t, coef(j))
+        u = madd(t, coef(2), madd(t, q, coef(1)))
+        res = b.fadd(coef(0), u)
+        return b.call(self._fn1("llvm.copysign", ty, 2), [res, x])
+
+    def _erf_f32_two_branches(self, x):
+        """erf(x) for float32 without a table instruction (or without FMA).
 
         Both branches are computed and one is selected per lane.  ``|x| < 1``:
         ``x * (c0 + z*P(z))`` with ``z = x*x``, a degree-6 ``P`` and ``c0 = 2/sqrt(pi)``

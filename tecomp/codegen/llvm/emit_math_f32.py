@@ -93,7 +93,8 @@ class _F32MathEmitter:
         accurate in the tail (relative error down to the subnormal results near ``x =
         10``).  ``a = |x|``
         (clamped to 10.1, where erfc rounds to 0).  ``a < 0.5``: ``1 - erf(a)`` from
-        :meth:`erf_f32`'s polynomial, ``(1 - a c0_hi) - a t`` in two FMAs.  Beyond:
+        the polynomial of :meth:`_erf_f32_two_branches`, ``(1 - a c0_hi) - a t`` in two
+        FMAs.  Beyond:
         ``exp(-a^2) erfcx(a)`` with ``erfcx`` a polynomial in ``a - 1.25`` below 2, and
         ``u G(u^2)`` above, ``u = 1/a`` (one Horner evaluation, the coefficients selected
         per lane), ``a^2 = h + l`` split exactly, ``exp(-h) = 2^n (1 + e1)`` as in

@@ -96,7 +96,11 @@ class TargetPolicy:
           (``|x| = m 2^k`` with ``k`` ``getexp``'s or one more), 0 for 0, 1 for ``inf``;
         * ``"max"``/``"min"``, ``(x, y)``: ``x > y ? x : y`` / ``x < y ? x : y`` lane by
           lane, ``y`` where either is NaN (x86's ``maxps``/``minps``), as one instruction
-          per register that LLVM does not merge with the selects around it.
+          per register that LLVM does not merge with the selects around it;
+        * ``"lookup16"``, ``(table, idx)``: ``table[idx & 15]`` lane by lane, ``table``
+          16 float32 values (Python floats), ``idx`` int32 lanes, for a float32 ``ty``
+          (scalar or vector), where the target reads vectors of them with a table
+          instruction (x86's ``vpermps``; erf's coefficients are chosen this way).
 
         Here: None for all.
         """

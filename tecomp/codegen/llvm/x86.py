@@ -29,6 +29,10 @@ measured or forced by LLVM's x86 backend:
   merges the two selects) and ``llvm.minimum``/``llvm.maximum`` six.  Scalars the same
   with ``vminss`` in kernels the schedule vectorized (LLVM's loop vectorizer is off
   there).
+* **Tables of 16 coefficients** (AVX2, AVX-512): the float32 ``erf`` reads each of its
+  per-segment coefficients with one ``vpermps`` per 16 lanes (AVX2: two of 8 entries and
+  a blend per 8 lanes) (:meth:`X86Policy.vector_op`, ``"lookup16"``), where a gather
+  or a compare-and-select per segment would cost several instructions per lane group.
 
 The vectorizer's plan (``tecomp/lower/vectorize.py``: whether a loop is widened whole,
 in register-wide pieces or in chunks, and the chunk width) is the lowering's decision,
@@ -40,7 +44,8 @@ import llvmlite.ir as ir
 
 from ...lower.vectorize import MAX_WIDEN_LANES
 from .policy import TargetPolicy
-from .values import _F32, _F64, _I8, _I16, _I32, _I64, _join_pieces, _piece
+from .values import (_F32, _F64, _I8, _I16, _I32, _I64, _join_pieces, _lookup_lanes, _piece,
+                     _splat)
 
 #: a vector load of every 2nd, ..., MAX_STRIDED_STEP-th element is a wider load and a
 #: shuffle (``_FnEmitter.wide_load``), a larger step a gather
@@ -141,6 +146,35 @@ class X86Policy(TargetPolicy):
             return -(-n // per_reg) * per_reg   # e.g. 58 -> 64: whole registers
         return 1 << (n - 1).bit_length()
 
+    def _lookup16_op(self, ty):
+        """``table[idx & 15]`` lane by lane, ``table`` 16 float32 values (Python floats)
+        and ``idx`` int32 lanes: with AVX-512 one ``vpermps`` per 16 lanes (fewer lanes
+        padded to 16, more split into pieces of 16), with AVX2 two ``vpermps`` of 8
+        entries and a blend per 8 lanes; a scalar reads its one entry.  None on a CPU
+        with neither (before Haswell) and for other types."""
+        avx2 = self.target.has_feature("avx2")
+        if not (self.avx512 or avx2) or (ty != _F32 and getattr(ty, "element", None) != _F32):
+            return None
+        per, name = (16, "llvm.x86.avx512.permvar.sf.512") if self.avx512 else (
+            8, "llvm.x86.avx2.permps")
+
+        def emit(b, mb, table, idx):
+            if ty == _F32:
+                return _lookup_lanes(b, table, idx)
+            fty, ity = ir.VectorType(_F32, per), ir.VectorType(_I32, per)
+            f = mb.declare(name, fty, [fty, ity])
+            parts = [ir.Constant(fty, list(table[i:i + per])) for i in range(0, 16, per)]
+            out = []
+            for start in range(0, ty.count, per):
+                k = _piece(b, idx, start, per)
+                v = b.call(f, [parts[0], k])
+                if per == 8:    # entries 8..15: the second half where bit 3 is set
+                    hi = b.icmp_unsigned("!=", b.and_(k, _splat(ity, 8)), _splat(ity, 0))
+                    v = b.select(hi, b.call(f, [parts[1], k]), v)
+                out.append(v)
+            return _join_pieces(b, out, ty.count)
+        return emit
+
     #: the AVX-512 instructions behind :meth:`vector_op`: the intrinsic's stem and the
     #: immediate operand it takes after the vector ones (None: none)
     _AVX512_OPS = {"scalef": ("scalef", None), "getexp": ("getexp", None),
@@ -154,9 +188,11 @@ class X86Policy(TargetPolicy):
         forms) on float32/float64 vectors of a whole zmm register, or of a ymm/xmm
         register with AVX-512VL; None otherwise (scalars, other lane counts, no
         AVX-512).  Called through LLVM's masked intrinsics with an all-ones mask.
-        ``"max"``/``"min"``: :meth:`_minmax_op`."""
+        ``"max"``/``"min"``: :meth:`_minmax_op`; ``"lookup16"``: :meth:`_lookup16_op`."""
         if op in ("max", "min"):
             return self._minmax_op(op, ty)
+        if op == "lookup16":
+            return self._lookup16_op(ty)
         if (op not in self._AVX512_OPS or not self.avx512 or not hasattr(ty, "count")
                 or ty.element not in (_F32, _F64)):
             return None
