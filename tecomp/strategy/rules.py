@@ -77,6 +77,7 @@ from ..ir.expr import Const, Reduce, Var, same_as
 from ..ir.functor import uses_var
 from ..ir.simplify import simplify
 from ..lower.schedule_ops import expand_inlined
+from ..lower.vectorize import selection_reducer
 from ..schedule.schedule import Schedule, Split, Stage, create_schedule
 from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -968,9 +969,11 @@ class _Rules(BlockRules):
     def tuple_row_reduction(self, st: Stage):
         """A row reduction of several values at once (an argmax's index and value, along
         contiguous memory; over several axes, the others outside), at the root:
-        ``rfactor``-ed whole into vectors of partial pairs (four vectors a step, then
-        one, then four lanes), computed at the row loop, which runs in parallel; the
-        lanes are then combined in order.  (A multi-output stage takes no
+        ``rfactor``-ed whole into vectors of partial pairs (four vectors a step),
+        computed at the row loop, which runs in parallel; the code generator then
+        combines the lanes as a tree (a selection reducer: an argmax,
+        :func:`tecomp.lower.vectorize.selection_reducer`; else steps of one vector, then
+        four lanes, then the lanes in order).  (A multi-output stage takes no
         ``cache_write``: the partials are the stage's own.)"""
         s, L = self.s, self.L
         op = st.op
@@ -981,7 +984,15 @@ class _Rules(BlockRules):
         # took a third of the time along rows of 256: 8.4 against 6.2 ms for
         # 8x64x128x256, one thread, Zen 5, under load)
         tail = [4] if L > 4 else []
-        for F in ([4 * L, L] if K >= 8 * L else [L]) + tail:
+        steps = ([4 * L, L] if K >= 8 * L else [L]) + tail
+        if selection_reducer(op.bodies[0].combiner):
+            # the code generator combines the last partials across the lanes of their
+            # vectors, a tree of neighbouring lanes (lower.vectorize.selection_reduction):
+            # no steps in between.  Those (4L -> L -> 4 -> 1, each a chain of dependent
+            # combines through the stack) took more instructions than the 16 vectors
+            # of a row of 256 (asm of argmax over 8x64x128x256's last axis)
+            steps = steps[:1]
+        for F in steps:
             rs = s[op.output(0)]
             _, ki = rs.split(rs.op.reduce_axis[-1], factor=F)
             parts.append(s[s.rfactor(op.output(0), ki, factor_axis=len(rs.op.axis))])
