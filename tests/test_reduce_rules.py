@@ -493,6 +493,29 @@ def test_row_argmax_combines_its_partial_pairs_across_lanes(op, axis, keepdims, 
         np.testing.assert_array_equal(got, _arg_want(op, x, axis, keepdims, last))
 
 
+@pytest.mark.parametrize("shape", [(16, 16, 300), (7, 300), (2, 3, 65)])
+def test_int64_row_argmax_widens_at_its_blocks_of_rows(shape):
+    """An int64 row argmax counted in int32: the widening is the tuple row reduction's
+    epilogue, one parallel loop over blocks of a vector of rows (256 rows: blocks of
+    the lane count, widened as one vector; 7 or 6 rows: one at a time; rows of 65: one
+    vector of pairs and a tail), the pairs reduced at each block; numpy's answers."""
+    x = rng.standard_normal(shape).astype("float32")
+    x.reshape(-1, shape[-1])[::3, 1::2] = 2.0    # ties
+    x.reshape(-1, shape[-1])[1::4, -1] = np.nan
+    X = tc.placeholder(x.shape, name="X")
+    Y = nn.argmax(X, axis=-1, dtype="int64")
+    s, knobs = schedule([X, Y])
+    assert knobs.values.get("fuse_epilogue.argmax") is True, knobs.values
+    ir = str(tc.lower(s, [X, Y]))
+    assert ir.count("parallel (") == 1, ir
+    lines = ir.splitlines()
+    widen = next(i for i, ln in enumerate(lines) if ln.strip().startswith("argmax["))
+    assert ("vectorized (" in lines[widen - 1]) == (x.size // x.shape[-1] >= 256), ir
+    got = np.full(tuple(int(e.value) for e in Y.shape), -7, "int64")
+    tc.build(s, [X, Y])(x, got)
+    np.testing.assert_array_equal(got, np.argmax(x, axis=-1))
+
+
 @pytest.mark.parametrize("n", [2, 3, 12, 64, 67, 200])
 def test_serial_argmax_loop_in_order_across_lanes(n):
     """An unscheduled int64 argmax (its count in an int32 local) visits each row in order:
@@ -554,6 +577,7 @@ def test_tuple_reductions_that_compute_are_not_combined_across_lanes(monkeypatch
     k = tc.reduce_axis((0, 64), name="k")
     S, C = tc.compute((4,), lambda i: red((X[i, k], X[i, k] * 0 + 1), axis=k), name="S")
     assert not vectorize.selection_reducer(S.op.bodies[0].combiner)
+    assert not vectorize.selection_reducer(nn.sum(X, axis=-1).op.body.combiner)
     f = tc.build(tc.create_schedule(S.op), [X, S, C])
     assert not any("(select)" in n for n in f.vectorize_notes), f.vectorize_notes
     x = rng.standard_normal((4, 64)).astype("float32")
@@ -570,3 +594,4 @@ def test_tuple_reductions_that_compute_are_not_combined_across_lanes(monkeypatch
     assert str(tc.lower(s, [X, Y])).count("allocate argmax.acc.rf") == 6
     f = tc.build(s, [X, Y])
     assert not any("(select)" in n for n in f.vectorize_notes), f.vectorize_notes
+

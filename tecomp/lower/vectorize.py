@@ -47,7 +47,9 @@ from typing import List, Optional, Tuple
 
 from ..errors import LowerError
 from ..ir import dtype as _dt
-from ..ir.expr import And, Add, Buffer, BufferLoad, Const, Max, Min, Or, Select, Var, same_as
+from ..ir.expr import (
+    And, Add, Buffer, BufferLoad, Const, Max, Min, Or, Select, TupleCommReducer, Var, same_as,
+)
 from ..ir.functor import Mutator, Visitor, free_vars
 from ..ir.printer import to_str
 from ..ir.stmt import (
@@ -413,14 +415,15 @@ def selection_reduction(loop: For, allocated) -> Optional[SelectionReduction]:
 
 
 def selection_reducer(comb) -> bool:
-    """Whether the tuple reducer ``comb`` (a :class:`~tecomp.ir.expr.TupleCommReducer`)
-    only selects: each element of its result (and of its in-order result) a tree of
+    """Whether ``comb`` is a tuple reducer (a :class:`~tecomp.ir.expr.TupleCommReducer`)
+    that only selects: each element of its result (and of its in-order result) a tree of
     selects whose leaves are that element of ``lhs`` or of ``rhs`` (an argmax), so that
     a serial loop of its combines can be planned ``reduce``
     (:func:`selection_reduction`) when :data:`HORIZONTAL_REDUCTIONS` and
     :data:`SELECTION_REDUCTIONS` are on."""
-    if not (HORIZONTAL_REDUCTIONS and SELECTION_REDUCTIONS):
-        return False
+    if not (HORIZONTAL_REDUCTIONS and SELECTION_REDUCTIONS) or \
+            not isinstance(comb, TupleCommReducer):
+        return False   # (a single reducer: horizontal_reduction's)
     for res in (comb.result, comb.in_order or comb.result):
         for j, r in enumerate(res):
             leaves = _select_leaves(r)

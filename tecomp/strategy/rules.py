@@ -314,6 +314,16 @@ class _Rules(BlockRules):
             # widening of its int32 index): tiled with it
             self.column_reduction(st, self.s[col])
             return
+        if col is not None and col.axis and self._row_reducible(col, tuples=True) and \
+                not self.split_reduction_wanted(col) and \
+                selection_reducer(col.bodies[0].combiner) and \
+                self.k.choose(f"{col.name}.tuple_rows", [True, False], True) and \
+                self.k.choose(f"fuse_epilogue.{op.name}", [True, False], True):
+            # a row argmax's epilogue (an int64 argmax's widening of its int32 index):
+            # blocks of rows, each block's pairs reduced, then widened as a vector
+            self.tuple_row_reduction(self.s[col], st)
+            self.done.add(id(col))
+            return
         if red is not None and self.k.choose(f"fuse_epilogue.{op.name}", [True, False], True):
             oaxes = None
             if flat:
@@ -966,14 +976,17 @@ class _Rules(BlockRules):
             st.parallel(ro)
         row_reduce_at(s, cache, st, ri, self.info.lanes)
 
-    def tuple_row_reduction(self, st: Stage):
+    def tuple_row_reduction(self, st: Stage, epilogue: Optional[Stage] = None):
         """A row reduction of several values at once (an argmax's index and value, along
         contiguous memory; over several axes, the others outside), at the root:
         ``rfactor``-ed whole into vectors of partial pairs (four vectors a step),
         computed at the row loop, which runs in parallel; the code generator then
         combines the lanes as a tree (a selection reducer: an argmax,
         :func:`tecomp.lower.vectorize.selection_reducer`; else steps of one vector, then
-        four lanes, then the lanes in order).  (A multi-output stage takes no
+        four lanes, then the lanes in order).  With ``epilogue`` (the one elementwise
+        stage that reads it, at its own indices: an int64 argmax's widening), the
+        epilogue's rows in parallel blocks of a vector, the reduction computed at each
+        block (no second pass over the results).  (A multi-output stage takes no
         ``cache_write``: the partials are the stage's own.)"""
         s, L = self.s, self.L
         op = st.op
@@ -1000,8 +1013,21 @@ class _Rules(BlockRules):
         axes = list(st.op.axis)
         exts = [self.ext(a.dom.extent) for a in axes]
         row = axes[0] if len(axes) == 1 else st.fuse(*axes)
-        if self.info.threads > 1 and (None in exts or math.prod(exts) >= 2):
-            st.parallel(row)
+        if epilogue is None:
+            if self.info.threads > 1 and (None in exts or math.prod(exts) >= 2):
+                st.parallel(row)
+        else:
+            eaxes = list(epilogue.op.axis)
+            erow = eaxes[0] if len(eaxes) == 1 else epilogue.fuse(*eaxes)
+            total = math.prod(exts) if None not in exts else None
+            rb = L if total is not None and total % L == 0 and \
+                total >= 4 * L * self.info.threads else 1
+            if rb > 1:
+                erow, ri = epilogue.split(erow, factor=rb)
+                epilogue.vectorize(ri)
+            if self.info.threads > 1 and (total is None or total >= 2):
+                epilogue.parallel(erow)
+            st.compute_at(epilogue, erow)
         for rf in parts:
             rf.compute_at(st, row)
             rki = rf.op.axis[-1]
