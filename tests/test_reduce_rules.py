@@ -595,3 +595,25 @@ def test_tuple_reductions_that_compute_are_not_combined_across_lanes(monkeypatch
     f = tc.build(s, [X, Y])
     assert not any("(select)" in n for n in f.vectorize_notes), f.vectorize_notes
 
+
+@pytest.mark.parametrize("op,dtype,c,steps", [("all", "bool", 24, 8), ("any", "bool", 12, 4),
+                                              ("max", "int8", 16, 8), ("sum", "float32", 16, 4),
+                                              ("any", "bool", 10, 1)])
+def test_column_reductions_of_bytes_take_eight_steps_a_pass(op, dtype, c, steps):
+    """A column reduction of one-byte values (packed lanes) reads eight rows a pass where
+    they divide the reduce axis (else four, else one); wider values four; numpy's
+    answers, keepdims and a negative axis."""
+    x = data((3, c, 4, 80), dtype, op)
+    X = tc.placeholder(x.shape, dtype=dtype, name="X")
+    Y = getattr(nn, op)(X, axis=-3, keepdims=True)
+    s, knobs = schedule([X, Y])
+    name = next(k for k in knobs.values if k.endswith(".columns"))
+    assert knobs.values[name] is True, knobs.values
+    assert knobs.values[name.replace(".columns", ".steps")] == steps, knobs.values
+    got = np.zeros(tuple(int(e.value) for e in Y.shape), Y.dtype)
+    tc.build(s, [X, Y])(x, got)
+    want = np_reduce(op, x, -3, True)
+    if dtype == "float32":
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(got, want)

@@ -51,7 +51,7 @@ in spirit):
    middle axis, and no value is read twice: a sum over an NCHW tensor's channels or
    batch, a matrix's column sums): tiles of whole output rows (a share of L2), the tiles
    in parallel, the reduce axes outside the tile's vectors and four reduction steps a
-   pass, so the input is streamed once in contiguous runs (:meth:`_Rules.column_reduction`).
+   pass (eight for values of one byte), so the input is streamed once in contiguous runs (:meth:`_Rules.column_reduction`).
    **Split reductions**: a reduction to fewer values than threads (every axis reduced)
    or a column reduction of too few tiles has its first reduce axis cut into chunks,
    ``rfactor``-ed into parallel partial results (:meth:`_Rules.split_reduction`).
@@ -112,6 +112,13 @@ COLUMN_TILE_L2 = 8
 #: by it, unrolled inside the tile's vectors): each accumulator is loaded and stored once
 #: per COLUMN_STEPS rows
 COLUMN_STEPS = 4
+
+#: the same for values of one byte (bools, 8-bit integers: 64 packed lanes a 512-bit
+#: vector, where a step is one test or one byte operation a vector): the accumulators'
+#: loads and stores weigh more against the steps.  `all` / `any` over the middle axis of
+#: 8x64x128x256 bools: 1.05 -> 0.85 ms and 0.81 -> 0.66 ms (medians of 41, 2 threads,
+#: AMD EPYC Zen 4 VM under load 15; benchmarks/history/2026-12-01.md, "h17-reduce")
+COLUMN_STEPS_PACKED = 8
 
 
 # ---------------------------------------------------------------------------------------
@@ -858,7 +865,9 @@ class _Rules(BlockRules):
         # several reduction steps a pass (unrolled, inside the tile's vectors): each
         # accumulator is loaded and stored once per ``steps`` rows read
         r_last = self.ext(op.reduce_axis[-1].dom.extent)
+        want = COLUMN_STEPS_PACKED if lanes >= 4 * self.L else COLUMN_STEPS
         steps = self.k.choose(f"{op.name}.steps", [1, 2, 4, 8],
+                              want if r_last is not None and r_last % want == 0 else
                               COLUMN_STEPS if r_last is not None
                               and r_last % COLUMN_STEPS == 0 else 1)
 
