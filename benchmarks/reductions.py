@@ -16,7 +16,7 @@ an elementwise operator a copy of its input (a tecomp kernel, vectorized and par
 counting its read and its write).  Every result is checked against PyTorch's first.
 
     python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...] [--rules-off]
-        [--new-off]
+        [--new-off] [--select-off]
 """
 from __future__ import annotations
 
@@ -159,19 +159,36 @@ def rules_off(tc, sig, ins):
     return lambda: f(*ins, out)
 
 
+def flags_off(tc, sig, ins, flags):
+    """A call of the kernel of ``sig`` scheduled and built with the module flags
+    ``flags`` (``(module, name)`` pairs) False."""
+    old = [getattr(m, n) for m, n in flags]
+    for m, n in flags:
+        setattr(m, n, False)
+    try:
+        f = tc.build(tc.auto_schedule(sig), sig)
+    finally:
+        for (m, n), v in zip(flags, old):
+            setattr(m, n, v)
+    out = tc.empty(tuple(int(e.value) for e in sig[-1].shape), sig[-1].dtype)
+    return lambda: f(*ins, out)
+
+
 def new_off(tc, sig, ins):
     """A call of the kernel of ``sig`` built without session 16's paths: no ``reduce``
     vector plan (``tecomp.lower.vectorize.HORIZONTAL_REDUCTIONS``) and no in-order
     combine of tuple reductions (``tecomp.lower.schedule_ops.IN_ORDER_COMBINE``)."""
     from tecomp.lower import schedule_ops, vectorize
-    old = vectorize.HORIZONTAL_REDUCTIONS, schedule_ops.IN_ORDER_COMBINE
-    vectorize.HORIZONTAL_REDUCTIONS = schedule_ops.IN_ORDER_COMBINE = False
-    try:
-        f = tc.build(tc.auto_schedule(sig), sig)
-    finally:
-        vectorize.HORIZONTAL_REDUCTIONS, schedule_ops.IN_ORDER_COMBINE = old
-    out = tc.empty(tuple(int(e.value) for e in sig[-1].shape), sig[-1].dtype)
-    return lambda: f(*ins, out)
+    return flags_off(tc, sig, ins, [(vectorize, "HORIZONTAL_REDUCTIONS"),
+                                    (schedule_ops, "IN_ORDER_COMBINE")])
+
+
+def select_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` built without the ``reduce`` plan of selections
+    (``tecomp.lower.vectorize.SELECTION_REDUCTIONS``: an argmax's lanes combined in
+    steps through memory, as before session 17)."""
+    from tecomp.lower import vectorize
+    return flags_off(tc, sig, ins, [(vectorize, "SELECTION_REDUCTIONS")])
 
 
 def _input(np, rng, shape, kind):
@@ -197,6 +214,9 @@ def main() -> None:
     ap.add_argument("--new-off", action="store_true", help="also time each reduction "
                     "built without the reduce vector plan and the in-order combine of "
                     "tuple reductions (their module flags off), in the same turns")
+    ap.add_argument("--select-off", action="store_true", help="also time each reduction "
+                    "built without the reduce plan of selections (an argmax's lanes "
+                    "combined in steps), in the same turns")
     args = ap.parse_args()
     pin_threads(args.threads)
     import os
@@ -289,6 +309,8 @@ def main() -> None:
             fns["off"] = rules_off(tc, sig, ins)
         if args.new_off and family == "reduce":
             fns["new_off"] = new_off(tc, sig, ins)
+        if args.select_off and family == "reduce":
+            fns["select_off"] = select_off(tc, sig, ins)
         t = interleaved_turns(fns, args.rounds)
         gbs = (x.nbytes + out.nbytes) / t["tecomp"] / 1e9
         stream = ref_bytes / t["stream"] / 1e9
@@ -302,7 +324,10 @@ def main() -> None:
               + (f" | rules off {t['off'] * 1e3:7.3f} ms ({t['off'] / t['tecomp']:5.2f}x)"
                  if "off" in t else "")
               + (f" | new paths off {t['new_off'] * 1e3:7.3f} ms "
-                 f"({t['new_off'] / t['tecomp']:5.2f}x)" if "new_off" in t else ""), flush=True)
+                 f"({t['new_off'] / t['tecomp']:5.2f}x)" if "new_off" in t else "")
+              + (f" | select off {t['select_off'] * 1e3:7.3f} ms "
+                 f"({t['select_off'] / t['tecomp']:5.2f}x)" if "select_off" in t else ""),
+              flush=True)
     bad = [r for r in rows if r[1] < 1.0 or r[2] < 80]
     print(f"load {os.getloadavg()[0]:.2f}; {len(rows) - len(bad)} of {len(rows)} rows at "
           f">= 1.0x PyTorch and >= 80% of the stream")

@@ -12,6 +12,8 @@ import pytest
 
 import tecomp as tc
 from tecomp import nn
+from tecomp.lower import vectorize
+from tecomp.nn import reduction
 from tecomp.schedule.relations import reduce_in_order
 from tecomp.strategy.cpu import apply_rules, cpu_model
 from tecomp.strategy.rules import Knobs
@@ -463,3 +465,155 @@ def test_reduce_in_order_follows_splits_fuses_and_reorders():
         bo, bi = st.split(b, factor=3)
         st.reorder(a, bi, bo)
     assert not check(split_swap)
+
+
+SELECT_NOTE = "reduced across them (select)"
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("axis,keepdims,dtype", [(1, False, "int32"), (-1, True, "int64"),
+                                                 (-1, False, "int64")])
+def test_row_argmax_combines_its_partial_pairs_across_lanes(op, axis, keepdims, dtype):
+    """The auto-scheduled row argmax: the partial pairs of its vectors combined across the
+    lanes by the code generator (a ``reduce`` plan of selections: the output itself an
+    argument, int32, or the int32 count of an int64 result), numpy's answers (first
+    NaN, first of ties, all the identity's value, rows of 300: lanes of 64 with a
+    tail; the last index)."""
+    x = _arg_rows(op)
+    for last in (False, True):
+        X = tc.placeholder(x.shape, name="X")
+        Y = getattr(nn, op)(X, axis=axis, keepdims=keepdims, dtype=dtype,
+                            select_last_index=last)
+        s, knobs = schedule([X, Y])
+        assert any(v is True for k, v in knobs.values.items() if k.endswith("tuple_rows"))
+        f = tc.build(s, [X, Y])
+        assert any(SELECT_NOTE in n for n in f.vectorize_notes), f.vectorize_notes
+        got = np.full(tuple(int(e.value) for e in Y.shape), -7, dtype)
+        f(x, got)
+        np.testing.assert_array_equal(got, _arg_want(op, x, axis, keepdims, last))
+
+
+@pytest.mark.parametrize("shape", [(16, 16, 300), (7, 300), (2, 3, 65)])
+def test_int64_row_argmax_widens_at_its_blocks_of_rows(shape):
+    """An int64 row argmax counted in int32: the widening is the tuple row reduction's
+    epilogue, one parallel loop over blocks of a vector of rows (256 rows: blocks of
+    the lane count, widened as one vector; 7 or 6 rows: one at a time; rows of 65: one
+    vector of pairs and a tail), the pairs reduced at each block; numpy's answers."""
+    x = rng.standard_normal(shape).astype("float32")
+    x.reshape(-1, shape[-1])[::3, 1::2] = 2.0    # ties
+    x.reshape(-1, shape[-1])[1::4, -1] = np.nan
+    X = tc.placeholder(x.shape, name="X")
+    Y = nn.argmax(X, axis=-1, dtype="int64")
+    s, knobs = schedule([X, Y])
+    assert knobs.values.get("fuse_epilogue.argmax") is True, knobs.values
+    ir = str(tc.lower(s, [X, Y]))
+    assert ir.count("parallel (") == 1, ir
+    lines = ir.splitlines()
+    widen = next(i for i, ln in enumerate(lines) if ln.strip().startswith("argmax["))
+    assert ("vectorized (" in lines[widen - 1]) == (x.size // x.shape[-1] >= 256), ir
+    got = np.full(tuple(int(e.value) for e in Y.shape), -7, "int64")
+    tc.build(s, [X, Y])(x, got)
+    np.testing.assert_array_equal(got, np.argmax(x, axis=-1))
+
+
+@pytest.mark.parametrize("n", [2, 3, 12, 64, 67, 200])
+def test_serial_argmax_loop_in_order_across_lanes(n):
+    """An unscheduled int64 argmax (its count in an int32 local) visits each row in order:
+    its loop of ``n`` combines is planned as blocks of a power of two lanes (64 + 2 + 1 of
+    67), each a tree of neighbouring lanes, the in-order combine (no index test) kept in
+    order: the first of ties, the first NaN, rows all -inf."""
+    x = rng.standard_normal((8, n)).astype("float32")
+    x[0, :] = -np.inf
+    x[1, :] = 3.0
+    x[2, [n // 2, n - 1]] = np.nan
+    x[3, ::2] = 9.0
+    x[4, n - 1] = 9.0
+    x[5, [n - 1, n // 2, n // 4]] = 9.0, 9.0, -9.0   # ties in lanes of different halves
+    x[6, :] = rng.integers(0, 3, n)                  # ties anywhere
+    x[7, [n // 4, n // 2]] = np.nan, 9.0
+    for op in ("argmax", "argmin"):
+        X = tc.placeholder(x.shape, name="X")
+        Y = getattr(nn, op)(X, axis=-1, dtype="int64")
+        s = tc.create_schedule(Y.op)
+        f = tc.build(s, [X, Y])
+        assert any(SELECT_NOTE in m for m in f.vectorize_notes), f.vectorize_notes
+        got = np.full(8, -7, "int64")
+        f(x, got)
+        np.testing.assert_array_equal(got, getattr(np, op)(x, axis=-1))
+
+
+def test_int64_argmax_counted_in_int64_combines_across_lanes(monkeypatch):
+    """Positions past int32 are counted in int64: the lanes' tree combines int64 indices
+    (here forced on 300 columns; an argmax over rows of 2**31 elements builds the same
+    plan)."""
+    monkeypatch.setattr(reduction, "INT32_INDEX", False)
+    x = _arg_rows("argmax")
+    X = tc.placeholder(x.shape, name="X")
+    Y = nn.argmax(X, axis=-1, dtype="int64")
+    assert Y.op.name == "argmax" and Y.op.input_tensors == [X]   # (no int32 count)
+    s, _ = schedule([X, Y])
+    f = tc.build(s, [X, Y])
+    assert any(SELECT_NOTE in n for n in f.vectorize_notes), f.vectorize_notes
+    got = np.zeros(7, "int64")
+    f(x, got)
+    np.testing.assert_array_equal(got, np.argmax(x, axis=-1))
+    X = tc.placeholder((2, 2 ** 31), name="X")
+    Y = nn.argmax(X, axis=-1, dtype="int64")
+    s, _ = schedule([X, Y])
+    f = tc.build(s, [X, Y])
+    assert any(SELECT_NOTE in n for n in f.vectorize_notes), f.vectorize_notes
+
+
+def test_tuple_reductions_that_compute_are_not_combined_across_lanes(monkeypatch):
+    """A tuple reducer that computes (a sum and a count) is not a selection: its loops stay
+    serial and in order (a float sum keeps its order), and the tuple row rule keeps its
+    steps; with the switch off, an argmax's are not planned either."""
+    def plus(a, b):
+        return a[0] + b[0], a[1] + b[1]
+
+    red = tc.comm_reducer(plus, lambda t0, t1: (tc.const(0, t0), tc.const(0, t1)),
+                          name="sum_count")
+    X = tc.placeholder((4, 64), name="X")
+    k = tc.reduce_axis((0, 64), name="k")
+    S, C = tc.compute((4,), lambda i: red((X[i, k], X[i, k] * 0 + 1), axis=k), name="S")
+    assert not vectorize.selection_reducer(S.op.bodies[0].combiner)
+    assert not vectorize.selection_reducer(nn.sum(X, axis=-1).op.body.combiner)
+    f = tc.build(tc.create_schedule(S.op), [X, S, C])
+    assert not any("(select)" in n for n in f.vectorize_notes), f.vectorize_notes
+    x = rng.standard_normal((4, 64)).astype("float32")
+    s_, c_ = np.zeros(4, "float32"), np.zeros(4, "float32")
+    f(x, s_, c_)
+    np.testing.assert_allclose(s_, x.sum(axis=1), rtol=1e-5)
+    np.testing.assert_array_equal(c_, 64)
+    Y = nn.argmax(tc.placeholder((4, 300), name="X"), axis=-1, dtype="int64")
+    assert vectorize.selection_reducer(Y.op.input_tensors[0].op.bodies[0].combiner)
+    monkeypatch.setattr(vectorize, "SELECTION_REDUCTIONS", False)
+    assert not vectorize.selection_reducer(Y.op.input_tensors[0].op.bodies[0].combiner)
+    X = Y.op.input_tensors[0].op.input_tensors[0]
+    s, _ = schedule([X, Y])
+    assert str(tc.lower(s, [X, Y])).count("allocate argmax.acc.rf") == 6
+    f = tc.build(s, [X, Y])
+    assert not any("(select)" in n for n in f.vectorize_notes), f.vectorize_notes
+
+
+@pytest.mark.parametrize("op,dtype,c,steps", [("all", "bool", 24, 8), ("any", "bool", 12, 4),
+                                              ("max", "int8", 16, 8), ("sum", "float32", 16, 4),
+                                              ("any", "bool", 10, 1)])
+def test_column_reductions_of_bytes_take_eight_steps_a_pass(op, dtype, c, steps):
+    """A column reduction of one-byte values (packed lanes) reads eight rows a pass where
+    they divide the reduce axis (else four, else one); wider values four; numpy's
+    answers, keepdims and a negative axis."""
+    x = data((3, c, 4, 80), dtype, op)
+    X = tc.placeholder(x.shape, dtype=dtype, name="X")
+    Y = getattr(nn, op)(X, axis=-3, keepdims=True)
+    s, knobs = schedule([X, Y])
+    name = next(k for k in knobs.values if k.endswith(".columns"))
+    assert knobs.values[name] is True, knobs.values
+    assert knobs.values[name.replace(".columns", ".steps")] == steps, knobs.values
+    got = np.zeros(tuple(int(e.value) for e in Y.shape), Y.dtype)
+    tc.build(s, [X, Y])(x, got)
+    want = np_reduce(op, x, -3, True)
+    if dtype == "float32":
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(got, want)

@@ -29,6 +29,11 @@ how the code generator emits it; the code generator only follows the plan:
   as one vector, reduced across its lanes (``llvm.vector.reduce.*``), then combined with
   ``acc`` once (:func:`horizontal_reduction`; the last lanes of a row reduction of bools
   or integers).  A float sum keeps its order (docs/numerics.md): it is not planned.
+  Also (reason ``select``) a loop that updates several accumulators at once by choosing
+  each new value among its old one and one element (an argmax's index and value pair):
+  the elements as vectors, their lanes combined pairwise as a tree of neighbours, the
+  earlier lane on the accumulator's side (:func:`selection_reduction`; a choice is
+  exact in any grouping, and an in-order combine stays in order).
 
 The chunk width is the target's preferred vector width over the widest element the
 body touches (:func:`chunk_lanes`).  The plan depends only on the loop and the target:
@@ -42,7 +47,9 @@ from typing import List, Optional, Tuple
 
 from ..errors import LowerError
 from ..ir import dtype as _dt
-from ..ir.expr import And, Add, Buffer, BufferLoad, Const, Max, Min, Or, same_as
+from ..ir.expr import (
+    And, Add, Buffer, BufferLoad, Const, Max, Min, Or, Select, TupleCommReducer, Var, same_as,
+)
 from ..ir.functor import Mutator, Visitor, free_vars
 from ..ir.printer import to_str
 from ..ir.stmt import (
@@ -237,6 +244,11 @@ def plan_vector_loop(loop: For, masks: bool) -> VectorPlan:
 #: off: they run as serial loops, as before the plan existed)
 HORIZONTAL_REDUCTIONS = True
 
+#: whether serial loops of selections (an argmax's combine of its partial results) are
+#: planned ``reduce`` too (:func:`selection_reduction`; off: serial loops, and the
+#: auto-scheduler's tuple row reductions keep their steps 4L -> L -> 4 -> 1)
+SELECTION_REDUCTIONS = True
+
 #: the operators a serial reduction loop may run across vector lanes, by dtype kind:
 #: exact in any order (integer sums wrap)
 _HORIZONTAL = {Or: ("or", "bool"), And: ("and", "bool"), Add: ("add", "int"),
@@ -299,6 +311,132 @@ def horizontal_reduction(loop: For, allocated) -> Optional[Tuple[str, BufferLoad
     return op, acc, e
 
 
+@dataclass(frozen=True)
+class SelectionReduction:
+    """A serial loop that updates several accumulators at once by a *selection*
+    (:func:`selection_reduction`): ``(acc_0, acc_1, ...) = pick((acc_j), (e_j(k)))``
+    where every new ``acc_j`` is ``acc_j`` or ``e_j(k)``, chosen by conditions on all of
+    them (an argmax's index and value)."""
+
+    stores: Tuple[BufferStore, ...]   # acc_j[I] = ... (the loop's stores, in order)
+    elems: Tuple[object, ...]         # e_j(k)
+    acc: Tuple[Var, ...]              # the old acc_j in ``values``
+    new: Tuple[Var, ...]              # e_j in ``values``
+    values: Tuple[object, ...]        # the new acc_j over ``acc`` and ``new`` only
+
+
+def _select_leaves(e) -> list:
+    if type(e) is Select:
+        return _select_leaves(e.true_value) + _select_leaves(e.false_value)
+    return [e]
+
+
+class _Operands(Mutator):
+    """Replaces the loads of the accumulators (at their own address only: anything else
+    is recorded as a failure) and the elements ``e_j`` by variables."""
+
+    def __init__(self, stores, elems, acc, new):
+        self.stores, self.elems, self.acc, self.new = stores, elems, acc, new
+        self.ok = True
+
+    def visit(self, node):
+        for e, v in zip(self.elems, self.new):
+            if node is e or (type(node) is type(e) and same_as(node, e)):
+                return v
+        if type(node) is BufferLoad:
+            for st, v in zip(self.stores, self.acc):
+                if node.buffer is st.buffer:
+                    if len(node.indices) == len(st.indices) and \
+                            all(same_as(a, b) for a, b in zip(node.indices, st.indices)):
+                        return v
+                    self.ok = False
+                    return node
+        return super().visit(node)
+
+
+def selection_reduction(loop: For, allocated) -> Optional[SelectionReduction]:
+    """The :class:`SelectionReduction` of the serial ``loop``, when it can run as one
+    vector of its iterations combined across the lanes (a tree of neighbouring lanes,
+    the earlier ones on the ``acc`` side: an in-order combine stays in order): a constant
+    extent of 2 to MAX_REDUCE_LANES; a body ``let t_j = v_j; acc_j[I] = t_j`` for two or
+    more distinct buffers at one lane-invariant address ``I``; each ``v_j`` a tree of
+    selects whose leaves are ``acc_j[I]`` and one element ``e_j(k)`` (a selection is
+    exact in any grouping: no value is computed, only chosen), which with the conditions
+    reads the accumulators only as ``acc_j[I]``; ``e_j`` reads none of them, and reads
+    only buffers in ``allocated`` unless every accumulator is one (no argument can
+    alias an accumulator it reads); else None."""
+    if loop.kind != "serial" or not isinstance(loop.extent, Const) or \
+            not 2 <= int(loop.extent.value) <= MAX_REDUCE_LANES:
+        return None
+    lets, st = [], loop.body
+    while type(st) is LetStmt:
+        lets.append((st.var, st.value))
+        st = st.body
+    stores = tuple(st.seq) if type(st) is SeqStmt else (st,)
+    if len(lets) < 2 or len(stores) != len(lets) or \
+            not all(type(x) is BufferStore for x in stores) or \
+            len({id(x.buffer) for x in stores}) != len(stores):
+        return None
+    k = loop.var
+    I = stores[0].indices
+    for x, (t, _) in zip(stores, lets):
+        if x.value is not t or len(x.indices) != len(I) or \
+                not all(same_as(a, b) for a, b in zip(x.indices, I)) or \
+                any(k in free_vars(i) for i in x.indices):
+            return None
+    elems = []
+    for x, (_, v) in zip(stores, lets):
+        if type(v) is not Select:
+            return None
+        others = [e for e in _select_leaves(v) if not (
+            type(e) is BufferLoad and e.buffer is x.buffer and
+            all(same_as(a, b) for a, b in zip(e.indices, I)))]
+        if not others or not all(same_as(e, others[0]) for e in others[1:]):
+            return None
+        e = others[0]
+        if k not in free_vars(e) or any(_reads(e, y.buffer) for y in stores):
+            return None
+        elems.append(e)
+    if not all(x.buffer in allocated for x in stores):
+        used = BufferUses()
+        for e in elems:
+            used.visit(e)
+        if not all(b in allocated for b in used.used):
+            return None
+    acc = tuple(Var(f"{x.buffer.name}.a", x.buffer.dtype) for x in stores)
+    new = tuple(Var(f"{x.buffer.name}.b", x.buffer.dtype) for x in stores)
+    sub = _Operands(stores, elems, acc, new)
+    values = tuple(sub.visit(v) for _, v in lets)
+    lets_vars = {t for t, _ in lets}
+    if not sub.ok or any(k in free_vars(v) or lets_vars.intersection(free_vars(v))
+                             for v in values):
+        return None
+    return SelectionReduction(stores, tuple(elems), acc, new, values)
+
+
+def selection_reducer(comb) -> bool:
+    """Whether ``comb`` is a tuple reducer (a :class:`~tecomp.ir.expr.TupleCommReducer`)
+    that only selects: each element of its result (and of its in-order result) a tree of
+    selects whose leaves are that element of ``lhs`` or of ``rhs`` (an argmax), so that
+    a serial loop of its combines can be planned ``reduce``
+    (:func:`selection_reduction`) when :data:`HORIZONTAL_REDUCTIONS` and
+    :data:`SELECTION_REDUCTIONS` are on."""
+    if not (HORIZONTAL_REDUCTIONS and SELECTION_REDUCTIONS) or \
+            not isinstance(comb, TupleCommReducer):
+        return False   # (a single reducer: horizontal_reduction's)
+    for res in (comb.result, comb.in_order or comb.result):
+        for j, r in enumerate(res):
+            leaves = _select_leaves(r)
+            if type(r) is not Select or \
+                    not all(x is comb.lhs[j] or x is comb.rhs[j] for x in leaves):
+                return False
+    return True
+
+
+#: the ``reason`` of a ``reduce`` plan of a :class:`SelectionReduction`
+SELECT = "select"
+
+
 class LoopPlanner(Mutator):
     """Wraps every loop of kind ``kind`` in ``AttrStmt(key, plan(loop), loop)`` (the
     codegen-phase plan passes); a loop planned already is kept, and a hand-written
@@ -346,6 +484,9 @@ class _Plan(LoopPlanner):
             if h is not None:
                 return AttrStmt(self.key, VectorPlan("reduce", int(s.extent.value),
                                                      reason=h[0]), s)
+            if SELECTION_REDUCTIONS and selection_reduction(s, self.allocated) is not None:
+                return AttrStmt(self.key, VectorPlan("reduce", int(s.extent.value),
+                                                     reason=SELECT), s)
         return out
 
 

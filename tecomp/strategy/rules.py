@@ -51,7 +51,7 @@ in spirit):
    middle axis, and no value is read twice: a sum over an NCHW tensor's channels or
    batch, a matrix's column sums): tiles of whole output rows (a share of L2), the tiles
    in parallel, the reduce axes outside the tile's vectors and four reduction steps a
-   pass, so the input is streamed once in contiguous runs (:meth:`_Rules.column_reduction`).
+   pass (eight for values of one byte), so the input is streamed once in contiguous runs (:meth:`_Rules.column_reduction`).
    **Split reductions**: a reduction to fewer values than threads (every axis reduced)
    or a column reduction of too few tiles has its first reduce axis cut into chunks,
    ``rfactor``-ed into parallel partial results (:meth:`_Rules.split_reduction`).
@@ -77,6 +77,7 @@ from ..ir.expr import Const, Reduce, Var, same_as
 from ..ir.functor import uses_var
 from ..ir.simplify import simplify
 from ..lower.schedule_ops import expand_inlined
+from ..lower.vectorize import selection_reducer
 from ..schedule.schedule import Schedule, Split, Stage, create_schedule
 from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -111,6 +112,13 @@ COLUMN_TILE_L2 = 8
 #: by it, unrolled inside the tile's vectors): each accumulator is loaded and stored once
 #: per COLUMN_STEPS rows
 COLUMN_STEPS = 4
+
+#: the same for values of one byte (bools, 8-bit integers: 64 packed lanes a 512-bit
+#: vector, where a step is one test or one byte operation a vector): the accumulators'
+#: loads and stores weigh more against the steps.  `all` / `any` over the middle axis of
+#: 8x64x128x256 bools: 1.05 -> 0.85 ms and 0.81 -> 0.66 ms (medians of 41, 2 threads,
+#: AMD EPYC Zen 4 VM under load 15; benchmarks/history/2026-12-01.md, "h17-reduce")
+COLUMN_STEPS_PACKED = 8
 
 
 # ---------------------------------------------------------------------------------------
@@ -312,6 +320,16 @@ class _Rules(BlockRules):
             # a column reduction's epilogue (a mean's division, an int64 argmax's
             # widening of its int32 index): tiled with it
             self.column_reduction(st, self.s[col])
+            return
+        if col is not None and col.axis and self._row_reducible(col, tuples=True) and \
+                not self.split_reduction_wanted(col) and \
+                selection_reducer(col.bodies[0].combiner) and \
+                self.k.choose(f"{col.name}.tuple_rows", [True, False], True) and \
+                self.k.choose(f"fuse_epilogue.{op.name}", [True, False], True):
+            # a row argmax's epilogue (an int64 argmax's widening of its int32 index):
+            # blocks of rows, each block's pairs reduced, then widened as a vector
+            self.tuple_row_reduction(self.s[col], st)
+            self.done.add(id(col))
             return
         if red is not None and self.k.choose(f"fuse_epilogue.{op.name}", [True, False], True):
             oaxes = None
@@ -847,7 +865,9 @@ class _Rules(BlockRules):
         # several reduction steps a pass (unrolled, inside the tile's vectors): each
         # accumulator is loaded and stored once per ``steps`` rows read
         r_last = self.ext(op.reduce_axis[-1].dom.extent)
+        want = COLUMN_STEPS_PACKED if lanes >= 4 * self.L else COLUMN_STEPS
         steps = self.k.choose(f"{op.name}.steps", [1, 2, 4, 8],
+                              want if r_last is not None and r_last % want == 0 else
                               COLUMN_STEPS if r_last is not None
                               and r_last % COLUMN_STEPS == 0 else 1)
 
@@ -965,12 +985,17 @@ class _Rules(BlockRules):
             st.parallel(ro)
         row_reduce_at(s, cache, st, ri, self.info.lanes)
 
-    def tuple_row_reduction(self, st: Stage):
+    def tuple_row_reduction(self, st: Stage, epilogue: Optional[Stage] = None):
         """A row reduction of several values at once (an argmax's index and value, along
         contiguous memory; over several axes, the others outside), at the root:
-        ``rfactor``-ed whole into vectors of partial pairs (four vectors a step, then
-        one, then four lanes), computed at the row loop, which runs in parallel; the
-        lanes are then combined in order.  (A multi-output stage takes no
+        ``rfactor``-ed whole into vectors of partial pairs (four vectors a step),
+        computed at the row loop, which runs in parallel; the code generator then
+        combines the lanes as a tree (a selection reducer: an argmax,
+        :func:`tecomp.lower.vectorize.selection_reducer`; else steps of one vector, then
+        four lanes, then the lanes in order).  With ``epilogue`` (the one elementwise
+        stage that reads it, at its own indices: an int64 argmax's widening), the
+        epilogue's rows in parallel blocks of a vector, the reduction computed at each
+        block (no second pass over the results).  (A multi-output stage takes no
         ``cache_write``: the partials are the stage's own.)"""
         s, L = self.s, self.L
         op = st.op
@@ -981,7 +1006,15 @@ class _Rules(BlockRules):
         # took a third of the time along rows of 256: 8.4 against 6.2 ms for
         # 8x64x128x256, one thread, Zen 5, under load)
         tail = [4] if L > 4 else []
-        for F in ([4 * L, L] if K >= 8 * L else [L]) + tail:
+        steps = ([4 * L, L] if K >= 8 * L else [L]) + tail
+        if selection_reducer(op.bodies[0].combiner):
+            # the code generator combines the last partials across the lanes of their
+            # vectors, a tree of neighbouring lanes (lower.vectorize.selection_reduction):
+            # no steps in between.  Those (4L -> L -> 4 -> 1, each a chain of dependent
+            # combines through the stack) took more instructions than the 16 vectors
+            # of a row of 256 (asm of argmax over 8x64x128x256's last axis)
+            steps = steps[:1]
+        for F in steps:
             rs = s[op.output(0)]
             _, ki = rs.split(rs.op.reduce_axis[-1], factor=F)
             parts.append(s[s.rfactor(op.output(0), ki, factor_axis=len(rs.op.axis))])
@@ -989,8 +1022,21 @@ class _Rules(BlockRules):
         axes = list(st.op.axis)
         exts = [self.ext(a.dom.extent) for a in axes]
         row = axes[0] if len(axes) == 1 else st.fuse(*axes)
-        if self.info.threads > 1 and (None in exts or math.prod(exts) >= 2):
-            st.parallel(row)
+        if epilogue is None:
+            if self.info.threads > 1 and (None in exts or math.prod(exts) >= 2):
+                st.parallel(row)
+        else:
+            eaxes = list(epilogue.op.axis)
+            erow = eaxes[0] if len(eaxes) == 1 else epilogue.fuse(*eaxes)
+            total = math.prod(exts) if None not in exts else None
+            rb = L if total is not None and total % L == 0 and \
+                total >= 4 * L * self.info.threads else 1
+            if rb > 1:
+                erow, ri = epilogue.split(erow, factor=rb)
+                epilogue.vectorize(ri)
+            if self.info.threads > 1 and (total is None or total >= 2):
+                epilogue.parallel(erow)
+            st.compute_at(epilogue, erow)
         for rf in parts:
             rf.compute_at(st, row)
             rki = rf.op.axis[-1]

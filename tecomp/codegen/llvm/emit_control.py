@@ -16,14 +16,14 @@ import llvmlite.ir as ir
 from ...errors import BuildError, InternalError
 from ...ir import dtype as _dt
 from ...ir.arith import Analyzer
-from ...ir.expr import Const, Expr
-from ...ir.stmt import AssertStmt, For, IfThenElse
+from ...ir.expr import BufferLoad, Const, Expr
+from ...ir.stmt import AssertStmt, BufferStore, For, IfThenElse, LetStmt, SeqStmt
 from ...lower import parallel as _par
 from ...lower import vectorize as _vec
 from ...lower.passes import MAX_FULL_UNROLL  # (the unroll budget counts with it)
 from ...lower.vectorize import node_text
 from .abi import ERR_ASSERT, ERR_WORDS
-from .values import _I1, _I32, _I64, _PTR, Val, _i64_at, _sanitize
+from .values import _I1, _I32, _I64, _PTR, Val, _i64_at, _poison, _sanitize
 
 
 #: an unrolled loop whose extent is symbolic (a tail that loop partitioning left, a block
@@ -321,6 +321,9 @@ class _ControlEmitter:
         """A serial reduction loop ``acc[I] = acc[I] op e(k)`` planned ``reduce``
         (:func:`tecomp.lower.vectorize.horizontal_reduction`): ``e`` over the loop's
         iterations as one vector, reduced across its lanes, then combined with ``acc``."""
+        if plan.reason == _vec.SELECT:
+            self.horizontal_selection(s, plan)
+            return
         found = _vec.horizontal_reduction(s, {s.body.buffer})
         if found is None:
             raise InternalError(f"the serial loop over `{s.var.name}` is planned as a "
@@ -354,6 +357,78 @@ class _ControlEmitter:
             cmp = b.icmp_signed if signed else b.icmp_unsigned
             out = b.select(cmp(">" if op == "max" else "<", acc, r), acc, r)
         self.store(s.body, Val(out))
+
+    def horizontal_selection(self, s: For, plan):
+        """A serial loop of selections planned ``reduce``
+        (:func:`tecomp.lower.vectorize.selection_reduction`): each ``e_j`` over the loop's
+        iterations as one vector; its lanes in blocks of a power of two (the largest that
+        fits, then the next: 64, or 8 + 4 of 12), in order, each reduced as a tree of
+        neighbouring lanes combined pairwise (lane ``2i`` on the accumulator's side: an
+        in-order combine stays in order) and combined with ``acc``."""
+        found = _vec.selection_reduction(s, {x.buffer for x in _stores_of(s.body)})
+        if found is None:
+            raise InternalError(f"the serial loop over `{s.var.name}` is planned as a "
+                                f"horizontal selection but is not one")
+        self.mb.notes.append(plan.note(s.var.name))
+        b = self.b
+        n = plan.lanes
+        lo = self.scalar_index(s.min)
+        old = (self.lanes, self.mask)
+        self.lanes, self.mask = n, None
+        try:
+            vecs = []
+            self.with_loop_var(s.var, Val(lo, 1), lambda: vecs.extend(
+                self.vec(self.expr(e)) for e in found.elems))
+        finally:
+            self.lanes, self.mask = old
+
+        def lanes_of(v, picks):
+            return b.shuffle_vector(v, _poison(v.type), ir.Constant(
+                ir.VectorType(_I32, len(picks)), [ir.Constant(_I32, i) for i in picks]))
+
+        def combine(lhs, rhs, lanes):
+            """The new accumulators from ``lhs`` (earlier) and ``rhs``: Vals."""
+            saved = [(v, self.env.get(v)) for v in found.acc + found.new]
+            old = (self.lanes, self.mask)
+            self.lanes, self.mask = lanes, None
+            try:
+                for v, x in zip(found.acc + found.new, list(lhs) + list(rhs)):
+                    self.env[v] = x
+                out = [self.expr(v) for v in found.values]
+                return [self.vec(x) for x in out] if lanes > 1 else out
+            finally:
+                self.lanes, self.mask = old
+                for v, x in saved:
+                    if x is None:
+                        self.env.pop(v, None)
+                    else:
+                        self.env[v] = x
+
+        def tree(cur, w):
+            """Lanes ``0..w`` (a power of two) of ``cur`` combined: scalar Vals."""
+            while w > 1:
+                h = w // 2
+                evens = [lanes_of(v, range(0, w, 2)) for v in cur]
+                odds = [lanes_of(v, range(1, w, 2)) for v in cur]
+                if h == 1:
+                    return combine([Val(b.extract_element(v, ir.Constant(_I32, 0)))
+                                    for v in evens],
+                                   [Val(b.extract_element(v, ir.Constant(_I32, 0)))
+                                    for v in odds], 1)
+                cur = combine([Val(v=v) for v in evens], [Val(v=v) for v in odds], h)
+                w = h
+            return [Val(b.extract_element(v, ir.Constant(_I32, 0))) for v in cur]
+
+        out = [self.expr(BufferLoad(x.buffer, x.indices, x.buffer.dtype))
+               for x in found.stores]
+        start = 0
+        while start < n:   # (blocks of a power of two lanes each, in order)
+            w = 1 << ((n - start).bit_length() - 1)
+            block = vecs if w == n else [lanes_of(v, range(start, start + w)) for v in vecs]
+            out = combine(out, tree(block, w), 1)
+            start += w
+        for x, v in zip(found.stores, out):
+            self.store(x, v)
 
     def _masked_chunks(self, s: For, lo, plan):
         """A symbolic extent: chunks of W lanes, then one masked chunk for the tail."""
@@ -425,3 +500,11 @@ class _ControlEmitter:
             self.if_(b.extract_value(pair, 1), copy)
             b.branch(self.error_block())
         self.guard(b.icmp_signed("!=", rc, ir.Constant(_I32, 0)), failed, name="par")
+
+
+def _stores_of(body) -> list:
+    """The stores under the lets of a loop body (a :class:`SelectionReduction`'s)."""
+    while isinstance(body, LetStmt):
+        body = body.body
+    seq = body.seq if isinstance(body, SeqStmt) else (body,)
+    return [x for x in seq if isinstance(x, BufferStore)]
