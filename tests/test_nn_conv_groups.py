@@ -965,3 +965,31 @@ def test_nchw_channel_blocks_with_room_match_torch(room, lanes, monkeypatch):
     f(xa, wa, ba, out)
     np.testing.assert_allclose(out, np.maximum(c.ref() + ba[None, :, None, None], 0),
                                rtol=1e-5, atol=1e-4)
+
+
+# (N, C, H, W, O, stride, padding, dilation, groups): groups of 8 and 4 output channels
+# (ResNeXt's 256x28x28 and 128x56x56 shapes, small), odd planes, a stride, no padding, a
+# dilation, input channels per group other than output ones, asymmetric padding
+ROWS_FMA = [(2, 16, 9, 11, 16, 1, 1, 1, 2), (1, 32, 7, 13, 32, 2, 1, 1, 8),
+            (1, 12, 6, 5, 24, 1, 0, 2, 3), (1, 16, 8, 9, 8, (1, 2), (1, 0, 0, 1), 1, 2)]
+
+
+@pytest.mark.parametrize("case", ROWS_FMA, ids=[f"rows-fma-{k}" for k in range(len(ROWS_FMA))])
+def test_grouped_nchw_rows_fuse_multiply_adds(case, lanes, monkeypatch):
+    """The grouped NCHW rows blocking contracts each tap's multiply and add into an FMA
+    (``pragma fp_contract``: the ``contract`` flag in the module; ``grouped.ROWS_FMA``),
+    as the depthwise rows do; off, neither.  Both against PyTorch."""
+    from tecomp.strategy.cpu import grouped
+    N, C, H, W, O, s, p, d, g = case
+    c = Conv("grouped", True, N, C, H, W, O, 3, 3, s, p, d, groups=g, dtype="float32")
+    for on in (True, False):
+        monkeypatch.setattr(grouped, "ROWS_FMA", on)
+        s1 = cpu.schedule_group_conv2d_nchw(c.Y, config={"channel_blocks": False})
+        low = str(tc.lower(s1, [c.X, c.W, c.Y]))
+        assert ("pragma_fp_contract" in low) == on, low
+        f = tc.build(s1, [c.X, c.W, c.Y])
+        assert ("fmul contract" in f.get_source("llvm-unopt")) == on
+        xa, wa = c.arrays()
+        out = np.full(c.ref().shape, np.nan, "float32")
+        f(xa, wa, out)
+        np.testing.assert_allclose(out, c.ref(), rtol=1e-5, atol=1e-4)
