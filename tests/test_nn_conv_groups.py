@@ -37,6 +37,17 @@ def _diagonal(lanes, threads):
         pytest.skip("the other lanes x threads pairs: set TECOMP_LONG_TESTS=1")
 
 
+def _check_nhwc_bias_relu(c, f):
+    """``f(x, w, b, out)``, a grouped NHWC convolution ``c`` with a bias and a ReLU on
+    its output channels, against PyTorch (NaN-filled output: every element written)."""
+    O = c.ref().shape[3]
+    xa, wa = c.arrays()
+    ba = RNG.standard_normal(O).astype("float32")
+    out = np.full(c.ref().shape, np.nan, "float32")
+    f(xa, wa, ba, out)
+    np.testing.assert_allclose(out, np.maximum(c.ref() + ba, 0), rtol=1e-5, atol=1e-4)
+
+
 @pytest.fixture(params=[16, 8], ids=["lanes16", "lanes8"])
 def lanes(request, monkeypatch):
     monkeypatch.setenv("TECOMP_VECTOR_LANES", str(request.param))
@@ -563,11 +574,7 @@ def test_grouped_nhwc_interleaved(case, lanes, threads):
             assert "llvm.masked.gather" not in f.get_source("llvm-unopt")
     else:
         f = tc.build(s1, [c.X, c.W, b, Z])
-    xa, wa = c.arrays()
-    ba = RNG.standard_normal(O).astype("float32")
-    out = np.full(c.ref().shape, np.nan, "float32")
-    f(xa, wa, ba, out)
-    np.testing.assert_allclose(out, np.maximum(c.ref() + ba, 0), rtol=1e-5, atol=1e-4)
+    _check_nhwc_bias_relu(c, f)
     assert str(tc.lower(tc.auto_schedule([c.X, c.W, b, Z], trials=0), [c.X, c.W, b, Z])) == low
 
 
@@ -1041,13 +1048,7 @@ def test_grouped_nhwc_interleaved_plane_tasks(case, lanes, monkeypatch):
                     assert f"0, {N * (O // lanes)})" in par[0], par
                 else:
                     assert f"0, {N * OH})" in par[0], par
-            f = tc.build(s1, [c.X, c.W, b, Z])
-            xa, wa = c.arrays()
-            ba = RNG.standard_normal(O).astype("float32")
-            out = np.full(c.ref().shape, np.nan, "float32")
-            f(xa, wa, ba, out)
-            np.testing.assert_allclose(out, np.maximum(c.ref() + ba, 0), rtol=1e-5,
-                                       atol=1e-4)
+            _check_nhwc_bias_relu(c, tc.build(s1, [c.X, c.W, b, Z]))
     finally:
         tc.set_num_threads(old)
 
@@ -1081,9 +1082,4 @@ def test_grouped_nhwc_interleaved_shares_tap_broadcasts(case, lanes, monkeypatch
         s1 = cpu.schedule_group_conv2d_nhwc(Z)
         low = str(tc.lower(s1, [c.X, c.W, b, Z]))
         assert ("unrolled (kx" in low) == (on and one_vector), low
-        f = tc.build(s1, [c.X, c.W, b, Z])
-        xa, wa = c.arrays()
-        ba = RNG.standard_normal(O).astype("float32")
-        out = np.full(c.ref().shape, np.nan, "float32")
-        f(xa, wa, ba, out)
-        np.testing.assert_allclose(out, np.maximum(c.ref() + ba, 0), rtol=1e-5, atol=1e-4)
+        _check_nhwc_bias_relu(c, tc.build(s1, [c.X, c.W, b, Z]))
