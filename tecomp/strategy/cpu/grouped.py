@@ -501,7 +501,9 @@ def _interleaved_into(s: Schedule, outs, info: CpuModel) -> None:
     # 256x28x28 3.33 -> 2.74 ms, 128x56x56 4.16 -> 3.30, 256x56x56 stride 2 6.43 ->
     # 4.09; batch 1 256x28x28 0.353 -> 0.270.  On Zen 4 a 512-bit broadcast per FMA
     # held the kernel near 70% of the FMA peak)
-    share = V == 1 and SHARE_TAP_BROADCASTS and kw is not None
+    # (while the weights' KW vectors leave at least half the registers as accumulators)
+    share = (V == 1 and SHARE_TAP_BROADCASTS and kw is not None
+             and 2 * (kw - 1) <= info.vregs - 4)
     xb = _block(OW, max(1, (info.vregs - 4 - ((kw - 1) if share else 0)) // V))
     xo, xi = st.split(x, factor=xb)
     # a pixel's output vector: a block's Q groups, V * L lanes (V > 1: one vector of
