@@ -25,7 +25,12 @@ them), ``COPY_NCHW_INPUT`` (the NCHW rows read their input planes in place, as b
 copying them per task), ``NCHW_TRANSPOSE_OUT`` (the NCHW channel blocks store their
 output with a scatter per vector, as before the register transposes),
 ``NCHW_TRANSPOSE_ROOM`` (those blocks as tall as the NHWC kernel's, as before they left
-half the registers to the transposes).  Of
+half the registers to the transposes), ``ROWS_FMA`` (the NCHW rows blocking, groups
+narrower than a vector: a multiply and an add per tap, as before the FMAs),
+``PLANE_TASKS_ONE_VECTOR`` (NHWC groups interleaved in one vector: tasks of rows at any
+batch, as before the tasks of a block of groups over the plane at small ones),
+``SHARE_TAP_BROADCASTS`` (those groups: a broadcast per FMA, as before the window's
+columns went inside the input channel).  Of
 ``tecomp.strategy.cpu.depthwise`` (depthwise rows): ``FMA`` (a multiply and an add per
 tap), ``STREAM_OUTPUT`` (every output store through the cache) and
 ``STRIDED_MASKED_LOADS`` (NCHW with a stride: a gather per padded tap, as before the
@@ -48,7 +53,8 @@ GROUPED = [(128, 56, 1), (256, 56, 2), (256, 28, 1), (512, 28, 2), (512, 14, 1),
 GROUPS = 32
 #: the module switches ``--ab`` turns off: tecomp.strategy.cpu.grouped's, depthwise's
 GROUPED_SWITCHES = ["INTERLEAVE_WHOLE_VECTORS", "COPY_NCHW_INPUT", "NCHW_TRANSPOSE_OUT",
-                    "NCHW_TRANSPOSE_ROOM"]
+                    "NCHW_TRANSPOSE_ROOM", "ROWS_FMA", "PLANE_TASKS_ONE_VECTOR",
+                    "SHARE_TAP_BROADCASTS"]
 DEPTHWISE_SWITCHES = ["FMA", "STREAM_OUTPUT", "STRIDED_MASKED_LOADS"]
 #: the depthwise module's switches that the grouped NCHW rows blocking reads too
 SHARED_SWITCHES = ["STRIDED_MASKED_LOADS"]

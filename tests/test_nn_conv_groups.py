@@ -37,6 +37,17 @@ def _diagonal(lanes, threads):
         pytest.skip("the other lanes x threads pairs: set TECOMP_LONG_TESTS=1")
 
 
+def _check_nhwc_bias_relu(c, f):
+    """``f(x, w, b, out)``, a grouped NHWC convolution ``c`` with a bias and a ReLU on
+    its output channels, against PyTorch (NaN-filled output: every element written)."""
+    O = c.ref().shape[3]
+    xa, wa = c.arrays()
+    ba = RNG.standard_normal(O).astype("float32")
+    out = np.full(c.ref().shape, np.nan, "float32")
+    f(xa, wa, ba, out)
+    np.testing.assert_allclose(out, np.maximum(c.ref() + ba, 0), rtol=1e-5, atol=1e-4)
+
+
 @pytest.fixture(params=[16, 8], ids=["lanes16", "lanes8"])
 def lanes(request, monkeypatch):
     monkeypatch.setenv("TECOMP_VECTOR_LANES", str(request.param))
@@ -563,11 +574,7 @@ def test_grouped_nhwc_interleaved(case, lanes, threads):
             assert "llvm.masked.gather" not in f.get_source("llvm-unopt")
     else:
         f = tc.build(s1, [c.X, c.W, b, Z])
-    xa, wa = c.arrays()
-    ba = RNG.standard_normal(O).astype("float32")
-    out = np.full(c.ref().shape, np.nan, "float32")
-    f(xa, wa, ba, out)
-    np.testing.assert_allclose(out, np.maximum(c.ref() + ba, 0), rtol=1e-5, atol=1e-4)
+    _check_nhwc_bias_relu(c, f)
     assert str(tc.lower(tc.auto_schedule([c.X, c.W, b, Z], trials=0), [c.X, c.W, b, Z])) == low
 
 
@@ -965,3 +972,118 @@ def test_nchw_channel_blocks_with_room_match_torch(room, lanes, monkeypatch):
     f(xa, wa, ba, out)
     np.testing.assert_allclose(out, np.maximum(c.ref() + ba[None, :, None, None], 0),
                                rtol=1e-5, atol=1e-4)
+
+
+# (N, C, H, W, O, stride, padding, dilation, groups): groups of 8 and 4 output channels
+# (ResNeXt's 256x28x28 and 128x56x56 shapes, small), odd planes, a stride, no padding, a
+# dilation, input channels per group other than output ones, asymmetric padding
+ROWS_FMA = [(2, 16, 9, 11, 16, 1, 1, 1, 2), (1, 32, 7, 13, 32, 2, 1, 1, 8),
+            (1, 12, 6, 5, 24, 1, 0, 2, 3), (1, 16, 8, 9, 8, (1, 2), (1, 0, 0, 1), 1, 2)]
+
+
+@pytest.mark.parametrize("case", ROWS_FMA, ids=[f"rows-fma-{k}" for k in range(len(ROWS_FMA))])
+def test_grouped_nchw_rows_fuse_multiply_adds(case, lanes, monkeypatch):
+    """The grouped NCHW rows blocking contracts each tap's multiply and add into an FMA
+    (``pragma fp_contract``: the ``contract`` flag in the module; ``grouped.ROWS_FMA``),
+    as the depthwise rows do; off, neither.  Both against PyTorch."""
+    from tecomp.strategy.cpu import grouped
+    N, C, H, W, O, s, p, d, g = case
+    c = Conv("grouped", True, N, C, H, W, O, 3, 3, s, p, d, groups=g, dtype="float32")
+    for on in (True, False):
+        monkeypatch.setattr(grouped, "ROWS_FMA", on)
+        s1 = cpu.schedule_group_conv2d_nchw(c.Y, config={"channel_blocks": False})
+        low = str(tc.lower(s1, [c.X, c.W, c.Y]))
+        assert ("pragma_fp_contract" in low) == on, low
+        f = tc.build(s1, [c.X, c.W, c.Y])
+        assert ("fmul contract" in f.get_source("llvm-unopt")) == on
+        xa, wa = c.arrays()
+        out = np.full(c.ref().shape, np.nan, "float32")
+        f(xa, wa, out)
+        np.testing.assert_allclose(out, c.ref(), rtol=1e-5, atol=1e-4)
+
+
+# (N, C, H, W, O, stride, padding, dilation, groups): groups of 8 (2 to a 16-lane vector,
+# 1 to an 8-lane one: channel blocks there) and of 4, odd planes, a stride, asymmetric
+# padding, no padding, a dilation, input channels per group other than output ones
+PLANE_TASKS = [(2, 64, 7, 9, 64, 1, 1, 1, 8), (1, 64, 9, 7, 128, (2, 1), (1, 0, 0, 1), 1, 16),
+               (2, 32, 6, 11, 64, 1, 0, (1, 2), 16)]
+
+
+@pytest.mark.parametrize("case", PLANE_TASKS, ids=[f"plane-{k}" for k in range(len(PLANE_TASKS))])
+def test_grouped_nhwc_interleaved_plane_tasks(case, lanes, monkeypatch):
+    """Interleaved NHWC groups narrower than a vector, 2 threads, a small batch: where
+    the tasks of rows would be single rows (each input row copied 3 times; not with a
+    row stride of 2: 1.5 times), a task is
+    an image's block of groups over the whole plane (``grouped.PLANE_TASKS_ONE_VECTOR``:
+    the parallel loop runs over the images' blocks, each copying its groups' padded
+    plane); off, tasks of rows.  Both against PyTorch, with a bias and a ReLU."""
+    from tecomp.strategy.cpu import grouped
+    N, C, H, W, O, s, p, d, g = case
+    c = Conv("grouped", False, N, C, H, W, O, 3, 3, s, p, d, groups=g, dtype="float32")
+    b = tc.placeholder((O,), name="b")
+    Z = nn.relu(nn.bias_add(c.Y, b, axis=3))
+    old = tc.get_num_threads()
+    tc.set_num_threads(2)
+    try:
+        info = cpu.cpu_model()
+        P = O // g
+        interleaved = _interleaves(c.Y, info) and P < lanes
+        OH = c.ref().shape[1]
+        for on in (True, False):
+            monkeypatch.setattr(grouped, "PLANE_TASKS_ONE_VECTOR", on)
+            s1 = cpu.schedule_group_conv2d_nhwc(Z)
+            low = str(tc.lower(s1, [c.X, c.W, b, Z]))
+            par = [l for l in low.splitlines() if "parallel" in l]
+            assert par, low
+            if interleaved:
+                Q = lanes // P
+                # (one row a task: 3 input rows copied for one output row, 1.5 per
+                # row with a row stride of 2: rows kept there)
+                plane = on and N * (g // Q) >= 8 and _pair(s)[0] == 1
+                # (the tasks fuse the image with the output channels' blocks, or with
+                # the rows; the stage's axes are the epilogue's, i0..i3)
+                assert bool(re.search(r"\(i0\.i3\.outer\.fused", par[0])) == plane, par
+                assert bool(re.search(r"\(i0\.i1\.fused", par[0])) == (not plane), par
+                if plane:
+                    assert f"0, {N * (O // lanes)})" in par[0], par
+                else:
+                    assert f"0, {N * OH})" in par[0], par
+            _check_nhwc_bias_relu(c, tc.build(s1, [c.X, c.W, b, Z]))
+    finally:
+        tc.set_num_threads(old)
+
+
+# (N, C, H, W, O, stride, padding, dilation, groups, KW): groups of 8 and 4 (one vector of
+# 2 or 4 groups at 16 lanes; at 8 lanes groups of 4 too, groups of 8 are a whole vector:
+# not this path), a width the pixel block leaves a tail of, a column stride, a dilation,
+# asymmetric padding, no padding, a 1-, 5- and 9-column window
+SHARED_TAPS = [(1, 32, 5, 31, 32, 1, 1, 1, 4, 3), (2, 64, 6, 13, 64, (1, 2), (1, 0, 2, 1), 1, 16, 3),
+               (1, 32, 4, 9, 32, 1, (0, 2), 1, 4, 5), (1, 32, 3, 12, 32, 1, (0, 4), 1, 4, 9),
+               pytest.param((1, 16, 7, 12, 32, 1, 0, (2, 2), 8, 3), marks=pytest.mark.slow),
+               pytest.param((1, 32, 4, 9, 64, 1, 0, 1, 8, 1), marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("case", SHARED_TAPS,
+                         ids=[f"shared-taps-{k}" for k in range(len(SHARED_TAPS))])
+def test_grouped_nhwc_interleaved_shares_tap_broadcasts(case, lanes, monkeypatch):
+    """Interleaved NHWC groups narrower than a vector: the window's columns unrolled
+    inside the input channel (``grouped.SHARE_TAP_BROADCASTS``: each input column's
+    broadcast feeds the taps that read it, while the window's weight vectors leave half
+    the registers), or outside it with the switch off; the same
+    results against PyTorch either way, with a bias and a ReLU."""
+    from tecomp.strategy.cpu import grouped
+    N, C, H, W, O, s, p, d, g, kw = case
+    c = Conv("grouped", False, N, C, H, W, O, 3, kw, s, p, d, groups=g, dtype="float32")
+    info = cpu.cpu_model()
+    one_vector = _interleaves(c.Y, info) and O // g < lanes
+    b = tc.placeholder((O,), name="b")
+    Z = nn.relu(nn.bias_add(c.Y, b, axis=3))
+    for on in (True, False):
+        monkeypatch.setattr(grouped, "SHARE_TAP_BROADCASTS", on)
+        s1 = cpu.schedule_group_conv2d_nhwc(Z)
+        low = str(tc.lower(s1, [c.X, c.W, b, Z]))
+        # (not where the window's weight vectors would take over half the registers:
+        # a 9-column window with AVX2's 16)
+        shared = on and one_vector and 2 * (kw - 1) <= info.vregs - 4
+        assert ("unrolled (kx" in low) == shared, low
+        _check_nhwc_bias_relu(c, tc.build(s1, [c.X, c.W, b, Z]))

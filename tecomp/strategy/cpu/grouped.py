@@ -30,7 +30,9 @@ only while it stays inside one group:
 * Rows (NCHW, :func:`.depthwise._nchw_rows_into`): a block is ``OB`` output channels
   of one group (``OB`` divides ``P``) x ``YB`` rows x one vector of columns; the
   block's channels read the same input rows, so each input vector loaded feeds ``OB``
-  FMAs (the weights are broadcasts).  Tasks are the (image, channel block) pairs; each
+  FMAs (the weights are broadcasts; multiplies and adds contracted, :data:`ROWS_FMA`:
+  Zen 4, one thread, CPU time, under load, batch 8: 256x28x28 3.73 -> 2.87 ms, 128x56x56
+  3.65 -> 3.06 ms, 256x56x56 stride 2 5.51 -> 4.80 ms).  Tasks are the (image, channel block) pairs; each
   copies its group's input planes first where the data outgrow the caches
   (``copy_input``, :func:`group_conv2d_params`).
 * Pixels (NHWC, :func:`.depthwise._nhwc_pixels_into`): a block is ``XB`` pixels x
@@ -48,7 +50,9 @@ only while it stays inside one group:
   channel's ``Q`` values (one per group), stored side by side in a padded copy, are one
   broadcast (``vbroadcastsd`` for ``Q = 2``) feeding a whole FMA; the weights are copied
   in the same lane order and the accumulators go back to channel order with one shuffle
-  per vector on their way out.  A block is up to ``vregs - 4`` pixels x one vector.
+  per vector on their way out.  A block is up to ``vregs - 4 - (KW - 1)`` pixels x one
+  vector, the window's columns inside the input channel (:data:`SHARE_TAP_BROADCASTS`):
+  each broadcast of an input column feeds up to ``KW`` FMAs.
   Measured on Zen 5 (batch 8, one thread, CPU time, under load): 128x56x56 (groups of 4)
   1.51x -> 2.95x PyTorch, 256x56x56 stride 2 (groups of 8) 0.82x -> 1.65x, 256x28x28
   1.12x -> 2.13x (benchmarks/DECISIONS.md, "Grouped NHWC: interleaved vectors").
@@ -153,6 +157,27 @@ INTERLEAVE_WHOLE_VECTORS = True
 #: (``copy_input``, :func:`group_conv2d_params`); off, the rows read them in place, as
 #: before (an A/B switch of ``benchmarks/depthwise_conv.py --ab COPY_NCHW_INPUT``)
 COPY_NCHW_INPUT = True
+
+#: whether the interleaved NHWC template's groups narrower than a vector (one vector of
+#: ``Q`` groups) take an image's block of ``Q`` groups over the whole plane as a task
+#: where its tasks of rows would copy each input row twice or more (few rows per task:
+#: a small batch) and the plane's padded copy fits in a quarter of L2; off, tasks of rows
+#: there, as before (``benchmarks/depthwise_conv.py --ab PLANE_TASKS_ONE_VECTOR``)
+PLANE_TASKS_ONE_VECTOR = True
+
+#: whether the interleaved NHWC template's groups narrower than a vector (one vector of
+#: ``Q`` groups) loop over the input channel outside the window's columns (unrolled), so
+#: that a block of ``XB`` pixels reads ``XB + KW - 1`` input columns per channel and row
+#: of the window, each broadcast once and feeding up to ``KW`` FMAs (the loads of one
+#: column are one value to LLVM), where each FMA had a broadcast of its own; the block
+#: leaves ``KW - 1`` registers more for the weights.  Off: the columns outside the
+#: channel, as before (``benchmarks/depthwise_conv.py --ab SHARE_TAP_BROADCASTS``)
+SHARE_TAP_BROADCASTS = True
+
+#: whether the NCHW rows blocking fuses each multiply and add into an FMA (``pragma
+#: fp_contract``, as the depthwise rows do); off, a multiply and an add per tap, as before
+#: (``benchmarks/depthwise_conv.py --ab ROWS_FMA``)
+ROWS_FMA = True
 
 #: whether the NCHW channel blocks store their output through register transposes
 #: (``transpose_out``, :func:`_transposes_out`); off, one scatter per vector, as before
@@ -432,10 +457,12 @@ def _interleaved_into(s: Schedule, outs, info: CpuModel) -> None:
     being channel ``k`` of the ``t``-th group.  For input channel ``c`` its lanes then
     read ``Q`` values, channel ``c`` of each group, which the padded input copy stores
     side by side (``[n, row, column, Q-group block, c, Q]``): one ``Q``-element
-    broadcast (``vbroadcastsd`` for 2 groups) per pixel, channel and tap, every lane of
-    the FMA useful; the weights are copied to the same lanes (``[ky, kx, c, block, P,
-    Q]``), and a block of up to ``vregs - 4`` pixels x one vector is accumulated in that
-    order (``cache_write`` blocked twice) and put back in channel order with one
+    broadcast (``vbroadcastsd`` for 2 groups) per input pixel, channel and row of the
+    window, every lane of the FMA useful; the weights are copied to the same lanes
+    (``[ky, kx, c, block, P, Q]``), and a block of up to ``vregs - 4 - (KW - 1)``
+    pixels x one vector is accumulated in that order, the window's columns inside the
+    channel (each column's broadcast feeding up to ``KW`` FMAs,
+    :data:`SHARE_TAP_BROADCASTS`) (``cache_write`` blocked twice) and put back in channel order with one
     shuffle per vector on its way out.  Both copies are chained blocked
     ``cache_read``s (by ``I``/``P``, then by ``Q``).  Tasks are up to 4 output rows of
     an image (while there are 8 tasks per thread); each copies (and pads) the input
@@ -446,7 +473,10 @@ def _interleaved_into(s: Schedule, outs, info: CpuModel) -> None:
     - 1`` of both groups; a block is up to ``(vregs - 4) / 2`` pixels x 2 vectors, each
     broadcast feeding both; the weights are stored block by block, and the tasks are an
     image's pairs of groups over the whole plane where there are 4 per thread and its
-    padded copy fits in L1 (:func:`_block_plane_bytes`), else rows as above."""
+    padded copy fits in L1 (:func:`_block_plane_bytes`), else rows as above.  Groups
+    narrower than a vector take such tasks too (an image's ``Q`` groups over the plane)
+    where the tasks of rows would copy each input row twice or more and the plane's copy
+    fits in a quarter of L2 (:data:`PLANE_TASKS_ONE_VECTOR`)."""
     conv, pad = _conv_parts(outs, "group_conv2d_nhwc")
     pad = _own_pad(s, pad)
     N, O, OH, OW, G, P, I = _group_dims(conv)
@@ -466,7 +496,15 @@ def _interleaved_into(s: Schedule, outs, info: CpuModel) -> None:
         st = s[conv]
     n, y, x, o = st.op.axis
     # a block: xb pixels x V vectors, beside V weight vectors and the broadcasts
-    xb = _block(OW, max(1, (info.vregs - 4) // V))
+    kw = _cint(weight.shape[1])
+    # (Zen 4, one thread, CPU time, under load (load average 13), batch 8, 11 rounds:
+    # 256x28x28 3.33 -> 2.74 ms, 128x56x56 4.16 -> 3.30, 256x56x56 stride 2 6.43 ->
+    # 4.09; batch 1 256x28x28 0.353 -> 0.270.  On Zen 4 a 512-bit broadcast per FMA
+    # held the kernel near 70% of the FMA peak)
+    # (while the weights' KW vectors leave at least half the registers as accumulators)
+    share = (V == 1 and SHARE_TAP_BROADCASTS and kw is not None
+             and 2 * (kw - 1) <= info.vregs - 4)
+    xb = _block(OW, max(1, (info.vregs - 4 - ((kw - 1) if share else 0)) // V))
     xo, xi = st.split(x, factor=xb)
     # a pixel's output vector: a block's Q groups, V * L lanes (V > 1: one vector of
     # V * L lanes, its V accumulator vectors shuffled back to channel order together,
@@ -475,7 +513,18 @@ def _interleaved_into(s: Schedule, outs, info: CpuModel) -> None:
     T = max(1, info.threads)
     R = next((r for r in (4, 2) if OH % r == 0 and (OH // r) * (N or 1) >= 8 * T), 1)
     attach = oo
-    if V > 1 and (N or 1) * (G // Q) >= 4 * T and _block_plane_bytes(conv, Q) <= info.l1_bytes:
+    plane = _block_plane_bytes(conv, Q)
+    kh, sh = _cint(weight.shape[0]), conv.op.attrs["group_conv2d"][0][0]
+    # (a task of R rows copies (R - 1) * stride + KH input rows for R * stride.  Zen 4,
+    # 2 threads, wall, under load (load average 11-12), 21 rounds, batch 1, plane tasks
+    # against rows: 256x28x28 (one row a task) 0.428 -> 0.386 ms, 128x56x56 (2 rows)
+    # 0.478 -> 0.442; at batch 8 (4 rows a task, 1.5x copied) plane tasks ran 6-7%
+    # slower and are not taken)
+    recopied = kh is not None and (R - 1) * sh + kh >= 2 * R * sh
+    if (N or 1) * (G // Q) >= 4 * T and (
+            (V > 1 and plane <= info.l1_bytes)
+            or (V == 1 and PLANE_TASKS_ONE_VECTOR and recopied
+                and plane <= info.l2_bytes // 4)):
         # tasks: an image's block of Q groups over the whole plane, where its padded
         # copy (Q * I channels of the plane, read once) fits in L1, where a task of
         # rows copies every channel of its rows and of the rows around them
@@ -508,6 +557,9 @@ def _interleaved_into(s: Schedule, outs, info: CpuModel) -> None:
         akv, ak = cs.split(ak, factor=L // Q)
         cs.reorder(an, ay, axo, ag, ky, kx, c, ax, akv, ak, at)
         cs.unroll(akv)
+    elif share:
+        cs.reorder(an, ay, axo, ag, ky, c, kx, ax, ak, at)
+        cs.unroll(kx)
     else:
         cs.reorder(an, ay, axo, ag, ky, kx, c, ax, ak, at)
     lanes = cs.fuse(ak, at)
@@ -564,7 +616,8 @@ def _grouped_nchw_into(s: Schedule, outs, info: CpuModel, config=None) -> None:
         return
     # up to 8 channels of one group share the input vectors
     _nchw_rows_into(s, outs, info, "group_conv2d_nchw",
-                    _largest_divisor_at_most(_per_group(conv), 8), copy=p["copy_input"])
+                    _largest_divisor_at_most(_per_group(conv), 8), fma=ROWS_FMA,
+                    copy=p["copy_input"])
 
 
 def _grouped_nhwc_into(s: Schedule, outs, info: CpuModel, config=None) -> None:
