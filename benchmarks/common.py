@@ -16,6 +16,22 @@ def base_parser(doc: str, rounds: int) -> argparse.ArgumentParser:
     return ap
 
 
+def add_cpu_time(ap: argparse.ArgumentParser) -> None:
+    """The ``--cpu-time`` option: calls timed by the process's CPU time (one thread)."""
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time each call by the process's CPU time (with --threads 1)")
+
+
+def clock_of(ap: argparse.ArgumentParser, args) -> dict:
+    """``interleaved_turns``' ``clock=`` for ``--cpu-time`` (:func:`add_cpu_time`), after
+    checking it is used with one thread; else ``{}`` (wall time)."""
+    if not args.cpu_time:
+        return {}
+    if args.threads != 1:
+        ap.error("--cpu-time times one thread's calls: use it with --threads 1")
+    return {"clock": time.process_time}
+
+
 def parser(doc: str, rounds: int) -> argparse.ArgumentParser:
     """The options every conv script takes: :func:`base_parser`'s, ``--batch`` and
     ``--layout``."""

@@ -11,17 +11,49 @@ layer norm, tecomp's own templates (``tecomp.nn``).  Interleaved in one process,
 in ms (the peer's time over tecomp's: > 1 means tecomp is faster); every result is
 checked against a float64 reference first.
 
-    python3 benchmarks/plain_te.py [--threads 2] [--rounds 15]
+    python3 benchmarks/plain_te.py [--threads 2] [--rounds 15] [--ab]
+        [--threads 1 --cpu-time]
+
+``--cpu-time`` (with ``--threads 1``): each call timed by the process's CPU time, which
+on a loaded machine leaves out the time other processes run.  ``--ab`` also times each composition scheduled and lowered with the switches of
+:data:`AB_SWITCHES` off ("before"), interleaved with the rest.
 """
 from __future__ import annotations
 
+import importlib
 import platform
 
-from common import base_parser, interleaved_turns, pin_threads, torch_or_none
+from common import (add_cpu_time, base_parser, clock_of, interleaved_turns, pin_threads,
+                    torch_or_none)
+
+
+#: (module, flag): what ``--ab`` turns off for its "before" builds
+AB_SWITCHES = (("tecomp.lower.prefetch", "WIDE_STREAMS"),
+               ("tecomp.strategy.rules", "RECOMPUTE_IN_ROWS"),
+               ("tecomp.strategy.rules", "RECIPROCAL_ROWS"))
+
+
+def _build_with(tc, targs, on: bool):
+    """``tc.build(tc.auto_schedule(targs), targs)`` with every switch of
+    :data:`AB_SWITCHES` set to ``on``."""
+    mods = [(importlib.import_module(m), f) for m, f in AB_SWITCHES]
+    old = [getattr(m, f) for m, f in mods]
+    try:
+        for m, f in mods:
+            setattr(m, f, on)
+        return tc.build(tc.auto_schedule(targs), targs)
+    finally:
+        for (m, f), v in zip(mods, old):
+            setattr(m, f, v)
 
 
 def main() -> None:
-    args = base_parser(__doc__, rounds=15).parse_args()
+    ap = base_parser(__doc__, rounds=15)
+    ap.add_argument("--ab", action="store_true",
+                    help="also time the compositions with AB_SWITCHES off (before)")
+    add_cpu_time(ap)
+    args = ap.parse_args()
+    clock = clock_of(ap, args)
     pin_threads(args.threads)
     import numpy as np
 
@@ -97,6 +129,12 @@ def main() -> None:
         np.testing.assert_allclose(out, want[name], rtol=2e-5, atol=2e-6)
         fns["tecomp " + name] = lambda f=f, arrays=arrays: f(*arrays, out)
         peers[name] = []
+        if args.ab:
+            fb = _build_with(tc, targs, False)
+            fb(*arrays, out)
+            np.testing.assert_allclose(out, want[name], rtol=2e-5, atol=2e-6)
+            fns["before " + name] = lambda f=fb, arrays=arrays: f(*arrays, out)
+            peers[name].append("before " + name)
     # tecomp's templates
     Ts = nn.softmax(X)
     f_sm = tc.build(tc.strategy.cpu.schedule_softmax([Ts]), [X, Ts])
@@ -123,7 +161,7 @@ def main() -> None:
                            ("layer norm as 5", "torch layer_norm"),
                            ("softmax, temperature 2", "torch softmax(x * 0.5)")):
             peers[name].append(peer)
-    t = interleaved_turns(fns, args.rounds)
+    t = interleaved_turns(fns, args.rounds, **clock)
     print(f"{platform.processor() or platform.machine()}, {args.threads} threads, "
           f"{args.rounds} rounds, {M}x{N} float32, tecomp auto_schedule trials=0")
     for name in plain:

@@ -901,6 +901,63 @@ def test_row_compositions_are_computed_a_row_at_a_time(make, M, N):
                                rtol=2e-5, atol=2e-6)
 
 
+@pytest.mark.parametrize("make", [_softmax4, _log_softmax3, _layer_norm5, _scaled_softmax],
+                         ids=["softmax4", "log_softmax3", "layer_norm5", "scaled_softmax"])
+def test_row_compositions_equal_the_unfused_form(make):
+    """Each composition, auto-scheduled, against the same computes with the default
+    schedule (every stage a full-size array, in order, strict division): equal within
+    float32 tolerance (rtol 2e-5, atol 2e-6: the row sums are added in another order,
+    a division by a row's sum is a multiply by its reciprocal)."""
+    M, N = 37, 320
+    args, _ = make(M, N)
+    rng = np.random.default_rng(7)
+    ins = [rng.standard_normal([int(d) for d in a.shape]).astype("float32") for a in args[:-1]]
+    got, want = (np.empty([int(d) for d in args[-1].shape], "float32") for _ in range(2))
+    tc.build(tc.auto_schedule(args), args)(*ins, got)
+    tc.build(tc.create_schedule(args[-1].op), args)(*ins, want)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+
+
+def test_row_compositions_fused_like_the_templates():
+    """What the softmax and layer norm templates do, from plain computes: layer norm's
+    centred values ``x - total / N`` (cheap, read by a row reduction and the output) are
+    recomputed by each pass over the row, no row buffer (knob ``inline.centered``); a
+    division by a row's sum is one reciprocal per row, multiplied (``pragma
+    fp_reciprocal``: LLVM's ``fdiv arcp``; knob ``rcp.out``), within 2 ulp of the
+    division; an exp (not cheap) keeps its row buffer."""
+    M, N = 16, 256
+    args, _ = _layer_norm5(M, N)
+    knobs = Knobs()
+    ir = str(tc.lower(apply_rules(args, knobs, cpu_model("llvm"), {}), args))
+    assert knobs.values["inline.centered"] is True
+    assert "centered" not in ir and "sumsq" in ir, ir
+    off = str(tc.lower(apply_rules(args, Knobs({"inline.centered": False}), cpu_model("llvm"),
+                                   {}), args))
+    assert "allocate centered: float32[1, 256]" in off, off
+    args, _ = _softmax4(M, N)
+    knobs = Knobs()
+    s_on = apply_rules(args, knobs, cpu_model("llvm"), {})
+    assert knobs.values["rcp.out"] is True and "inline.e" not in knobs.values
+    ir = str(tc.lower(s_on, args))
+    assert "// attr pragma_fp_reciprocal" in ir and "allocate e: float32[1, 256]" in ir, ir
+    s_off = apply_rules(args, Knobs({"rcp.out": False}), cpu_model("llvm"), {})
+    assert "fp_reciprocal" not in str(tc.lower(s_off, args))
+    f_on, f_off = tc.build(s_on, args), tc.build(s_off, args)
+    assert "fdiv arcp" in f_on.get_source("llvm-unopt")
+    assert "fdiv arcp" not in f_off.get_source("llvm-unopt")
+    x = np.random.default_rng(2).standard_normal((M, N)).astype("float32") * 4
+    a, b = np.empty_like(x), np.empty_like(x)
+    f_on(x, a)
+    f_off(x, b)
+    np.testing.assert_array_max_ulp(a, b, maxulp=2)
+    # a division by a value that moves along the row (x / y[i, j]) stays a division
+    Y = tc.placeholder((M, N), name="y")
+    Q = tc.compute((M, N), lambda i, j: args[0][i, j] / Y[i, j], name="q")
+    knobs = Knobs()
+    apply_rules([args[0], Y, Q], knobs, cpu_model("llvm"), {})
+    assert "rcp.q" not in knobs.values
+
+
 @pytest.mark.parametrize("shape", [(4, 8, 28, 28), (2, 3, 7, 7), (2, 4, 5, 33), (3, 2, 56, 9)])
 def test_plane_reductions_are_vectorized_per_output(shape):
     """A reduction over several axes whose last runs along contiguous memory (a batch

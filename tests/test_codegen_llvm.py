@@ -2785,3 +2785,34 @@ def test_masked_strided_loads_under_the_pragma(cond):
     f(x, out)
     want = np.where(on, x[np.clip(2 * idx - 1, 0, n - 1)], -7.0)
     np.testing.assert_array_equal(out, want)
+
+
+def test_fp_reciprocal_pragma_multiplies_by_one_reciprocal_per_row():
+    """``pragma fp_reciprocal``: the nest's float divisions are ``fdiv arcp``; a division
+    by a per-row value is ``x * (1 / s)``, both rounded (the very bits), within 1 ulp of
+    the quotient, some elements 1 ulp off (a second rounding); without the pragma, IEEE
+    division; the pragma also holds on a one-iteration loop."""
+    import tecomp as tc
+
+    for rows in (8, 1):
+        X = tc.placeholder((rows, 64), name="x")
+        S = tc.placeholder((rows,), name="s")
+        Y = tc.compute((rows, 64), lambda i, j: X[i, j] / S[i], name="y")
+        x = np.random.default_rng(rows).random((rows, 64)).astype("float32") + 1
+        sv = np.random.default_rng(9).random(rows).astype("float32") * 7 + 3
+        outs = []
+        for rcp in (False, True):
+            s = tc.create_schedule(Y.op)
+            jo, ji = s[Y].split(Y.op.axis[1], factor=16)
+            s[Y].vectorize(ji)
+            if rcp:
+                s[Y].pragma(Y.op.axis[0], "fp_reciprocal")
+            assert ("pragma_fp_reciprocal" in str(tc.lower(s, [X, S, Y]))) == rcp
+            m = tc.build(s, [X, S, Y])
+            assert ("fdiv arcp" in m.get_source("llvm-unopt")) == rcp
+            outs.append(np.empty_like(x))
+            m(x, sv, outs[-1])
+        np.testing.assert_array_equal(outs[0], x / sv[:, None])
+        np.testing.assert_array_max_ulp(outs[1], outs[0], maxulp=1)
+        assert (outs[1] != outs[0]).any()
+        assert np.array_equal(outs[1], (x * (np.float32(1) / sv)[:, None]).astype("float32"))

@@ -371,3 +371,40 @@ def test_stream_rows_before_the_edge_prefetch_nothing(backend):
     want = np.zeros((12, 64), "float32")
     want[7:] = a[:5]
     np.testing.assert_array_equal(b, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_wide_stream_one_prefetch_per_line(backend):
+    """A wide stream (64 float32 a step, four lines, moving on by 64): four prefetches
+    a step, a line apart, unrolled, not the five of an isolated region of unknown
+    alignment; under a condition that reads past the array's end, none beyond the
+    clipped region (the interpreter checks every prefetched element)."""
+    A = tc.placeholder((1024,), name="A")
+    B = tc.compute((1024,), lambda i: A[i] * 2.0, name="B")
+    s = tc.create_schedule(B.op)
+    io, ii = s[B].split(B.op.axis[0], factor=64)
+    s[B].prefetch(A, io, 1)
+    lines = [ln.strip() for ln in str(tc.lower(s, [A, B])).splitlines() if "pf" in ln]
+    assert lines == ["unrolled (A.pf, 0, 4) {", "prefetch A[min(i.outer + 1, 15)*64 + A.pf*16]"], lines
+    a = np.arange(1024, dtype="float32")
+    b = np.zeros(1024, "float32")
+    run(s, [A, B], [a, b], backend)
+    np.testing.assert_array_equal(b, a * 2)
+    # the region past the edge: 90 + 64 = 154 elements read of 100 (guarded)
+    A = tc.placeholder((100,), name="A")
+    B = tc.compute((128,), lambda i: tc.if_then_else(i < 100, A[i], 0.0), name="B")
+    s = tc.create_schedule(B.op)
+    io, ii = s[B].split(B.op.axis[0], factor=16)
+    s[B].prefetch(A, io, 1)
+    text = str(tc.lower(s, [A, B]))
+    assert "A.pf" not in text, text   # (one line a step: a plain stream)
+    B = tc.compute((192,), lambda i: tc.if_then_else(i < 100, A[i], 0.0), name="B")
+    s = tc.create_schedule(B.op)
+    io, ii = s[B].split(B.op.axis[0], factor=32)
+    s[B].prefetch(A, io, 1)
+    text = str(tc.lower(s, [A, B]))
+    assert "prefetch A[" in text and "A.pf" in text, text
+    a = np.arange(100, dtype="float32")
+    b = np.full(192, np.nan, "float32")
+    run(s, [A, B], [a, b], backend)
+    np.testing.assert_array_equal(b, np.where(np.arange(192) < 100, np.arange(192), 0))

@@ -1626,11 +1626,12 @@ def _decide_bounds(t, lo, hi):
 
 
 #: pragmas that hold for the whole nest under their loop, not for the loop itself
-#: (``fp_contract``: ``a*b + c`` anywhere in it may be one FMA): they stay when that
+#: (``fp_contract``: ``a*b + c`` anywhere in it may be one FMA; ``fp_reciprocal``: ``a / b``
+#: may be ``a * (1 / b)``): they stay when that
 #: loop is removed for having one iteration (a pragma on a loop's own behaviour, such as
 #: ``unroll_count``, goes with it)
-NEST_PRAGMAS = frozenset({"pragma_fp_contract", "pragma_nontemporal",
-                          "pragma_masked_wide_loads"})
+NEST_PRAGMAS = frozenset({"pragma_fp_contract", "pragma_fp_reciprocal",
+                          "pragma_nontemporal", "pragma_masked_wide_loads"})
 
 
 def _holding(c: Expr, body: Stmt, truth: bool):

@@ -30,7 +30,11 @@ replaces each by a small loop nest at the start of that body:
    when they span a constant fewer
    than :data:`MAX_UNROLLED_ROWS` rows, are an unrolled loop over that span, each row
    clamped into the array, none where the clip empties them (a few rows of a matrix
-   streamed side by side).
+   streamed side by side).  A *wide stream* -- an innermost region a whole number
+   ``n`` of lines wide whose start moves on by exactly its width each iteration (four
+   vectors a step along a row) -- gets ``n`` prefetches, ``L`` elements apart from
+   ``lo`` (fewer where the clip shortens the region), unrolled: the regions tile a
+   contiguous run, so every line of it but perhaps the last is asked for once.
 
 It is a ``Prefetch(write=True)`` when the body stores to the buffer, at the request's
 cache ``level``.  A loop of one
@@ -61,6 +65,11 @@ PREFETCH_ATTR = "prefetch"
 #: a loop of fewer iterations prefetches a region narrower than a line at both ends,
 #: never as a stream (``_streams``: its last iteration's end would be a share of the lines)
 MIN_STREAM_STEPS = 4
+
+#: whether a wide stream (an innermost region a whole number of lines wide, moving on by
+#: its width each iteration: four vectors a step along a row) gets one prefetch per line,
+#: unrolled (else the ``ceil(span / L) + 1`` of a region of unknown alignment, in a loop)
+WIDE_STREAMS = True
 
 #: a stream's prefetches (one line in each of a few rows, see ``_streams``) are unrolled
 #: up to this many rows (a skinny GEMM's tile of rows of W, ``strategy.cpu.skinny``)
@@ -245,6 +254,7 @@ class _Expand(Mutator):
             target = v
         L = max(1, CACHE_LINE_BYTES // _itemsize(buf.dtype))
         stream = _streams(*raw, loop, L, outer)   # (the innermost, before the clip)
+        lines = 0 if stream or not WIDE_STREAMS else _wide_stream(*raw, loop, L, outer)
         vmap = {v: target}
         los = [substitute(x, vmap) for x in los]
         his = [substitute(x, vmap) for x in his]
@@ -274,6 +284,14 @@ class _Expand(Mutator):
                     count = _op.minimum(count, rows)
                 loops.append((q, count, "serial"))
                 indices.append(lo)
+            elif lines:
+                # a wide stream: one prefetch per line of the region, none past its
+                # clipped end
+                Lc = Const(L, "int32")
+                count = simplify(_op.minimum(Const(lines, "int32"), _op.floordiv(
+                    _op.add(_op.sub(hi, lo), Lc), Lc)), outer)
+                loops.append((q, count, "unrolled" if isinstance(count, Const) else "serial"))
+                indices.append(_op.add(lo, _op.mul(q, Lc)))
             else:
                 Lc = Const(L, "int32")
                 # ceil((hi - lo) / L) + 1 points, none for an empty region (hi < lo)
@@ -301,6 +319,26 @@ def _streams(lo: Expr, hi: Expr, loop: For, L: int, outer) -> bool:
     step = simplify(_op.sub(substitute(lo, {v: _op.add(v, Const(1, v.dtype))}), lo), outer)
     return (isinstance(span, Const) and 0 <= span.value < L
             and isinstance(step, Const) and 0 < step.value <= L)
+
+
+def _wide_stream(lo: Expr, hi: Expr, loop: For, L: int, outer) -> int:
+    """The lines of a *wide stream*, else 0: the innermost region ``[lo, hi]`` is a whole
+    number of lines wide and its start moves on by exactly its width each iteration of
+    ``loop`` (which runs :data:`MIN_STREAM_STEPS` times or more), so the iterations'
+    regions tile a contiguous run; one prefetch per line, ``L`` elements apart from
+    ``lo``, brings every line of the run but, where the alignment puts it in a line of
+    its own, the end of the last region (a step of four vectors along a row)."""
+    v = loop.var
+    if not isinstance(loop.extent, Const) or loop.extent.value < MIN_STREAM_STEPS:
+        return 0
+    span = simplify(_op.sub(hi, lo), outer)
+    step = simplify(_op.sub(substitute(lo, {v: _op.add(v, Const(1, v.dtype))}), lo), outer)
+    if not (isinstance(span, Const) and isinstance(step, Const)):
+        return 0
+    width = int(span.value) + 1
+    if width < L or width % L or int(step.value) != width:
+        return 0
+    return width // L
 
 
 def expand_prefetches(func: PrimFunc) -> PrimFunc:

@@ -340,7 +340,8 @@ class Stage(TracedStage):
         ``unroll_count`` (an int from 1 to :data:`MAX_UNROLL_COUNT`) has LLVM unroll the
         loop that many times; ``no_partition`` / ``partition``: loop partitioning leaves the loop whole / also
         splits it on the selects in what its body stores (docs/schedule.md); ``fp_contract``
-        lets ``a*b + c`` in the nest be one FMA (docs/numerics.md); ``nontemporal`` has the
+        lets ``a*b + c`` in the nest be one FMA, ``fp_reciprocal`` lets ``a / b`` in it
+        be ``a * (1 / b)`` (docs/numerics.md); ``nontemporal`` has the
         LLVM backend stream the nest's aligned whole-vector stores to the buffers it does
         not allocate past the cache (docs/schedule.md); ``masked_wide_loads`` has it read
         a strided load under a lane mask in the nest as a wide masked load and a shuffle,

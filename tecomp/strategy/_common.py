@@ -167,9 +167,12 @@ def _is_view(op) -> bool:
     return seen == sorted(set(seen))
 
 
-def _cheap(body) -> bool:
-    """No call to an intrinsic, no division: worth recomputing where it is read."""
-    return not collect(body, lambda n: isinstance(n, (Call, Div)))
+def _cheap(body, along: Optional[Var] = None) -> bool:
+    """No call to an intrinsic, no division: worth recomputing where it is read (with
+    ``along``: none that moves with that loop variable; one that does not, a per-row
+    ``total / n``, is computed once per row by the code generator's hoisting)."""
+    return not collect(body, lambda n: isinstance(n, (Call, Div)) and (
+        along is None or uses_var(n, along)))
 
 
 def _stride_along(idx: Sequence[Expr], var: Var) -> str:

@@ -76,15 +76,32 @@ def prefetch_next_row(s: Schedule, out: Tensor, ops_, vec_loops, st: Stage, R, J
     ndim = len(out.shape)
     inside = set(id(op) for op in ops_)
     ins = []
+    reads = {id(op): _reads_through_inline(s, op) for op in ops_}
     for op in ops_:
-        for t in op.input_tensors:
-            if id(t.op) not in inside and len(t.shape) == ndim and t not in ins and (
-                    isinstance(t.op, PlaceholderOp) or s[t].attach_type == "root"):
-                ins.append(t)   # (an inlined stage has no buffer to prefetch)
+        for t in reads[id(op)]:
+            if id(t.op) not in inside and len(t.shape) == ndim and t not in ins:
+                ins.append(t)
     for t in ins:
         reader = next((o for o in reversed(ops_) if o in vec_loops
-                       and vec_loops[o] is not None and t in o.input_tensors), None)
+                       and vec_loops[o] is not None and t in reads[id(o)]), None)
         if reader is not None:
             s[reader.output(0)].prefetch(t, vec_loops[reader], 1, along=R)
         elif J is not None and J * 4 <= l1_bytes // 4:
             st.prefetch(t, R, 1)
+
+
+def _reads_through_inline(s: Schedule, op) -> list:
+    """The tensors with a buffer that ``op`` reads: its inputs, an inlined stage's
+    replaced by what that stage reads (layer norm's ``x - mean``, inlined into its
+    output, reads ``x``)."""
+    out, todo, seen = [], list(op.input_tensors), set()
+    while todo:
+        t = todo.pop(0)
+        if id(t.op) in seen:
+            continue
+        seen.add(id(t.op))
+        if not isinstance(t.op, PlaceholderOp) and s[t].attach_type == "inline":
+            todo.extend(t.op.input_tensors)
+        elif isinstance(t.op, PlaceholderOp) or s[t].attach_type == "root":
+            out.append(t)
+    return out

@@ -22,7 +22,9 @@ in spirit):
    computed once per row instead), nor tagged :data:`NO_INLINE`; an elementwise stage
    read by a reduction (a padded input) is computed per task of that reduction, not
    inlined into its inner loop (one that only re-indexes its input in the same order,
-   a 1x1 convolution's weights as a GEMM operand, is inlined: read in place).
+   a 1x1 convolution's weights as a GEMM operand, is inlined: read in place; so is a cheap
+   stage of whole rows read by row reductions, layer norm's ``x - mean``: recomputed by
+   each pass over the row, :meth:`_Rules._recomputed_in_rows`).
 3. **Reductions with a vectorizable output axis** (GEMM-like: batched matmul, ``A^T B``,
    convolutions written as plain computes, most gradients; :mod:`tecomp.strategy.blocks`):
    a register block of ``mr`` rows of one axis (``u``) by ``nv`` vectors of the output's
@@ -57,7 +59,9 @@ in spirit):
    ``rfactor``-ed into parallel partial results (:meth:`_Rules.split_reduction`).
 5. **Elementwise outputs**: innermost axis vectorized (four vectors a step where they
    divide a constant row), outer axes fused and parallel; a row with a vector tail fused
-   with the axis before it where every read takes both whole (a 7x7 map).
+   with the axis before it where every read takes both whole (a 7x7 map); a division by
+   a value constant along the row (a softmax's ``e / sum``) one reciprocal per row,
+   multiplied (``pragma fp_reciprocal``).
 
 Before rule 3, an int8 GEMM (uint8 x int8 summed in int32) is tensorized with the
 target's dot-product intrinsic (:mod:`tecomp.strategy.tensorize`).
@@ -73,8 +77,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import AutoScheduleError
 from ..ir import dtype as _dt
-from ..ir.expr import Const, Reduce, Var, same_as
-from ..ir.functor import uses_var
+from ..ir.expr import Const, Div, Reduce, Var, same_as
+from ..ir.functor import collect, uses_var
 from ..ir.simplify import simplify
 from ..lower.schedule_ops import expand_inlined
 from ..lower.vectorize import selection_reducer
@@ -107,6 +111,16 @@ FUSE_FLAT_EPILOGUES = True
 #: input at 47% and 55% of a row sum's rate, 128 KiB at 68% (a sum over the middle axis
 #: of 8x64x128x256, 2 threads, Zen 5, under load; history/2026-11-30.md, "h15-reduce")
 COLUMN_TILE_L2 = 8
+
+#: whether a cheap elementwise stage of whole rows read by row reductions (layer norm's
+#: centred values) is inlined, recomputed by each pass over the row from the input in L1
+#: (:meth:`_Rules._recomputed_in_rows`), instead of a row buffer stored and read back
+RECOMPUTE_IN_ROWS = True
+
+#: whether an elementwise stage that divides by a value constant along its rows (a
+#: softmax's ``e / sum``) has its nest marked ``fp_reciprocal``: one reciprocal per row,
+#: multiplied (the knob ``rcp.<stage>``)
+RECIPROCAL_ROWS = True
 
 #: the rows a column reduction reads per pass over its tile (the last reduce axis split
 #: by it, unrolled inside the tile's vectors): each accumulator is loaded and stored once
@@ -241,7 +255,8 @@ class _Rules(BlockRules):
                 # it only re-indexes its input in the same order (a 1x1 convolution's
                 # weights as a GEMM's [1, K, C]): read in place, it costs nothing, where
                 # a copy per task copied all of it again for every task
-                if _is_view(op) and NO_INLINE not in _tags(op) and \
+                if (_is_view(op) or self._recomputed_in_rows(op, rd)) and \
+                        NO_INLINE not in _tags(op) and \
                         self.k.choose(f"inline.{op.name}", [True, False], True):
                     st.compute_inline()
                 continue
@@ -255,6 +270,25 @@ class _Rules(BlockRules):
             name = f"inline.{op.name}"
             if self.k.choose(f"{name}", [True, False], NO_INLINE not in _tags(op)):
                 st.compute_inline()
+
+    def _recomputed_in_rows(self, op, readers) -> bool:
+        """Whether elementwise ``op`` is cheap (:func:`_cheap`: no call, no division
+        along its last axis),
+        reads its inputs along contiguous rows (or not at all along its last axis) and is
+        read by row reductions over its last axis (and elementwise stages): inlined,
+        each row pass recomputes it from rows in L1 instead of storing a row buffer
+        and reading it back (layer norm's centred values ``x - mean``, read by the sum of
+        squares and by the output)."""
+        last = op.axis[-1].var
+        if not RECOMPUTE_IN_ROWS or len(op.axis) < 2 or \
+                not all(_cheap(b, along=last) for b in op.bodies):
+            return False
+        if any(_stride_along(ld.indices, last) == "strided" for b in op.bodies
+               for ld in _loads(b)):
+            return False
+        n = len(op.axis) - 1
+        return all(not r.reduce_axis or (len(r.axis) == n and self._row_reducible(r))
+                   for r in readers)
 
     def part_templates(self):
         """Operators with a template of their own inside a larger DAG (attention in a
@@ -389,6 +423,21 @@ class _Rules(BlockRules):
                     and vo in st.leaf_iter_vars else None
                 at_row[op] = own
                 self._prefetch_rows(st, row, at_row)
+        if self._divides_by_row_values(op) and \
+                self.k.choose(f"rcp.{op.name}", [True, False], True):
+            # a / s[i] along the row: one reciprocal per row, multiplied (what the
+            # softmax template computes; two roundings instead of one)
+            st.pragma(st.leaf_iter_vars[0], "fp_reciprocal")
+
+    @staticmethod
+    def _divides_by_row_values(op) -> bool:
+        """Whether ``op`` (of two axes or more) divides floats by a value that does not
+        move along its last axis (a softmax's ``e[i, j] / sum[i]``)."""
+        if len(op.axis) < 2:
+            return False
+        last = op.axis[-1].var
+        return RECIPROCAL_ROWS and any(collect(b, lambda n: isinstance(n, Div) and (
+            _dt.is_float(n.dtype) and not uses_var(n.b, last))) for b in op.bodies)
 
     def _leaf_extent(self, st, iv):
         # extent of a leaf axis made by a split of an op axis (for task counting)

@@ -238,7 +238,7 @@ class _ExprEmitter:
         a, c, dt = self._operands(e)
         if not _dt.is_float(dt):
             raise InternalError(f"true division of {dt} operands (Div is for floats)")
-        return self.map2(a, c, self.b.fdiv)
+        return self.map2(a, c, lambda x, y: self.b.fdiv(x, y, flags=self.mb.div_flags))
 
     def _intdiv(self, e, kind: str) -> Val:
         a, c, dt = self._operands(e)

@@ -134,7 +134,9 @@ Lowering
 * **Floating point** is strict IEEE by default (no reassociation, no FMA contraction),
   so elementwise arithmetic matches numpy bit for bit.  ``PrimFunc.attrs["fp_contract"] =
   True`` marks float ``+ - *`` ``contract`` so LLVM may fuse ``a*b + c`` into one FMA
-  (TVM's default; faster reductions, one rounding less).
+  (TVM's default; faster reductions, one rounding less).  ``pragma fp_reciprocal`` on a
+  nest marks its float divisions ``arcp``: ``a / b`` may be ``a * (1 / b)``, the
+  reciprocal of a loop-invariant ``b`` computed once before the loop (two roundings).
 * **Non-temporal stores** (``pragma nontemporal`` on a nest): the nest is emitted twice,
   behind a run-time test that every buffer it stores to and does not allocate starts on
   a 64-byte line; in that copy a whole-vector store to them whose first element's offset
@@ -370,16 +372,25 @@ class _FnEmitter(_MemoryEmitter, _ControlEmitter, _ExprEmitter, _MathEmitter,
             finally:
                 self.mb.masked_wide_loads = False
             return
-        if s.key == "pragma_fp_contract" and not self.mb.fp_flags:
-            # a schedule's opt-in (s[T].pragma(axis, "fp_contract")): a*b + c in the
-            # loop nest may become one FMA (one rounding instead of two)
-            self.mb.fp_flags = ("contract",)
+        flag = _FLAG_PRAGMAS.get(s.key)
+        if flag is not None and not getattr(self.mb, flag[0]):
+            # a schedule's opt-in to fast-math flags in the nest: s[T].pragma(axis,
+            # "fp_contract") (a*b + c may become one FMA: one rounding instead of two),
+            # "fp_reciprocal" (a / b may be a * (1 / b): one reciprocal per
+            # loop-invariant b, a per-row sum)
+            setattr(self.mb, flag[0], flag[1])
             try:
                 self.stmt(s.body)
             finally:
-                self.mb.fp_flags = ()
+                setattr(self.mb, flag[0], ())
             return
         self.stmt(s.body)
+
+
+#: the pragmas that set LLVM fast-math flags in their nest: the module builder's
+#: attribute holding them and the flags
+_FLAG_PRAGMAS = {"pragma_fp_contract": ("fp_flags", ("contract",)),
+                 "pragma_fp_reciprocal": ("div_flags", ("arcp",))}
 
 
 def _restore(d: dict, k, old):
