@@ -65,6 +65,9 @@ def main() -> None:
     rng = np.random.default_rng(0)
     fns, rows = {}, []
     only = set(args.only.split(","))
+    if not only & {"transpose", "conv1d", "conv3d"}:
+        ap.error(f"--only takes transpose, conv1d and/or conv3d (comma-separated), "
+                 f"got {args.only!r}")
 
     def add(key, make, ref, xshape, wshape):
         X = tc.placeholder(xshape, name="x")
