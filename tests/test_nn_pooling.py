@@ -520,6 +520,23 @@ def _torch_grad(fn, x, h):
     return out.detach().numpy(), t.grad.numpy()
 
 
+def _grad_against_torch(op, top, x, last):
+    """``(y, g, want_y, want_g)``: tecomp's ``op`` and its data gradient for a random
+    head over ``x`` (float64, channels first; passed channels last with ``last``), and
+    PyTorch's ``top``'s, all channels first."""
+    data = to_last(x) if last else x
+    X = tc.placeholder(data.shape, F64, name="X")
+    Y = op(X)
+    H = tc.placeholder(Y.shape, F64, name="H")
+    (G,) = tc.gradient(Y, [X], head=H)
+    f = tc.build(tc.create_schedule([Y.op, G.op]), [X, H, Y, G])
+    h = rng.standard_normal(tuple(top(torch.from_numpy(x)).shape))
+    want_y, want_g = _torch_grad(top, x, h)
+    y, g = np.zeros(tuple(int(e.value) for e in Y.shape)), np.zeros(data.shape)
+    f(data, to_last(h) if last else h, y, g)
+    return (to_first(y) if last else y), (to_first(g) if last else g), want_y, want_g
+
+
 GRAD_CASES = [  # name, tecomp op, torch op (NC... layout), shape, ties
     ("max1d_d2_ceil", lambda X: nn.max_pool1d(X, 3, 2, 1, dilation=2, ceil_mode=True),
      lambda t: F.max_pool1d(t, 3, 2, 1, 2, True), (2, 3, 13), False),
@@ -546,20 +563,9 @@ def test_gradient_matches_pytorch(name, op, top, shape, ties):
     (max: to the first maximum of each window, ties included)."""
     last = "nhwc" in name or "ndhwc" in name or "nwc" in name
     x = rng.integers(0, 3, shape).astype(F64) if ties else rng.standard_normal(shape)
-    data = to_last(x) if last else x
-    X = tc.placeholder(data.shape, F64, name="X")
-    Y = op(X)
-    H = tc.placeholder(Y.shape, F64, name="H")
-    (G,) = tc.gradient(Y, [X], head=H)
-    f = tc.build(tc.create_schedule([Y.op, G.op]), [X, H, Y, G])
-    h = rng.standard_normal(tuple(top(torch.from_numpy(x)).shape))
-    want_y, want_g = _torch_grad(top, x, h)
-    hh = to_last(h) if last else h
-    y = np.zeros(tuple(int(e.value) for e in Y.shape))
-    g = np.zeros(data.shape)
-    f(data, hh, y, g)
-    np.testing.assert_allclose(to_first(y) if last else y, want_y, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(to_first(g) if last else g, want_g, rtol=1e-12, atol=1e-12)
+    y, g, want_y, want_g = _grad_against_torch(op, top, x, last)
+    np.testing.assert_allclose(y, want_y, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(g, want_g, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("nan", [False, True], ids=["inf", "inf_nan"])
@@ -574,19 +580,10 @@ def test_max_gradient_with_minus_inf_data_matches_pytorch(name, nan):
     x[rng.random(shape) < 0.7] = -np.inf
     if nan:
         x[rng.random(shape) < 0.1] = np.nan
-    data = to_last(x) if last else x
-    X = tc.placeholder(data.shape, F64, name="X")
-    Y = op(X)
-    H = tc.placeholder(Y.shape, F64, name="H")
-    (G,) = tc.gradient(Y, [X], head=H)
-    f = tc.build(tc.create_schedule([Y.op, G.op]), [X, H, Y, G])
-    h = rng.standard_normal(tuple(top(torch.from_numpy(x)).shape))
-    want_y, want_g = _torch_grad(top, x, h)
-    y, g = np.zeros(tuple(int(e.value) for e in Y.shape)), np.zeros(data.shape)
-    f(data, to_last(h) if last else h, y, g)
-    np.testing.assert_array_equal(to_first(y) if last else y, want_y)
+    y, g, want_y, want_g = _grad_against_torch(op, top, x, last)
+    np.testing.assert_array_equal(y, want_y)
     assert not nan or np.isnan(want_y).any()
-    np.testing.assert_allclose(to_first(g) if last else g, want_g, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(g, want_g, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", ["max1d_d2_ceil", "avg1d_ceil_excl", "avg3d_ndhwc",
