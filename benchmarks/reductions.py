@@ -7,16 +7,18 @@ elements (8x64x128x256 as NCHW, or 4096x4096; 16M bools for ``all``/``any``), sc
 ``tc.auto_schedule(args)`` at trials=0 (none of these operators has a template: the
 generic rules of ``tecomp.strategy.rules`` schedule them, rules 3-5), timed against
 PyTorch's operator (its ``out=`` variant into a preallocated tensor where one exists:
-``torch.sum(..., out=)``, ``torch.ops.aten.silu.out``, ``Tensor.copy_`` for a cast),
+``torch.sum(..., out=)``, ``torch.ops.aten.silu.out``, ``Tensor.copy_`` for a cast and for
+the row ``copy``, a plain ``tc.compute`` copy),
 interleaved in one process, medians in ms.  ``ratio`` is PyTorch's time over
 tecomp's (> 1: tecomp is faster).  ``GB/s`` counts the input read once and the output
 written once; ``%`` compares it with the memory stream timed in the same turns: for a
 reduction the read stream (a tecomp row sum of as many bytes, rows of 4096 float32), for
 an elementwise operator a copy of its input (a tecomp kernel, vectorized and parallel,
+its stores past the cache as every elementwise output over half the last-level cache,
 counting its read and its write).  Every result is checked against PyTorch's first.
 
     python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...] [--rules-off]
-        [--new-off] [--select-off]
+        [--new-off] [--select-off] [--stream-off]
 """
 from __future__ import annotations
 
@@ -140,6 +142,8 @@ def elementwise_workloads():
                             lambda torch, x, out: out.copy_(x), "float16", "elem")
     work["cast:int32"] = (NCHW, "float", lambda nn, X: nn.cast(X, "int32"),
                           lambda torch, x, out: out.copy_(x), "int32", "elem")
+    # a plain copy (tc.compute(shape, lambda *i: X[i])) against Tensor.copy_
+    work["copy"] = (NCHW, "float", "copy", lambda torch, x, out: out.copy_(x), None, "elem")
     work["prelu:channel"] = (NCHW, "float", "prelu",
                              lambda torch, x, out, w=None: torch.prelu(x, w), None, "elem")
     return work
@@ -191,6 +195,14 @@ def select_off(tc, sig, ins):
     return flags_off(tc, sig, ins, [(vectorize, "SELECTION_REDUCTIONS")])
 
 
+def stream_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` scheduled with every store through the cache (no
+    ``pragma nontemporal`` on an elementwise output over half the last-level cache:
+    ``tecomp.strategy.rules.STREAM_OUTPUTS`` False)."""
+    from tecomp.strategy import rules
+    return flags_off(tc, sig, ins, [(rules, "STREAM_OUTPUTS")])
+
+
 def _input(np, rng, shape, kind):
     x = rng.standard_normal(shape).astype("float32")
     if kind == "pos":
@@ -217,6 +229,9 @@ def main() -> None:
     ap.add_argument("--select-off", action="store_true", help="also time each reduction "
                     "built without the reduce plan of selections (an argmax's lanes "
                     "combined in steps), in the same turns")
+    ap.add_argument("--stream-off", action="store_true", help="also time each elementwise "
+                    "operator scheduled with its output stored through the cache (no "
+                    "non-temporal stores), in the same turns")
     args = ap.parse_args()
     pin_threads(args.threads)
     import os
@@ -272,6 +287,9 @@ def main() -> None:
             tw = torch.from_numpy(w)
             tfn = (lambda f, tw: lambda torch, x, out: f(torch, x, out, tw))(tfn, tw)
             sig = [X, S, Y]
+        elif build == "copy":
+            Y = tc.compute(shape, lambda *i: X[i], name="copy")
+            sig = [X, Y]
         else:
             Y = build(nn, X)
             sig = [X, Y]
@@ -311,6 +329,8 @@ def main() -> None:
             fns["new_off"] = new_off(tc, sig, ins)
         if args.select_off and family == "reduce":
             fns["select_off"] = select_off(tc, sig, ins)
+        if args.stream_off and family == "elem":
+            fns["stream_off"] = stream_off(tc, sig, ins)
         t = interleaved_turns(fns, args.rounds)
         gbs = (x.nbytes + out.nbytes) / t["tecomp"] / 1e9
         stream = ref_bytes / t["stream"] / 1e9
@@ -326,7 +346,9 @@ def main() -> None:
               + (f" | new paths off {t['new_off'] * 1e3:7.3f} ms "
                  f"({t['new_off'] / t['tecomp']:5.2f}x)" if "new_off" in t else "")
               + (f" | select off {t['select_off'] * 1e3:7.3f} ms "
-                 f"({t['select_off'] / t['tecomp']:5.2f}x)" if "select_off" in t else ""),
+                 f"({t['select_off'] / t['tecomp']:5.2f}x)" if "select_off" in t else "")
+              + (f" | stream off {t['stream_off'] * 1e3:7.3f} ms "
+                 f"({t['stream_off'] / t['tecomp']:5.2f}x)" if "stream_off" in t else ""),
               flush=True)
     bad = [r for r in rows if r[1] < 1.0 or r[2] < 80]
     print(f"load {os.getloadavg()[0]:.2f}; {len(rows) - len(bad)} of {len(rows)} rows at "

@@ -1145,3 +1145,91 @@ def test_an_epilogue_at_the_reductions_own_indices_is_applied_per_block():
     tc.build(s, args)(w, x, o)
     np.testing.assert_allclose(o, np.maximum(np.einsum("kc,ncp->nkp", w[0], x), 0.0),
                                rtol=1e-4, atol=1e-4)
+
+
+def _small_cache(target="llvm", l3=64 << 10):
+    """The machine model of ``target`` with a last-level cache of ``l3`` bytes and two
+    threads: small passes over more than half of it."""
+    import dataclasses
+    return dataclasses.replace(cpu_model(target), l3_bytes=l3, threads=2)
+
+
+def _line_view(shape, shift, dtype="float32"):
+    """An array of ``shape`` starting ``shift`` elements past a 64-byte line."""
+    size, item = int(np.prod(shape)), np.dtype(dtype).itemsize
+    raw = np.zeros(size + 128, dtype)
+    start = (-raw.ctypes.data // item) % (64 // item) + shift
+    return raw[start:start + size].reshape(shape)
+
+
+@pytest.mark.parametrize("shape, op, want", [
+    ((4, 64, 64), "floor", True),           # rows of 256 bytes: whole lines
+    ((8, 16, 8, 24), "clip", True),         # 8x24 fused: runs of 768 bytes
+    ((3, 7, 1001), "hardsigmoid", False),   # 7x1001 fused: runs of part lines
+    ((256, 5, 9), "floor", False),          # 5x9 fused: runs of 180 bytes
+    ((4, 64, 64), "isnan", True),           # bool: 64 bytes a row
+    ((4, 64, 64), "cast16", True),          # float16: 128 bytes a row
+])
+def test_elementwise_outputs_stream_past_half_the_cache(shape, op, want):
+    """An elementwise output whose pass (its output and what it reads) moves more than
+    half the last-level cache of the machine model, in runs of whole cache lines, is
+    stored past the cache (``pragma nontemporal``, knob ``stream.<stage>``); the same
+    values, into an output on a line (streamed) and off it (the nest as it is)."""
+    X = tc.placeholder(shape, name="X")
+    Y = {"floor": nn.floor, "clip": lambda x: nn.clip(x, -0.5, 0.5),
+         "hardsigmoid": nn.hardsigmoid, "isnan": nn.isnan,
+         "cast16": lambda x: nn.cast(x, "float16")}[op](X)
+    knobs = Knobs()
+    s = apply_rules([X, Y], knobs, _small_cache())
+    assert knobs.values[f"stream.{Y.op.name}"] is want
+    assert ("pragma_nontemporal" in str(tc.lower(s, [X, Y]))) is want
+    f = tc.build(s, [X, Y])
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape).astype("float32")
+    x.flat[::7] = np.nan
+    ref = {"floor": np.floor, "clip": lambda v: np.clip(v, -0.5, 0.5),
+           "hardsigmoid": lambda v: np.clip(v / 6 + 0.5, 0, 1), "isnan": np.isnan,
+           "cast16": lambda v: v.astype("float16")}[op](x)
+    for shift in (0, 1):
+        out = _line_view(shape, shift, ref.dtype)
+        f(x, out)
+        np.testing.assert_allclose(out.astype("float32"), ref.astype("float32"), rtol=1e-6,
+                                   atol=1e-6)
+
+
+def test_elementwise_outputs_stay_in_the_cache_when_small_symbolic_or_switched_off(
+        monkeypatch):
+    """A pass within half the last-level cache keeps its stores cached (its output is
+    read again soon), so do a symbolic shape and ``rules.STREAM_OUTPUTS = False``; the
+    knob can still stream one."""
+    from tecomp.strategy import rules
+    X = tc.placeholder((4, 64, 64), name="X")
+    Y = nn.floor(X)
+    for info, want in ((_small_cache(l3=1 << 20), False), (_small_cache(), True)):
+        knobs = Knobs()
+        apply_rules([X, Y], knobs, info)
+        assert knobs.values[f"stream.{Y.op.name}"] is want
+    n = tc.var("n")
+    Xn = tc.placeholder((n, 64, 64), name="X")
+    Yn = nn.floor(Xn)
+    knobs = Knobs()
+    apply_rules([Xn, Yn], knobs, _small_cache(), shapes=None)
+    assert knobs.values.get(f"stream.{Yn.op.name}", False) is False
+    monkeypatch.setattr(rules, "STREAM_OUTPUTS", False)
+    knobs = Knobs()
+    apply_rules([X, Y], knobs, _small_cache())
+    assert knobs.values[f"stream.{Y.op.name}"] is False
+    knobs = Knobs({f"stream.{Y.op.name}": True})
+    s = apply_rules([X, Y], knobs, _small_cache(l3=1 << 30))
+    assert "pragma_nontemporal" in str(tc.lower(s, [X, Y]))
+
+
+def test_streamed_elementwise_output_is_vmovntps_on_x86():
+    """On x86 the streamed stores are ``vmovntps`` (an AVX-512 target, compiled, not run),
+    fenced before the call returns."""
+    target = "llvm -mtriple=x86_64-linux-gnu -mcpu=znver4"
+    X = tc.placeholder((4, 64, 64), name="X")
+    Y = nn.floor(X)
+    s = apply_rules([X, Y], Knobs(), _small_cache(target))
+    asm = tc.build(s, [X, Y], target=target).get_source("asm")
+    assert "vmovntps" in asm and "fence" in asm

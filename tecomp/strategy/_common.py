@@ -1,11 +1,13 @@
 """Helpers shared by the CPU and CUDA operator schedules and the generic rules: reading a
 compute DAG (constant extents, the loads of an expression, how a load moves along a loop
-variable, the kinds of stage: padding, injective, cheap to recompute)."""
+variable, the kinds of stage: padding, injective, cheap to recompute; whether a pass
+stores its output past the cache)."""
 from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
 from ..errors import ScheduleError
+from ..ir import dtype as _dt
 from ..ir.expr import Call, Const, Div, Expr, ProducerLoad, Reduce, Select, Var
 from ..ir.functor import collect, substitute, uses_var
 from ..ir.simplify import simplify
@@ -196,3 +198,23 @@ def _elems(t: Tensor, shapes) -> Optional[int]:
             return None
         n *= c
     return n
+
+
+#: the cache line: the code generator streams a store past the cache (``pragma
+#: nontemporal``) only where it knows the address a multiple of it
+CACHE_LINE = 64
+
+
+def _streams_past_cache(pass_bytes: Optional[int], run: Optional[int], dtype: str,
+                        info) -> bool:
+    """Whether a pass that moves ``pass_bytes`` (its inputs read and its output written;
+    None: symbolic) should store its output past the cache (``pragma nontemporal``): over
+    half the last-level cache (``info.l3_bytes``, the machine model's) it leaves little
+    of its output there for the next operator, and each line it writes through the cache
+    is read first (a third of an elementwise pass's traffic); streamed, the line is
+    written once.  Only where the output's contiguous runs of stores (``run`` elements of
+    ``dtype``) are whole cache lines, so that every run starts on one: runs of part
+    lines mix streamed stores with cached ones (slower than caching them all).  A
+    smaller pass keeps its output in the cache, where the next operator reads it."""
+    return pass_bytes is not None and pass_bytes > info.l3_bytes // 2 and \
+        run is not None and run > 0 and run * _dt.nbytes(dtype) % CACHE_LINE == 0

@@ -26,9 +26,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ...ir import dtype as _dt
 from ...schedule.schedule import Schedule
-from .._common import _bytes, _cint, _largest_divisor_at_most
+from .._common import _bytes, _cint, _largest_divisor_at_most, _streams_past_cache
 from .common import _NoTemplate, _template_or_rules, _vector_split
 from .conv2d import (_conv_parts, _conv_register_block, _conv_weight, _own_pad,
                      _unroll_window)
@@ -66,7 +65,8 @@ def _lanes(conv, info: CpuModel) -> int:
 
 def _streams_output(conv, out, info: CpuModel) -> bool:
     """Whether the template's stores to ``out`` (the convolution or its epilogue)
-    should bypass the cache (:data:`STREAM_OUTPUT`).  A pass over more than half the
+    should bypass the cache (:data:`STREAM_OUTPUT`; the rule of
+    :func:`tecomp.strategy._common._streams_past_cache`).  A pass over more than half the
     last-level cache leaves little of its output there for the next operator, and each
     line it writes through the cache is read first: streamed, the line is written once.
     Batch 8 MobileNet layers, one thread, under load: 32x112x112 NHWC 0.85 -> 0.56 ms,
@@ -78,21 +78,8 @@ def _streams_output(conv, out, info: CpuModel) -> bool:
     if STREAM_OUTPUT is not None:
         return STREAM_OUTPUT
     ins, outs = _bytes(conv.op.input_tensors[0]), _bytes(out)
-    return ins is not None and outs is not None and ins + outs > info.l3_bytes // 2 \
-        and _rows_whole_lines(out)
-
-
-#: the cache line: the code generator streams a store only where it knows the address a
-#: multiple of it (``pragma nontemporal``)
-_LINE = 64
-
-
-def _rows_whole_lines(out) -> bool:
-    """Whether the output's innermost rows are whole cache lines, so that every block's
-    store starts on one: rows of part lines mix streamed stores with cached ones (NCHW
-    128x56x56 at batch 8, rows of 224 bytes: slower than caching them all)."""
-    inner = _cint(out.shape[-1])
-    return inner is not None and inner * _dt.bits(out.dtype) // 8 % _LINE == 0
+    return _streams_past_cache(None if ins is None or outs is None else ins + outs,
+                               _cint(out.shape[-1]), out.dtype, info)
 
 
 def _column_stride(conv) -> int:
