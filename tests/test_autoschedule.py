@@ -1147,7 +1147,7 @@ def test_an_epilogue_at_the_reductions_own_indices_is_applied_per_block():
                                rtol=1e-4, atol=1e-4)
 
 
-def _small_cache(target="llvm", l3=64 << 10):
+def _small_cache(target="llvm", l3=16 << 10):
     """The machine model of ``target`` with a last-level cache of ``l3`` bytes and two
     threads: small passes over more than half of it."""
     import dataclasses
@@ -1167,13 +1167,12 @@ def _line_view(shape, shift, dtype="float32"):
     ((8, 16, 8, 24), "clip", True),         # 8x24 fused: runs of 768 bytes
     ((3, 7, 1001), "hardsigmoid", False),   # 7x1001 fused: runs of part lines
     ((256, 5, 9), "floor", False),          # 5x9 fused: runs of 180 bytes
-    ((4, 64, 64), "isnan", True),           # bool: 64 bytes a row
+    ((4, 64, 64), "isnan", True),           # bool: 64 bytes a row, 16 KiB
     ((4, 64, 64), "cast16", True),          # float16: 128 bytes a row
 ])
 def test_elementwise_outputs_stream_past_half_the_cache(shape, op, want):
-    """An elementwise output whose pass (its output and what it reads) moves more than
-    half the last-level cache of the machine model, in runs of whole cache lines, is
-    stored past the cache (``pragma nontemporal``, knob ``stream.<stage>``); the same
+    """An elementwise output of more than half the last-level cache of the machine model,
+    in runs of whole cache lines, is stored past the cache (``pragma nontemporal``, knob ``stream.<stage>``); the same
     values, into an output on a line (streamed) and off it (the nest as it is)."""
     X = tc.placeholder(shape, name="X")
     Y = {"floor": nn.floor, "clip": lambda x: nn.clip(x, -0.5, 0.5),
@@ -1199,9 +1198,9 @@ def test_elementwise_outputs_stream_past_half_the_cache(shape, op, want):
 
 def test_elementwise_outputs_stay_in_the_cache_when_small_symbolic_or_switched_off(
         monkeypatch):
-    """A pass within half the last-level cache keeps its stores cached (its output is
-    read again soon), so do a symbolic shape and ``rules.STREAM_OUTPUTS = False``; the
-    knob can still stream one."""
+    """An output within half the last-level cache keeps its stores cached (it is read
+    again soon), even where its input makes the pass larger (a float16 cast), so do a
+    symbolic shape and ``rules.STREAM_OUTPUTS = False``; the knob can still stream one."""
     from tecomp.strategy import rules
     X = tc.placeholder((4, 64, 64), name="X")
     Y = nn.floor(X)
@@ -1209,6 +1208,11 @@ def test_elementwise_outputs_stay_in_the_cache_when_small_symbolic_or_switched_o
         knobs = Knobs()
         apply_rules([X, Y], knobs, info)
         assert knobs.values[f"stream.{Y.op.name}"] is want
+    H = nn.cast(X, "float16")    # 32 KiB out of a 64 KiB input
+    for l3, want in ((64 << 10, False), ((64 << 10) - 2, True)):
+        knobs = Knobs()
+        apply_rules([X, H], knobs, _small_cache(l3=l3))
+        assert knobs.values[f"stream.{H.op.name}"] is want
     n = tc.var("n")
     Xn = tc.placeholder((n, 64, 64), name="X")
     Yn = nn.floor(Xn)

@@ -205,16 +205,17 @@ def _elems(t: Tensor, shapes) -> Optional[int]:
 CACHE_LINE = 64
 
 
-def _streams_past_cache(pass_bytes: Optional[int], run: Optional[int], dtype: str,
+def _streams_past_cache(nbytes: Optional[int], run: Optional[int], dtype: str,
                         info) -> bool:
-    """Whether a pass that moves ``pass_bytes`` (its inputs read and its output written;
-    None: symbolic) should store its output past the cache (``pragma nontemporal``): over
-    half the last-level cache (``info.l3_bytes``, the machine model's) it leaves little
-    of its output there for the next operator, and each line it writes through the cache
-    is read first (a third of an elementwise pass's traffic); streamed, the line is
-    written once.  Only where the output's contiguous runs of stores (``run`` elements of
-    ``dtype``) are whole cache lines, so that every run starts on one: runs of part
-    lines mix streamed stores with cached ones (slower than caching them all).  A
-    smaller pass keeps its output in the cache, where the next operator reads it."""
-    return pass_bytes is not None and pass_bytes > info.l3_bytes // 2 and \
+    """Whether a pass should store its output past the cache (``pragma nontemporal``)
+    where what it moves (``nbytes``: its output, or its inputs and output, as the caller
+    measured; None: symbolic) is more than half the last-level cache (``info.l3_bytes``,
+    the machine model's): it leaves little of its output there for the next operator,
+    and each line it writes through the cache is read first (a third of an elementwise
+    pass's traffic); streamed, the line is written once.  Only where the output's
+    contiguous runs of stores (``run`` elements of ``dtype``) are whole cache lines, so
+    that every run starts on one: runs of part lines mix streamed stores with cached
+    ones (slower than caching them all).  A smaller pass keeps its output in the cache,
+    where the next operator reads it."""
+    return nbytes is not None and nbytes > info.l3_bytes // 2 and \
         run is not None and run > 0 and run * _dt.nbytes(dtype) % CACHE_LINE == 0

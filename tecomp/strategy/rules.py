@@ -61,9 +61,8 @@ in spirit):
    divide a constant row), outer axes fused and parallel; a row with a vector tail fused
    with the axis before it where every read takes both whole (a 7x7 map); a division by
    a value constant along the row (a softmax's ``e / sum``) one reciprocal per row,
-   multiplied (``pragma fp_reciprocal``); an output whose pass moves more than half the
-   last-level cache, in runs of whole cache lines, stored past the cache (``pragma
-   nontemporal``).
+   multiplied (``pragma fp_reciprocal``); an output of more than half the last-level
+   cache, in runs of whole cache lines, stored past the cache (``pragma nontemporal``).
 
 Before rule 3, an int8 GEMM (uint8 x int8 summed in int32) is tensorized with the
 target's dot-product intrinsic (:mod:`tecomp.strategy.tensorize`).
@@ -125,8 +124,8 @@ RECOMPUTE_IN_ROWS = True
 #: multiplied (the knob ``rcp.<stage>``)
 RECIPROCAL_ROWS = True
 
-#: whether an elementwise output over more than half the last-level cache (its pass's
-#: inputs and output) is stored past the cache (``pragma nontemporal``: the knob
+#: whether an elementwise output of more than half the last-level cache is stored past
+#: the cache (``pragma nontemporal``: the knob
 #: ``stream.<stage>``, :meth:`_Rules._streams`).  floor / clip / hardsigmoid of 16M
 #: float32 (2 threads, AMD EPYC Zen 4 VM, under load): 4.9 -> 3.2, 3.7 -> 2.6, 3.6 ->
 #: 2.5 ms.  Off: every store through the cache, as before
@@ -448,21 +447,16 @@ class _Rules(BlockRules):
     def _streams(self, op, run: Optional[int]) -> bool:
         """Whether elementwise output ``op``, whose contiguous runs of stores are ``run``
         elements (its vectorized row), stores past the cache by default (knob
-        ``stream.<stage>``; :data:`STREAM_OUTPUTS`): the pass (its output and every
-        tensor it reads) moves more than half the last-level cache and the runs are
-        whole cache lines (:func:`tecomp.strategy._common._streams_past_cache`)."""
-        if not STREAM_OUTPUTS:
-            return False
-        total, seen = 0, set()
-        for t in [op.output(0)] + list(op.input_tensors):
-            if id(t) in seen:
-                continue
-            seen.add(id(t))
-            n = _elems(t, self.shapes)
-            if n is None:
-                return False
-            total += n * _dt.nbytes(t.dtype)
-        return _streams_past_cache(total, run, op.output(0).dtype, self.info)
+        ``stream.<stage>``; :data:`STREAM_OUTPUTS`): the output alone is more than half
+        the last-level cache and the runs are whole cache lines
+        (:func:`tecomp.strategy._common._streams_past_cache`).  The output alone, not
+        the pass: a 12 MB floor followed by a sum over its output was 15-30% slower
+        streamed (its 24 MB pass over half of a 32 MB L3; the output would have stayed
+        in it), a 16 MB one even, 20 and 24 MB ones 20% faster (2 threads, AMD EPYC
+        Zen 4 VM, under load; benchmarks/history/2026-12-01.md, "h18-reduce")."""
+        n = _elems(op.output(0), self.shapes)
+        return STREAM_OUTPUTS and n is not None and _streams_past_cache(
+            n * _dt.nbytes(op.output(0).dtype), run, op.output(0).dtype, self.info)
 
     @staticmethod
     def _divides_by_row_values(op) -> bool:
