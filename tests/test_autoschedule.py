@@ -1199,8 +1199,9 @@ def test_elementwise_outputs_stream_past_half_the_cache(shape, op, want):
 def test_elementwise_outputs_stay_in_the_cache_when_small_symbolic_or_switched_off(
         monkeypatch):
     """An output within half the last-level cache keeps its stores cached (it is read
-    again soon), even where its input makes the pass larger (a float16 cast), so do a
-    symbolic shape and ``rules.STREAM_OUTPUTS = False``; the knob can still stream one."""
+    again soon), even where its input makes the pass larger (a float16 cast), so does an
+    output another output reads, a symbolic shape and ``rules.STREAM_OUTPUTS = False``;
+    the knob can still stream one."""
     from tecomp.strategy import rules
     X = tc.placeholder((4, 64, 64), name="X")
     Y = nn.floor(X)
@@ -1213,6 +1214,11 @@ def test_elementwise_outputs_stay_in_the_cache_when_small_symbolic_or_switched_o
         knobs = Knobs()
         apply_rules([X, H], knobs, _small_cache(l3=l3))
         assert knobs.values[f"stream.{H.op.name}"] is want
+    Z = tc.compute(Y.shape, lambda *i: Y[i] * 2.0, name="z")   # Y read again: cached
+    knobs = Knobs()
+    apply_rules([X, Y, Z], knobs, _small_cache())
+    assert knobs.values[f"stream.{Y.op.name}"] is False
+    assert knobs.values["stream.z"] is True
     n = tc.var("n")
     Xn = tc.placeholder((n, 64, 64), name="X")
     Yn = nn.floor(Xn)

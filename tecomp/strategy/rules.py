@@ -448,15 +448,17 @@ class _Rules(BlockRules):
         """Whether elementwise output ``op``, whose contiguous runs of stores are ``run``
         elements (its vectorized row), stores past the cache by default (knob
         ``stream.<stage>``; :data:`STREAM_OUTPUTS`): the output alone is more than half
-        the last-level cache and the runs are whole cache lines
+        the last-level cache, no other stage reads it and the runs are whole cache lines
         (:func:`tecomp.strategy._common._streams_past_cache`).  The output alone, not
         the pass: a 12 MB floor followed by a sum over its output was 15-30% slower
         streamed (its 24 MB pass over half of a 32 MB L3; the output would have stayed
         in it), a 16 MB one even, 20 and 24 MB ones 20% faster (2 threads, AMD EPYC
         Zen 4 VM, under load; benchmarks/history/2026-12-01.md, "h18-reduce")."""
         n = _elems(op.output(0), self.shapes)
-        return STREAM_OUTPUTS and n is not None and _streams_past_cache(
-            n * _dt.nbytes(op.output(0).dtype), run, op.output(0).dtype, self.info)
+        # (an output another stage reads, another output of the DAG, stays cached)
+        dtype = op.output(0).dtype
+        return STREAM_OUTPUTS and n is not None and not self.readers(op) and \
+            _streams_past_cache(n * _dt.nbytes(dtype), run, dtype, self.info)
 
     @staticmethod
     def _divides_by_row_values(op) -> bool:
