@@ -112,8 +112,8 @@ def test_algorithm_winograd_in_conv2d_and_auto_choice():
 def test_grouped_auto_choice_reads_the_machine_model(monkeypatch):
     """algorithm="auto" on grouped convolutions: F(2x2) for ResNeXt's 512x14x14 (16
     channels a group) in NHWC where the FMA units are half the vector's width (Zen 4's
-    model), direct with full-width ones (Zen 5's), direct for 1024x7x7 (half its 2x2
-    tiles past the 7x7 plane's edge), for NCHW (gathers), for groups of 4 and 8
+    model), direct with full-width ones (Zen 5's), direct for 1024x7x7 (7 of its 16
+    2x2 tiles reach past the 7x7 plane's edge), for NCHW (gathers), for groups of 4 and 8
     channels, and with the switch off.  The machine models are named, not the host's."""
     half, full = "llvm -mcpu=znver4", "llvm -mcpu=znver5"
     assert tc.target.cpu_model(half).fma_lanes * 2 == tc.target.cpu_model(half).lanes

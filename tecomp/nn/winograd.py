@@ -437,7 +437,7 @@ def _grouped_tile(nchw: bool, N: int, C: int, O: int, groups: int, out_hw, info,
     :data:`GROUPED_GAIN` times faster.  Half-width FMA units (Zen 4: 8 of 16 lanes) make
     the products twice as dear as the transforms: there ResNeXt's 512x14x14 (16
     channels a group) takes F(2x2) and 1024x7x7 (32 a group, its 7x7 plane in 16 tiles
-    of 2x2, 30% of them past the edge) stays direct; with full-width ones (Zen 5: F(2x2)
+    of 2x2: 64 outputs computed for 49) stays direct; with full-width ones (Zen 5: F(2x2)
     0.97x and 0.81x the direct template there) both stay direct.  F(4x4) ran slower
     than F(2x2) on every grouped layer measured (Zen 4 and 5), and NCHW's transforms
     gather across the channel planes (0.44-0.52x the direct template on Zen 4): only
