@@ -134,6 +134,12 @@ def test_grouped_auto_choice_reads_the_machine_model(monkeypatch):
             assert tile(False, n, 256, 28, target) == 0    # 8
     monkeypatch.setattr(winograd, "GROUPED_WINOGRAD", False)
     assert tile(False, 8, 512, 14, half) == 0
+    # a stride of 2 is no Winograd convolution: "auto" builds it direct on any host
+    X = tc.placeholder((1, 28, 28, 512), name="X")
+    W = tc.placeholder((3, 3, 16, 512), name="W")
+    monkeypatch.setattr(winograd, "GROUPED_WINOGRAD", True)
+    assert "group_conv2d_nhwc" in nn.conv2d_nhwc(X, W, 2, 1, groups=32,
+                                                 algorithm="auto").op.tag
 
 
 def test_grouped_auto_matches_torch():
