@@ -2,8 +2,10 @@
 32x4d's), auto-scheduled with trials=0, against PyTorch, interleaved in one process.
 
 tecomp: ``nn.depthwise_conv2d_nchw`` / ``nn.depthwise_conv2d_nhwc`` (weights ``[C, 1, 3,
-3]`` / ``[3, 3, C, 1]``) and ``nn.conv2d_nchw(..., groups=32)`` / ``nn.conv2d_nhwc``,
-padding 1, built with ``tc.auto_schedule(args)``.  PyTorch: ``F.conv2d(x, w, stride,
+3]`` / ``[3, 3, C, 1]``) and ``nn.conv2d_nchw(..., groups=32, algorithm="auto")`` /
+``nn.conv2d_nhwc`` (the direct convolution, or Winograd F(2x2) where the CPU rule
+``tecomp.nn.winograd.winograd_tile`` expects it to be faster), padding 1, built with
+``tc.auto_schedule(args)``.  PyTorch: ``F.conv2d(x, w, stride,
 padding=1, groups=C)`` on contiguous NCHW tensors, and on channels-last ones for NHWC
 (its memory format for NHWC).  A depthwise convolution reads each input once and writes
 each output once: it is bound by memory, so each row also gives tecomp's bandwidth
@@ -30,7 +32,9 @@ narrower than a vector: a multiply and an add per tap, as before the FMAs),
 ``PLANE_TASKS_ONE_VECTOR`` (NHWC groups interleaved in one vector: tasks of rows at any
 batch, as before the tasks of a block of groups over the plane at small ones),
 ``SHARE_TAP_BROADCASTS`` (those groups: a broadcast per FMA, as before the window's
-columns went inside the input channel).  Of
+columns went inside the input channel).  Of ``tecomp.nn.winograd`` (grouped rows):
+``GROUPED_WINOGRAD`` (``algorithm="auto"`` keeps every grouped convolution direct, as
+before it weighed F(2x2) for them).  Of
 ``tecomp.strategy.cpu.depthwise`` (depthwise rows): ``FMA`` (a multiply and an add per
 tap), ``STREAM_OUTPUT`` (every output store through the cache) and
 ``STRIDED_MASKED_LOADS`` (NCHW with a stride: a gather per padded tap, as before the
@@ -54,7 +58,9 @@ GROUPS = 32
 #: the module switches ``--ab`` turns off: tecomp.strategy.cpu.grouped's, depthwise's
 GROUPED_SWITCHES = ["INTERLEAVE_WHOLE_VECTORS", "COPY_NCHW_INPUT", "NCHW_TRANSPOSE_OUT",
                     "NCHW_TRANSPOSE_ROOM", "ROWS_FMA", "PLANE_TASKS_ONE_VECTOR",
-                    "SHARE_TAP_BROADCASTS"]
+                    "SHARE_TAP_BROADCASTS", "GROUPED_WINOGRAD"]
+#: the switch of tecomp.nn.winograd (read when the graph is built, not scheduled)
+GRAPH_SWITCHES = ["GROUPED_WINOGRAD"]
 DEPTHWISE_SWITCHES = ["FMA", "STREAM_OUTPUT", "STRIDED_MASKED_LOADS"]
 #: the depthwise module's switches that the grouped NCHW rows blocking reads too
 SHARED_SWITCHES = ["STRIDED_MASKED_LOADS"]
@@ -83,6 +89,7 @@ def main() -> None:
     import tecomp as tc
     import tecomp.nn as nn
     from tecomp.strategy.cpu import depthwise as depthwise_mod
+    from tecomp.nn import winograd as winograd_mod
     from tecomp.strategy.cpu import grouped as grouped_mod
     for name in switches:
         if name not in GROUPED_SWITCHES + DEPTHWISE_SWITCHES:
@@ -123,18 +130,20 @@ def main() -> None:
                     wa = np.ascontiguousarray(w.transpose(2, 3, 0, 1) if kind == "depthwise"
                                               else w.transpose(2, 3, 1, 0))
                 W = tc.placeholder(wa.shape, name="w")
-                if kind == "depthwise":
-                    op = nn.depthwise_conv2d_nchw if nchw else nn.depthwise_conv2d_nhwc
-                    Y = op(X, W, s, 1)
-                else:
+
+                def graph():
+                    if kind == "depthwise":
+                        op = nn.depthwise_conv2d_nchw if nchw else nn.depthwise_conv2d_nhwc
+                        return op(X, W, s, 1)
                     op = nn.conv2d_nchw if nchw else nn.conv2d_nhwc
-                    Y = op(X, W, s, 1, groups=groups)
+                    return op(X, W, s, 1, groups=groups, algorithm="auto")
                 xa, wa = tc.aligned(xa), tc.aligned(wa)
                 ref = want.numpy() if nchw else want.permute(0, 2, 3, 1).numpy()
                 key = f"{kind} {layout} b{batch} {C}x{H}x{H} s{s}"
                 nbytes = 4 * (x.size + w.size + batch * C * OH * OH)
                 # (the grouped NCHW rows are the depthwise module's blocking)
-                mods = {n: grouped_mod if n in GROUPED_SWITCHES else depthwise_mod
+                mods = {n: winograd_mod if n in GRAPH_SWITCHES else
+                        grouped_mod if n in GROUPED_SWITCHES else depthwise_mod
                         for n in switches
                         if n in (GROUPED_SWITCHES + SHARED_SWITCHES if kind == "grouped"
                                  else DEPTHWISE_SWITCHES)}
@@ -145,6 +154,7 @@ def main() -> None:
                         # STREAM_OUTPUT: None (the template's rule) or False (never)
                         setattr(mods[name], name, saved[name] if on else False)
                     try:
+                        Y = graph()
                         f = tc.build(tc.auto_schedule([X, W, Y]), [X, W, Y])
                     finally:
                         for name in mine:

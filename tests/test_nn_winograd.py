@@ -13,6 +13,7 @@ import tecomp.nn as nn
 from tecomp.errors import ShapeError
 from tecomp.nn.winograd import winograd_matrices
 from tecomp.nn.winograd import winograd_tile
+import tecomp.nn.winograd as winograd
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -57,7 +58,12 @@ CASES = [(True, (1, 3, 5, 7), 4, 1, 1, 2),
          (True, (1, 4, 6, 5), 6, 2, 2, 4),
          (False, (1, 2, 5, 5), 3, 2, 1, 2),
          # NCHW's transforms on whole vectors of channels (the host's, up to 16)
-         (True, (1, 32, 4, 5), 16, 0, 1, 2)]
+         (True, (1, 32, 4, 5), 16, 0, 1, 2),
+         # ResNeXt's groups of 16 and 32 channels (what algorithm="auto" takes F(2x2)
+         # for, see test_grouped_auto_choice_reads_the_machine_model), odd planes
+         (False, (1, 32, 7, 9), 32, 1, 2, 2),
+         (False, (2, 64, 5, 6), 64, 1, 2, 2),
+         (True, (1, 32, 7, 5), 32, 1, 2, 2)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{'nchw' if c[0] else 'nhwc'}-p{c[3]}-g{c[4]}-F{c[5]}"
@@ -101,6 +107,57 @@ def test_algorithm_winograd_in_conv2d_and_auto_choice():
     for n, c, hw in ((1, 64, 56), (1, 256, 14), (8, 128, 28), (8, 512, 7), (1, 32, 8)):
         assert winograd_tile(True, n, c, c, 1, (hw, hw)) == 0 or \
             winograd_tile(False, n, c, c, 1, (hw, hw)) != 0
+
+
+def test_grouped_auto_choice_reads_the_machine_model(monkeypatch):
+    """algorithm="auto" on grouped convolutions: F(2x2) for ResNeXt's 512x14x14 (16
+    channels a group) in NHWC where the FMA units are half the vector's width (Zen 4's
+    model), direct with full-width ones (Zen 5's), direct for 1024x7x7 (7 of its 16
+    2x2 tiles reach past the 7x7 plane's edge), for NCHW (gathers), for groups of 4 and 8
+    channels, and with the switch off.  The machine models are named, not the host's."""
+    half, full = "llvm -mcpu=znver4", "llvm -mcpu=znver5"
+    assert tc.target.cpu_model(half).fma_lanes * 2 == tc.target.cpu_model(half).lanes
+    assert tc.target.cpu_model(full).fma_lanes == tc.target.cpu_model(full).lanes
+
+    def tile(nchw, n, c, hw, target, groups=32):
+        skipped = nn.conv.padded_share((hw, hw), (3, 3), ((1, 1), (1, 1)), (1, 1), (1, 1),
+                                       (hw, hw))
+        return winograd_tile(nchw, n, c, c, groups, (hw, hw), target, skipped=skipped)
+
+    for n in (1, 8):
+        assert tile(False, n, 512, 14, half) == 2
+        assert tile(False, n, 512, 14, full) == 0
+        assert tile(True, n, 512, 14, half) == 0
+        for target in (half, full):
+            assert tile(False, n, 1024, 7, target) == 0
+            assert tile(False, n, 128, 56, target) == 0    # 4 channels a group
+            assert tile(False, n, 256, 28, target) == 0    # 8
+    monkeypatch.setattr(winograd, "GROUPED_WINOGRAD", False)
+    assert tile(False, 8, 512, 14, half) == 0
+    # a stride of 2 is no Winograd convolution: "auto" builds it direct on any host
+    X = tc.placeholder((1, 28, 28, 512), name="X")
+    W = tc.placeholder((3, 3, 16, 512), name="W")
+    monkeypatch.setattr(winograd, "GROUPED_WINOGRAD", True)
+    assert "group_conv2d_nhwc" in nn.conv2d_nhwc(X, W, 2, 1, groups=32,
+                                                 algorithm="auto").op.tag
+
+
+def test_grouped_auto_matches_torch():
+    """A grouped NHWC convolution built with algorithm="auto" (Winograd F(2x2) or direct,
+    as the host's machine model says: 16 channels a group on a 14x14 plane, the shape
+    class that takes F(2x2) with half-width FMA units) against PyTorch, float32."""
+    x = RNG.standard_normal((1, 64, 14, 14)).astype("float32")
+    w = RNG.standard_normal((64, 16, 3, 3)).astype("float32")
+    want = F.conv2d(torch.tensor(x), torch.tensor(w), padding=1, groups=4).numpy()
+    X = tc.placeholder((1, 14, 14, 64), name="X")
+    W = tc.placeholder((3, 3, 16, 64), name="W")
+    Y = nn.conv2d_nhwc(X, W, padding=1, groups=4, algorithm="auto")
+    f = tc.build(tc.auto_schedule([X, W, Y]), [X, W, Y])
+    out = np.zeros((1, 14, 14, 64), "float32")
+    f(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), np.ascontiguousarray(w.transpose(2, 3, 1, 0)),
+      out)
+    want = want.transpose(0, 2, 3, 1)
+    assert np.abs(out - want).max() <= 1e-4 * np.abs(want).max()
 
 
 def _stage_tags(ts):

@@ -48,16 +48,26 @@ def padded_share(hw, khw, pads, stride, dilation, out_hw) -> float:
     return 1 - inside / total if total else 0.0
 
 
+def _skipped_share(pads, hw, khw, stride, dilation, out_hw) -> float:
+    """The share of a direct convolution's products that it skips on the padding: its
+    :func:`padded_share` where ``SKIP_PADDED_TAPS`` and that share is at least
+    ``SKIP_SHARE``, else 0."""
+    if not (SKIP_PADDED_TAPS and pads is not None and any(b or e for b, e in pads)):
+        return 0.0
+    share = padded_share(hw, [e if isinstance(e, int) else _int(e, "kernel extent")
+                              for e in khw], pads, stride, dilation,
+                         [e if isinstance(e, int) else _int(e, "output extent")
+                          for e in out_hw])
+    return share if share >= SKIP_SHARE else 0.0
+
+
 def _skipping(attrs, pads, hw, khw=None, stride=None, dilation=None, out_hw=None):
     """``(attrs, where)`` of a convolution of the ``hw`` plane padded by ``pads`` (None:
     not padded): ``attrs`` marked (``ZERO_WHERE``) where taps are skipped, and
     ``where(window)`` the ``where=`` of its sum at the padded input's ``(row, column)``
     (None: every tap).  Skipped where ``SKIP_PADDED_TAPS`` and at least ``SKIP_SHARE``
     of the products read the padding."""
-    if not (SKIP_PADDED_TAPS and pads is not None and any(b or e for b, e in pads)) or \
-            padded_share(hw, [_int(e, "kernel extent") for e in khw], pads, stride, dilation,
-                         [e if isinstance(e, int) else _int(e, "output extent")
-                          for e in out_hw]) < SKIP_SHARE:
+    if not _skipped_share(pads, hw, khw, stride, dilation, out_hw):
         return attrs, lambda win: None
     return {**attrs, ZERO_WHERE: True}, lambda win: padded_taps(win, pads, hw)
 
@@ -195,7 +205,8 @@ def _conv2d(nchw: bool, data, weight, stride, padding, dilation, name: str, out_
     out = out_dtype or data.dtype
     if algorithm != "direct":
         tile = _winograd_choice(a, algorithm, nchw, data, weight, khw, stride, dilation,
-                                groups, (OH, OW), acc, out)
+                                groups, (OH, OW), acc, out,
+                                _skipped_share(pads, hw, khw, stride, dilation, (OH, OW)))
         if tile:
             U = _weight_transform(nchw, weight, tile, groups,
                                   int(weight.shape[0 if nchw else 3].value) // groups,
@@ -225,10 +236,12 @@ ALGORITHMS = ("direct", "winograd", "auto")
 
 
 def _winograd_choice(a: Args, algorithm: str, nchw: bool, data, weight, khw, stride,
-                     dilation, groups: int, out_hw, acc: str, out: str) -> int:
+                     dilation, groups: int, out_hw, acc: str, out: str,
+                     skipped: float = 0.0) -> int:
     """The Winograd tile ``m`` of a convolution whose ``algorithm=`` is "winograd" (a
     ShapeError where it cannot be one) or "auto" (0 where the direct one is chosen:
-    :func:`tecomp.nn.winograd.winograd_tile`)."""
+    :func:`tecomp.nn.winograd.winograd_tile`; ``skipped``: the share of the direct
+    sum's products it would skip on the padding)."""
     why = winograd_unsupported(khw, stride, dilation)
     if not why and not (acc == out == data.dtype and data.dtype in WINOGRAD_DTYPES
                         and weight.dtype == data.dtype):
@@ -245,7 +258,8 @@ def _winograd_choice(a: Args, algorithm: str, nchw: bool, data, weight, khw, str
         return 0
     C = int(data.shape[1 if nchw else 3].value)
     O = int(weight.shape[0 if nchw else 3].value)
-    tile = winograd_tile(nchw, int(data.shape[0].value), C, O, groups, out_hw)
+    tile = winograd_tile(nchw, int(data.shape[0].value), C, O, groups, out_hw,
+                         skipped=skipped)
     if algorithm == "winograd":
         return tile or 4 if min(out_hw) >= 4 else 2
     return tile

@@ -408,8 +408,55 @@ def _tags(t: Tensor):
 WINOGRAD_MIN_CHANNELS = 32
 
 
+#: whether ``algorithm="auto"`` weighs Winograd F(2x2) for grouped convolutions
+#: (:func:`_grouped_tile`); off, grouped convolutions stay direct, as before
+#: (``benchmarks/depthwise_conv.py --ab GROUPED_WINOGRAD``)
+GROUPED_WINOGRAD = True
+
+#: vector operations per value that a grouped Winograd convolution's transforms make in
+#: its cache (each value of ``V`` and ``M``: the transform's additions, its store, the
+#: next stage's load), one a cycle: fitted to Zen 4's ResNeXt 512x14x14 (F(2x2) 1.25x
+#: and 1.41x faster than direct at batch 8 and 1, one thread) and 1024x7x7 (1.00x)
+GROUPED_TRANSFORM_OPS = 5
+
+#: how much faster than the direct convolution the model must expect a grouped
+#: Winograd convolution to be before ``algorithm="auto"`` takes it
+GROUPED_GAIN = 1.15
+
+
+def _grouped_tile(nchw: bool, N: int, C: int, O: int, groups: int, out_hw, info,
+                  skipped: float) -> int:
+    """:func:`winograd_tile` for ``groups > 1``: 2 (F(2x2)) or 0 (direct).  A group's
+    GEMM per point is small (``C / groups`` input channels), and the stages run per
+    group with their transforms in cache, so the rule weighs time in cycles: the direct
+    sum's products (less the ``skipped`` share on the padding, which the direct
+    template leaves out) at the FMA rate (``fma_ports x fma_lanes``) against F(2x2)'s
+    products at that rate plus its transforms, :data:`GROUPED_TRANSFORM_OPS` vector
+    operations (``lanes`` wide, one a cycle) per value of ``V`` and ``M`` (``16`` per
+    tile and channel), and the weight transform; Winograd where it comes out
+    :data:`GROUPED_GAIN` times faster.  Half-width FMA units (Zen 4: 8 of 16 lanes) make
+    the products twice as dear as the transforms: there ResNeXt's 512x14x14 (16
+    channels a group) takes F(2x2) and 1024x7x7 (32 a group, its 7x7 plane in 16 tiles
+    of 2x2: 64 outputs computed for 49) stays direct; with full-width ones (Zen 5: F(2x2)
+    0.97x and 0.81x the direct template there) both stay direct.  F(4x4) ran slower
+    than F(2x2) on every grouped layer measured (Zen 4 and 5), and NCHW's transforms
+    gather across the channel planes (0.44-0.52x the direct template on Zen 4): only
+    NHWC's F(2x2) is weighed."""
+    if nchw or not GROUPED_WINOGRAD or C % groups or O % groups:
+        return 0
+    fma_per_cycle = info.fma_ports * info.fma_lanes
+    pairs = (C // groups) * (O // groups) * groups
+    direct = 9 * N * out_hw[0] * out_hw[1] * pairs * (1 - skipped) / fma_per_cycle
+    m, al = 2, 4
+    tiles = N * (-(-out_hw[0] // m)) * (-(-out_hw[1] // m))
+    winograd = (al * al * tiles * pairs / fma_per_cycle
+                + GROUPED_TRANSFORM_OPS * al * al * tiles * (C + O) / info.lanes
+                + al * al * 6 * pairs / fma_per_cycle)
+    return m if direct >= GROUPED_GAIN * winograd else 0
+
+
 def winograd_tile(nchw: bool, N: int, C: int, O: int, groups: int, out_hw,
-                  target="llvm") -> int:
+                  target="llvm", skipped: float = 0.0) -> int:
     """``algorithm="auto"``'s choice for a 3x3 stride-1 convolution (``N`` images, ``C``
     input and ``O`` output channels, ``out_hw`` outputs): the Winograd tile ``m`` (4 or
     2), or 0 for the direct convolution.
@@ -429,11 +476,13 @@ def winograd_tile(nchw: bool, N: int, C: int, O: int, groups: int, out_hw,
     the output transform writes and the weight transform reads (``a^2`` per tile and
     input channel, ``m^2`` per tile and output channel, 9 per channel pair) is a gather
     or scatter lane, charged once at the machine model's ``gather_cost``.  Measured
-    exception: grouped convolutions (ResNeXt's 16 channels per group: 0.75-0.97x the
-    direct template even with the stages fused per group) stay direct."""
-    if groups != 1 or min(C, O) < WINOGRAD_MIN_CHANNELS:
-        return 0
+    exception: grouped convolutions, weighed by :func:`_grouped_tile` (``skipped``:
+    the share of the direct sum's products on the padding, which its template skips)."""
     info = cpu_model(target)
+    if groups != 1:
+        return _grouped_tile(nchw, N, C, O, groups, out_hw, info, skipped)
+    if min(C, O) < WINOGRAD_MIN_CHANNELS:
+        return 0
     fma_per_cycle = info.fma_ports * info.fma_lanes
     # one element gathered, in cycles (gather_cost is in full-vector FMAs)
     gather = info.gather_cost * info.lanes / fma_per_cycle
