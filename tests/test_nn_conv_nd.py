@@ -501,7 +501,9 @@ def _tc_grads(Y, X, W, x, w, head):
 
 
 @pytest.mark.parametrize("op,case", [("conv1d_ncw", CONV1D[1]), ("conv1d_nwc", CONV1D[2]),
-                                     ("conv3d_ncdhw", CONV3D[1]), ("conv3d_ndhwc", CONV3D[0])])
+                                     ("conv3d_ncdhw", CONV3D[1]), ("conv3d_ndhwc", CONV3D[0]),
+                                     # (NCDHW's sum leaves out the padded columns too)
+                                     ("conv3d_ncdhw", CONV3D[3])])
 def test_conv_nd_gradients_match_torch(op, case):
     N, C, O, sp, k, stride, padding, dilation, g = case
     rng = np.random.default_rng(5)
@@ -686,6 +688,70 @@ def test_conv3d_ncdhw_template_by_channels(case):
                     dilation=dilation).numpy()
     y = np.empty(want.shape, "float32")
     tc.build(s, [X, W, Y], target=target)(x.astype("float32"), w.astype("float32"), y)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", [
+    # batch, in, out channels, (depth, height, width), stride, padding, dilation, target
+    (2, 16, 32, (3, 6, 14), 1, 1, 1, "llvm -mcpu=skylake-avx512"),   # rows of 14: 2 x 7
+    (1, 12, 32, (2, 5, 11), (1, 1, 2), (1, 1, 2), (1, 1, 2),
+     "llvm -mcpu=skylake-avx512"),                                  # strided, dilated
+    (3, 10, 16, (3, 4, 9), 1, (0, 1, 1), 1, "llvm -mcpu=haswell"),    # AVX2, batch 3
+], ids=["rows_of_14", "strided_dilated", "avx2_batch3"])
+def test_conv3d_ncdhw_template_skips_the_padded_taps(case):
+    """The by-channels template with a reduction of 256 steps or more leaves the taps on
+    the zero padding out of its sums, the columns' included (the first and last blocks
+    of a row split off): a weight of inf at the first or last tap of a dimension reaches
+    no output whose window puts that tap on the padding (each equal to the convolution
+    without that tap), and every other output (NaN or inf).  With the knob
+    ``template.conv3d_ncdhw.zero_taps`` "compute" the border outputs add ``0 * inf``
+    too.  The weights are copied in register transposes where the vector's lanes divide
+    an output channel's ``C * 27`` weights, else gathered."""
+    N, C, O, S, stride, padding, dilation, target = case
+    X = tc.placeholder((N, C, *S), name="X")
+    W = tc.placeholder((O, C, 3, 3, 3), name="W")
+    Y = nn.conv3d_ncdhw(X, W, stride, padding, dilation)
+    info = cpu_model(target)
+    assert _conv3d_template([Y], Knobs(), info) is not None
+    s = apply_rules([X, W, Y], Knobs(), info)
+    text = str(tc.lower(s, [X, W, Y], target=target))
+    assert ("tensorize x86.transpose_f32_" in text) == (C * 27 % info.lanes == 0), text
+    f = tc.build(s, [X, W, Y], target=target)
+    computed = tc.build(apply_rules([X, W, Y], Knobs(
+        {"template.conv3d_ncdhw.zero_taps": "compute"}), info), [X, W, Y], target=target)
+    rng = np.random.default_rng(13)
+    x, w = rng.standard_normal((N, C, *S)), rng.standard_normal((O, C, 3, 3, 3))
+    pairs = _pairs(padding, 3)
+    st = (stride,) * 3 if isinstance(stride, int) else stride
+    dl = (dilation,) * 3 if isinstance(dilation, int) else dilation
+    px = _torch_pad(torch.from_numpy(x), pairs)
+    y = np.empty(tc.utils.get_const_tuple(Y.shape), "float32")
+    for d in range(3):
+        for k in (0, 2):
+            tap = (slice(None),) * (2 + d) + (k,)
+            wz = w.copy()
+            wz[tap] = 0.0
+            want = F.conv3d(px, torch.from_numpy(wz), stride=st, dilation=dl).numpy()
+            # the outputs whose window puts tap k of dimension d on the padding
+            at = np.arange(y.shape[2 + d]) * st[d] + k * dl[d] - pairs[d][0]
+            border = (at < 0) | (at >= S[d])
+            assert (~border).any(), (d, k)
+            if not border.any():    # (no padding on that side)
+                assert pairs[d][k // 2] == 0 and d < 2, (d, k)
+                continue
+            sel = (slice(None),) * (2 + d)
+            wi = w.copy()
+            wi[tap] = np.inf
+            for fn, skipped in ((f, True), (computed, False)):
+                fn(x.astype("float32"), wi.astype("float32"), y)
+                assert not np.isfinite(y[sel + (~border,)]).any(), (d, k)
+                if skipped:
+                    np.testing.assert_allclose(y[sel + (border,)], want[sel + (border,)],
+                                               rtol=1e-4, atol=1e-4, err_msg=str((d, k)))
+                else:   # 0 * inf
+                    assert not np.isfinite(y[sel + (border,)]).any(), (d, k)
+    f(x.astype("float32"), w.astype("float32"), y)
+    want = F.conv3d(px, torch.from_numpy(w), stride=st, dilation=dl).numpy()
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 

@@ -656,8 +656,8 @@ def test_hoist_guards():
 
 def _padded_conv3d(partition: bool):
     """A 3-d convolution padded by 1 (its sum's ``where=`` leaves the taps in the padding
-    out), a vector of 8 output channels per pixel; ``partition`` False: its pixel and tap
-    loops under ``no_partition``."""
+    out: depth, rows and columns), a vector of 8 output channels per pixel; ``partition``
+    False: its pixel and tap loops under ``no_partition``."""
     import tecomp.nn as nn
     X, W = tc.placeholder((1, 16, 4, 6, 6), name="X"), tc.placeholder((16, 16, 3, 3, 3), name="W")
     Y = nn.conv3d_ncdhw(X, W, padding=1)
@@ -672,7 +672,7 @@ def _padded_conv3d(partition: bool):
     s[CL].reorder(c, kd, kh, kw, s[CL].op.axis[1])
     s[CL].vectorize(s[CL].op.axis[1])
     if not partition:
-        for st, iv in ((s[Y], z), (s[Y], y), (s[CL], kd), (s[CL], kh)):
+        for st, iv in ((s[Y], z), (s[Y], y), (s[Y], x), (s[CL], kd), (s[CL], kh)):
             st.pragma(iv, "no_partition")
     return s, [X, W, Y]
 
@@ -691,32 +691,37 @@ def _check_padded_conv3d(s, args):
 def test_hoist_guards_in_a_padded_conv3d():
     """The taps of a 3-d convolution's depth and rows that read the zero padding are left
     out of the sum (``tecomp.nn``'s ``where=``): where the loops are not partitioned,
-    tested once per tap, outside the loops of the columns and the vector of output
-    channels."""
+    tested once per tap, outside the loops of the columns' taps and the vector of output
+    channels.  (The columns' taps, whose loop is partitioned, start and end inside the
+    data: bounds read from the output column.)"""
     s, args = _padded_conv3d(partition=False)
     before, after = _through("hoist_guards", s, args)
     guard = "if (i2_1 + kd >= 1 && i2_1 + kd < 5 && i3_1 + kh >= 1 && i3_1 + kh < 7) {"
+    taps = "for (kw, max(1 - i4_1, 0), min(min(7 - i4_1, 6), 3 - max(1 - i4_1, 0))) {"
     # before: the guard inside the vector loop; after: each term around its own tap loop,
     # outside the columns' taps and the vector
-    assert before.index("for (kw, 0, 3) {") < before.index(guard) and guard not in after
+    assert before.index(taps) < before.index(guard) and guard not in after
     at = after.index("for (c, 0, 16) {")
     for line in ("for (kd, 0, 3) {", "if (i2_1 + kd >= 1 && i2_1 + kd < 5) {",
-                 "for (kh, 0, 3) {", "if (i3_1 + kh >= 1 && i3_1 + kh < 7) {", "for (kw, 0, 3) {", "vectorized (i1_1, 0, 8) {",
+                 "for (kh, 0, 3) {", "if (i3_1 + kh >= 1 && i3_1 + kh < 7) {", taps,
+                 "vectorized (i1_1, 0, 8) {",
                  "conv3d_ncdhw.local[0, i1_1, 0, 0, 0] = conv3d_ncdhw.local"):
         at = after.index(line, at)   # in this order
     _check_padded_conv3d(s, args)
 
 
 def test_loop_partition_of_padded_taps():
-    """The same convolution partitioned: the first plane and row of outputs split off the
-    others, where their tap loops start past the taps in the padding (a lower bound,
-    ``i2_1 + kd >= 1``, splits a loop as an upper bound does), and no test is left."""
+    """The same convolution partitioned: the first plane, row and column of outputs split
+    off the others, where their tap loops start past the taps in the padding (a lower
+    bound, ``i2_1 + kd >= 1``, splits a loop as an upper bound does), the last column
+    too, its column taps ending before the padding; no test is left."""
     s, args = _padded_conv3d(partition=True)
     _, after = _through("loop_partition", s, args)
     conv = after[after.index("for (i1.outer"):]
     assert "if (" not in conv
     for line in ("for (i2_1, 0, 1) {", "for (kd, 1, 2) {", "for (kh, 1, 2) {",
-                 "for (i2_1, 1, 2) {", "for (kd, 0, 3) {"):
+                 "for (i2_1, 1, 2) {", "for (kd, 0, 3) {", "for (i4_1, 0, 1) {",
+                 "for (kw, 1, 2) {", "for (i4_1, 5, 1) {", "for (kw, 0, 2) {"):
         assert line in conv, line
     _check_padded_conv3d(s, args)
 

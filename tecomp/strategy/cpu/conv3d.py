@@ -14,17 +14,23 @@ Interleaved with PyTorch, 1 thread, a loaded 2-core Xeon, ms: 128 -> 128 channel
 A short reduction (a first layer: 3 input channels x 27 taps, 81 steps) takes the
 template whatever its rows: the rules' row blocks broadcast 8 weights from 8 lines per
 tap and spill.  Its block is stored along the output rows and its taps on the zero
-padding are computed (see :func:`_conv3d_ncdhw_into`)."""
+padding are computed (see :func:`_conv3d_ncdhw_into`).  A longer one skips them: the
+depth's and the rows' by tap loops bounded by the task's plane and row, the columns'
+(``nn.conv_nd.SKIP_PADDED_COLUMNS``) by the first and last blocks of each row, which
+``loop_partition`` splits off with their column taps over the pixels inside the data
+(128 -> 128 channels 4x14x14: 0.76 of the taps read the data)."""
 from __future__ import annotations
 
 from typing import Optional
 
 from ...schedule.schedule import Schedule, create_schedule
+from ...te.tensor import ComputeOp
 from .._common import _cint, _is_injective, _walk
 from .common import _auto_rest, _op_tags, _vector_split
 from .conv2d import _row_lane_use
 from .conv_nd import _accumulate_block, _data_of, _unrolled_vectors
 from ...target import CpuModel
+from ...te.tensor_intrin import transpose_intrin
 
 #: reductions (input channels x kernel taps) this long or longer take the template only
 #: where the rows leave lanes idle (:data:`ROW_LANE_USE`); shorter ones (3 input
@@ -35,6 +41,11 @@ from ...target import CpuModel
 #: skipped: 7.5), PyTorch 13.7.  Longer reductions keep the scatter and the skipped taps
 #: (64 -> 64 8x28x28: 11.5 vs 12.7 by rows; 128 -> 128 4x14x14: 10.7 vs 13.1)
 MIN_REDUCTION = 256
+#: the weight copy made of register transposes where the target has them
+#: (:func:`_weight_copy`; off: a gather per vector).  1 thread, CPU time, interleaved, a
+#: loaded Zen 4 (load average 9), ms, 128 -> 128 channels 4x14x14, batch 2: 10.06 ->
+#: 10.02 and, in another run, 10.78 -> 10.67 (1.8 MB of weights copied per call)
+TRANSPOSED_WEIGHT_COPY = True
 #: rows whose vectors keep this share of the lanes busy or more stay with the rules'
 #: row vectors (conv2d's threshold; 1 thread, loaded, ms, 64 -> 64 channels: rows of 32
 #: 26.8 with the rules, 29.2 here; rows of 56, 7 of 8 lanes, 47.5 and 40.2)
@@ -79,6 +90,36 @@ def _conv3d_template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
     return _auto_rest(s, outs, info)
 
 
+def _weight_copy(ws, weight, info: CpuModel) -> None:
+    """The copy ``ws`` of the OIDHW ``weight`` stored ``[O / ob, C, KD, KH, KW, ob]``:
+    where the target has the ``L x L`` register transpose and ``L`` divides ``C * KD * KH
+    * KW`` (each output channel's weights are that many contiguous elements), in tiles
+    of ``L`` output channels by ``L`` of those elements, each read as ``L`` vectors and
+    transposed in registers (:data:`TRANSPOSED_WEIGHT_COPY`); else a gather across the
+    ``ob`` output channels per vector.  Parallel (with threads) over the tiles' columns
+    or the (block, input channel) rows."""
+    L = info.lanes
+    a, c, kd, kh, kw, lane = ws.op.axis
+    taps = [_cint(e) for e in weight.shape[1:]]
+    # (weights that are a placeholder: a computed one is read through its indices, which
+    # the transpose's rows may not step through by a constant)
+    intrin = transpose_intrin(info.target, L, weight.dtype) if TRANSPOSED_WEIGHT_COPY \
+        and None not in taps and not isinstance(weight.op, ComputeOp) else None
+    if intrin is not None and (taps[0] * taps[1] * taps[2] * taps[3]) % L == 0:
+        fo, lo, fi, li = ws.tile(ws.fuse(c, kd, kh, kw), lane, L, L)
+        # (the tile's columns outermost: a loop fused with the blocks' would step by
+        # neither's constant, which the transpose needs)
+        ws.reorder(fo, a, lo, fi, li)
+        ws.tensorize(fi, intrin)
+        if info.threads > 1:
+            ws.parallel(fo)
+        return
+    rows = ws.fuse(a, c)
+    if info.threads > 1:
+        ws.parallel(rows)
+    ws.vectorize(lane)
+
+
 def _conv3d_ncdhw_into(s: Schedule, conv, info: CpuModel, store: str = "scatter",
                        zero_taps: bool = False) -> None:
     """``Y[n, o, z, y, x] = sum over c, kd, kh, kw of P[n, c, z*sd + kd*dd, ...] *
@@ -90,10 +131,12 @@ def _conv3d_ncdhw_into(s: Schedule, conv, info: CpuModel, store: str = "scatter"
     vector of channels per pixel, each a scatter across the channel planes; "rows", a
     vector of the block's pixels per channel, read back from the block's buffer (a
     gather in L1) and stored to the output row.  Tasks: (image, channel block, output
-    plane, output row).  The padded input and the weight copy are computed once, at the
-    root, in parallel.  ``zero_taps``: the taps on the zero padding are computed (the
-    pragma ``zero_terms``), so that the tap loops keep constant bounds and are unrolled;
-    else skipped, their loops bounded by the task's plane and row."""
+    plane, output row).  The padded input and the weight copy (:func:`_weight_copy`) are
+    computed once, at the root, in parallel.  ``zero_taps``: the taps on the zero
+    padding are computed (the pragma ``zero_terms``), so that the tap loops keep
+    constant bounds and are unrolled; else skipped, their loops bounded by the task's
+    plane and row, and by the block's pixels where it is a row's first or last (those
+    blocks split off by ``loop_partition``, their tap and pixel loops constant)."""
     L = info.lanes
     ob = 2 * L
     op = conv.op
@@ -107,12 +150,7 @@ def _conv3d_ncdhw_into(s: Schedule, conv, info: CpuModel, store: str = "scatter"
         ds = [d for d in range(pix - 2, pix + 1) if OW % d == 0]
         xb = max(ds) if ds else pix
     wc = s.cache_read(weight, "global", [op], blocks=[(0, ob)])
-    ws = s[wc]
-    wo, wcin = ws.op.axis[:2]
-    rows = ws.fuse(wo, wcin)
-    if info.threads > 1:
-        ws.parallel(rows)
-    ws.vectorize(ws.op.axis[-1])
+    _weight_copy(s[wc], weight, info)
     if data in s and _is_injective(data.op):
         # the padding, at the root: every task reads 3 planes x 3 rows of each channel
         ps = s[data]
