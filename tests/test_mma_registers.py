@@ -495,7 +495,7 @@ def test_a_causal_mask_needs_its_positions_as_vectors():
     pos = tc.placeholder((48,), "int32", name="pos")
     s, Q, Kt, X, _ = _scores_then(32, 32, 48, lambda S, i, j: tc.if_then_else(
         pos[j] <= pos[j], S[i, j], tc.const(float("-inf"), F32)), "cuda.mma_mask_causal_f32")
-    with pytest.raises(tc.errors.BuildError, match="qpos is a int32 vector in memory read "
+    with pytest.raises(tc.errors.BuildError, match="qpos is a vector of int32 in memory read "
                        "along the tile's rows"):
         tc.build(s, [Q, Kt, pos, X], target="cuda")
 

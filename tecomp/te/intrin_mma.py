@@ -377,7 +377,7 @@ def _vector(name: str, view, along: str, dtype: str) -> None:
     zero = 1 if along == "rows" else 0
     if view.fragment is not None or view.strides[zero] != 0 or view.dtype != dtype:
         raise BuildError(
-            f"tensor intrinsic {name}: operand {view.name} is a {dtype} vector in memory read "
+            f"tensor intrinsic {name}: operand {view.name} is a vector of {dtype} in memory read "
             f"along the tile's {along} ({'column' if zero else 'row'} stride 0), got "
             f"{view.buffer_name} ({view.dtype}) with strides {list(view.strides)}")
 
