@@ -85,6 +85,8 @@ there as on the GPU.
 """
 from __future__ import annotations
 
+import struct
+
 from ..errors import BuildError
 from .intrin_cuda import TC_DTYPES, _copy, _fill, _leading_dim, _memory, _mma
 from .reduce import max as _max, sum as _sum
@@ -409,6 +411,70 @@ def _mask_causal_emit(name: str):
                 keep = CAUSAL_KEEP.format(k=f"tc_k{2 * half + (reg & 1)}", q=f"tc_q{reg >> 1}")
                 cb.emit(f"{c}[{x}] = ({keep}) ? {a}[{x}] : -INFINITY;")
     return emit
+
+
+def flash_p_value(s, kbias, lse, qpos, kpos, scale: float, causal: bool):
+    """The expression of :func:`flash_p`'s element from the loads of its operands (the
+    template's compute and the intrinsic's declaration build it alike)."""
+    f32, ninf = "float32", const(float("-inf"), "float32")
+    x = s * const(scale, f32) + kbias
+    if causal:
+        x = if_then_else(kpos <= qpos, x, ninf)
+    return if_then_else(lse > ninf, fast_exp(x - lse), const(0.0, f32))
+
+
+def flash_p(scale: float, causal: bool):
+    """The declared computation of FlashAttention's ``p`` on a 16 x 16 tile of scores
+    ``s`` held in registers (an accumulator): ``exp(x - lse[i])`` where ``lse[i] > -inf``,
+    else 0, with ``x = s * scale + kbias[j]`` (a vector of the keys in memory: 0, a padding
+    mask's value, ``-inf`` past the keys) and, with ``causal``, ``-inf`` where ``kpos[j] >
+    qpos[i]`` (int32 vectors in memory).  Returns ``(op, emitter)``: the template
+    declares one per scale (``tecomp.strategy.cuda.attention``)."""
+    f32 = "float32"
+    s = placeholder((16, 16), f32, name="s")
+    kbias = placeholder((16, 16), f32, name="kbias")
+    lse = placeholder((16, 16), f32, name="lse")
+    qpos = placeholder((16, 16), "int32", name="qpos")
+    kpos = placeholder((16, 16), "int32", name="kpos")
+
+    op = compute((16, 16), lambda i, j: flash_p_value(
+        s[i, j], kbias[i, j], lse[i, j], qpos[i, j], kpos[i, j], scale, causal), name="c")
+    lit = f"{struct.unpack('f', struct.pack('f', scale))[0]:.9g}f"
+
+    def emit(cb, ins, outs):
+        name = cb.name
+        by = {v.name: v for v in ins}     # (the operands in the order the body reads them)
+        c = _fragment(name, outs[0], "mma.accumulator")
+        a = _fragment(name, by["s"], "mma.accumulator")
+        kb, ls = by["kbias"], by["lse"]
+        _vector(name, kb, "columns", f32)
+        _vector(name, ls, "rows", f32)
+        cb.emit(f"const int g = {LANE} >> 2, t = {LANE} & 3;")
+        cb.emit(f"const float tc_l0 = {ls.ptr}[g * {ls.strides[0]}], "
+                f"tc_l1 = {ls.ptr}[(g + 8) * {ls.strides[0]}];")
+        if causal:
+            q, k = by["qpos"], by["kpos"]
+            _vector(name, q, "rows", "int32")
+            _vector(name, k, "columns", "int32")
+            cb.emit(f"const int tc_q0 = {q.ptr}[g * {q.strides[0]}], "
+                    f"tc_q1 = {q.ptr}[(g + 8) * {q.strides[0]}];")
+        for half in range(2):
+            for col in range(2):   # (the lane's columns 8 half + 2t + col)
+                x = 2 * half + col
+                cb.emit(f"const float tc_b{x} = {kb.ptr}[({8 * half + col} + 2 * t) * "
+                        f"{kb.strides[1]}];")
+                if causal:
+                    cb.emit(f"const int tc_k{x} = {k.ptr}[({8 * half + col} + 2 * t) * "
+                            f"{k.strides[1]}];")
+        for reg in range(8):
+            col, row = 2 * (reg >> 2) + (reg & 1), (reg >> 1) & 1
+            x = f"{a}[{reg}] * {lit} + tc_b{col}"
+            if causal:
+                x = f"(({CAUSAL_KEEP.format(k=f'tc_k{col}', q=f'tc_q{row}')}) ? {x} : -INFINITY)"
+            # (the exp's argument selected, not its result: no branch)
+            cb.emit(f"{c}[{reg}] = __expf((tc_l{row} > -INFINITY) ? {x} - tc_l{row} : "
+                    "-INFINITY);")
+    return op, emit
 
 
 def _scale_rows():
