@@ -135,6 +135,32 @@ def test_the_register_form_keeps_p_in_registers():
 
 
 @needs_cxx
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_register_form_with_a_padding_mask(causal):
+    """A padding mask (batch, 1, 1, Lk) read as the keys' vector of the register form's
+    ``p`` (``-inf`` keys among finite ones, per batch), against float64."""
+    B, H, L, D = 2, 2, 70, 64
+    q, k, v = (tc.placeholder((B, H, L, D), "float16", name=n) for n in "qkv")
+    mask = tc.placeholder((B, 1, 1, L), "float16", name="mask")
+    out, lse = tc.nn.flash_attention(q, k, v, causal=causal, mask=mask)
+    s = schedule_flash_attention([out, lse], target="cuda-emu",
+                                 config=FlashConfig(4, 16, form="registers"))
+    assert "flash.kbias: float32[1, 16] (shared)" in str(
+        tc.lower(s, [q, k, v, mask, out, lse], target="cuda-emu"))
+    mod = tc.build(s, [q, k, v, mask, out, lse], target="cuda-emu")
+    rng = np.random.default_rng(5)
+    qa, ka, va = (rng.standard_normal((B, H, L, D)).astype(np.float16) for _ in range(3))
+    m = rng.standard_normal((B, 1, 1, L)).astype(np.float16)
+    m[0, ..., 3:9] = m[1, ..., 40:] = -np.inf
+    o = np.full((B, H, L, D), np.nan, np.float16)
+    ls = np.full((B, H, L), np.nan, np.float32)
+    mod(qa, ka, va, m, o, ls, mode="reverse")
+    want, want_lse = reference(qa, ka, va, causal, mask=m)
+    np.testing.assert_allclose(o.astype(np.float64), want, rtol=0, atol=4e-3)
+    np.testing.assert_allclose(ls, want_lse, rtol=0, atol=1e-5)
+
+
+@needs_cxx
 def test_a_fragment_at_the_key_loop_holds_its_warps_rows():
     """The scores' fragment computed at the output accumulator's key loop (inside the
     kernel's warp loop, ``threadIdx.y``), where the register form's ``p`` stages can read

@@ -90,17 +90,6 @@ def test_config_form_of_another_name():
                                  config=FlashConfig(4, 16, form="register"))
 
 
-def test_the_register_form_with_a_padding_mask():
-    q, k, v = _qkv()
-    mask = tc.placeholder((1, 1, 1, 50), "float16", name="M")
-    out, lse = nn.flash_attention(q, k, v, mask=mask)
-    with pytest.raises(tc.ScheduleError, match=r"FlashConfig\(form='registers'\) takes no "
-                                               r"padding mask yet \(flash has one\); use "
-                                               r"form='shared'"):
-        schedule_flash_attention([out, lse], target="cuda",
-                                 config=FlashConfig(4, 16, form="registers"))
-
-
 def test_schedule_is_for_cuda_targets():
     out, lse = nn.flash_attention(*_qkv())
     with pytest.raises(tc.ScheduleError, match=r"are for target 'cuda' or 'cuda-emu'"):

@@ -25,7 +25,7 @@ the output and the rows' logsumexp (what the backward reads):
 
 With ``FlashConfig(form="registers")`` each warp keeps its scores in its accumulators
 at the key loop and computes ``p`` there (:func:`_p_in_registers`: one tensor intrinsic
-per 16 x 16 tile, the scale, the keys' vector of ``0``/``-inf`` past ``Lk``, with
+per 16 x 16 tile, the scale, the keys' vector (the padding mask, ``-inf`` past ``Lk``), with
 ``causal`` the rows' and keys' positions, the guarded ``exp``), converted into the A
 operand of ``p v`` (``cuda.mma_acc_to_a_*``): no ``p`` tile; the scores' float32 tile
 stays in shared memory, which the rows' statistics read.
@@ -120,8 +120,8 @@ class FlashConfig:
     #: (``mma.accumulator``) and ``p`` computed there, masked by data (a vector of the
     #: keys, ``-inf`` past them; with ``causal``, the rows' and keys' positions) and
     #: converted into the A operand of ``p v`` (``cuda.mma_acc_to_a_*``): no ``p`` tile
-    #: (the scores tile stays, which the rows' statistics read).  No padding mask with
-    #: ``"registers"`` yet; the backward ignores it
+    #: (the scores tile stays, which the rows' statistics read; a padding mask is read as
+    #: the keys' vector).  The backward ignores it
     form: str = "shared"
 
     @property
@@ -434,27 +434,32 @@ def _p_intrin(scale: float, causal: bool):
 def _p_in_registers(s: Schedule, t: dict, causal: bool) -> dict:
     """``FlashConfig(form="registers")``: ``p`` recomputed as the cast of a float32
     ``p32`` whose masks are data (what :func:`_p_intrin` computes on a tile in
-    registers): ``kbias`` (0 for the keys, ``-inf`` past them) and, with ``causal``, the
-    rows' and keys' positions ``qpos``, ``kpos``; the same values as the ``p`` of
-    ``tecomp.nn.flash_attention``.  Returns the new tensors by role (stages inserted
+    registers): ``kbias`` (the padding mask's value, or 0, for the keys; ``-inf`` past
+    them) and, with ``causal``, the rows' and keys' positions ``qpos``, ``kpos``; the
+    same values as the ``p`` of ``tecomp.nn.flash_attention``.  Returns the new tensors by role (stages inserted
     before ``p``'s)."""
     p, sc, lse_p = t["p"], t["s"], t["lse_p"]
     attrs = t["out"].op.attrs
-    if attrs.get("masked"):
-        raise ScheduleError(
-            f"schedule_flash_attention: FlashConfig(form='registers') takes no padding mask "
-            f"yet ({t['out'].name} has one); use form='shared'")
     B, H, Lqp, Lkp = (_cint(e) for e in p.shape)
     base, f32 = p.op.name.rsplit(".", 1)[0], "float32"
     ninf, zero = _te.const(float("-inf"), f32), _te.const(0.0, f32)
     Lk = int(attrs["Lk"])
-    kbias = _te.compute((Lkp,), lambda j: _te.if_then_else(j < Lk, zero, ninf),
-                        name=f"{base}.kbias")
+    # the padding mask (p's one other operand): its value per (batch, key)
+    masks = [x for x in p.op.input_tensors if x.op is not sc.op and x.op is not lse_p.op]
+    # (without one, a vector of the keys alone: its index has no batch to compute)
+    if masks:
+        read = _key_mask(masks[0], t["q"], t["out"].name, "flash_attention")
+        kbias = _te.compute((B, Lkp), lambda b, j: _te.if_then_else(j < Lk, read(b, j), ninf),
+                            name=f"{base}.kbias")
+    else:
+        kbias = _te.compute((Lkp,), lambda j: _te.if_then_else(j < Lk, zero, ninf),
+                            name=f"{base}.kbias")
     qpos = _te.compute((Lqp,), lambda i: i, name=f"{base}.qpos")
     kpos = _te.compute((Lkp,), lambda j: j, name=f"{base}.kpos")
     scale = float(attrs["scale"])
     p32 = _te.compute(tuple(p.shape), lambda b, h, i, j: _flash_p_value(
-        sc[b, h, i, j], kbias[j], lse_p[b, h, i], qpos[i], kpos[j], scale, causal),
+        sc[b, h, i, j], kbias[b, j] if masks else kbias[j], lse_p[b, h, i], qpos[i],
+        kpos[j], scale, causal),
         name=f"{base}.p32")
     # (p's own axes: its stage's loops stay)
     new = _with_body(p.op, p32[tuple(iv.var for iv in p.op.axis)].astype(p.dtype))
