@@ -4,6 +4,7 @@ GPU needed, nvcc and a disassembler (nvdisasm or cuobjdump on PATH; the
 
     python benchmarks/flash_sass.py                      # d64 and d128, causal and not
     python benchmarks/flash_sass.py --d 64 --causal --arch sm_90a
+    python benchmarks/flash_sass.py --form registers     # p in each warp's registers
 
 For each kernel: ptxas's registers and spills, then each loop that holds the HMMAs (a
 causal kernel at head dim 64 has two: the whole tiles and the diagonal ones), its static
@@ -14,22 +15,25 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import re
 import sys
 
 import tecomp as tc
-from tecomp.strategy.cuda.attention import schedule_flash_attention
+from tecomp.strategy.cuda.attention import flash_config, schedule_flash_attention
+from tecomp.strategy.cuda.common import max_shared_bytes
 from tecomp.testing.gpu_resources import parse_ptxas, ptxas_build
 
 KINDS = ("HMMA", "LDSM", "LDS", "STS", "LDG", "STG", "BAR", "SHFL", "F2FP", "BRA", "MUFU.EX2")
 
 
-def source(d: int, causal: bool, arch: str) -> str:
+def source(d: int, causal: bool, arch: str, form: str = "shared") -> str:
     q, k, v = (tc.placeholder((4, 16, 2048, d), "float16", name=n) for n in "qkv")
     out, lse = tc.nn.flash_attention(q, k, v, causal=causal)
     tgt = f"cuda -arch={arch}"
-    return tc.build(schedule_flash_attention([out, lse], target=tgt), [q, k, v, out, lse],
-                    target=tgt).get_source()
+    cfg = dataclasses.replace(flash_config(d, d, "float16", max_shared_bytes(tgt)), form=form)
+    return tc.build(schedule_flash_attention([out, lse], target=tgt, config=cfg),
+                    [q, k, v, out, lse], target=tgt).get_source()
 
 
 def instructions(sass: str) -> list:
@@ -92,10 +96,13 @@ def main(argv=None) -> int:
     ap.add_argument("--d", type=int, action="append", help="head dim (default 64 and 128)")
     ap.add_argument("--causal", action="store_true", help="causal only (default both)")
     ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("--form", default="shared", choices=("shared", "registers"),
+                    help="FlashConfig.form: p in a shared tile (default) or in registers")
     a = ap.parse_args(argv)
     for d in a.d or (64, 128):
         for causal in ((True,) if a.causal else (False, True)):
-            report_text, sass = ptxas_build(source(d, causal, a.arch), a.arch, sass=True)
+            report_text, sass = ptxas_build(source(d, causal, a.arch, a.form), a.arch,
+                                            sass=True)
             use = parse_ptxas(report_text)
             print(f"d{d}{' causal' if causal else ''} ({a.arch}): "
                   + "; ".join(f"{k}: {u['registers']} registers, {u['spill_stores']} bytes "

@@ -5,7 +5,8 @@
     python3 benchmarks/gpu.py --quick         # fewer repetitions
     python3 benchmarks/gpu.py --only conv     # workloads whose name contains "conv"
     python3 benchmarks/gpu.py --sweep         # each schedule under several tilings
-    python3 benchmarks/gpu.py --only flash --ab   # flash fwd: K/V rings of cp.async or not;
+    python3 benchmarks/gpu.py --only flash --ab   # flash fwd: K/V rings of cp.async or not,
+                                                  # p in registers or in shared memory;
                                                   # flash bwd: dq atomic vs recompute
     python3 benchmarks/gpu.py --only bmm --tune 40   # the GPU search, 40 candidates
     python3 benchmarks/gpu.py --only C=K=256 --tune 48   # the 14x14 convolutions' tilings
@@ -714,7 +715,8 @@ def flash_workload(B: int, H: int, L: int, d: int, causal: bool) -> Workload:
     (see tecomp.strategy.cuda.attention); causal, it skips the tiles past the diagonal.
     ``--ab`` times the default tiling with its key and value tiles copied where they are
     read (A, ``stages=1``) against a ring of two ``cp.async`` tiles copied a step ahead
-    (B, ``stages=2``); ``--sweep`` tries rings of 2 and 3 at several tilings too."""
+    (B, ``stages=2``) and against ``p`` in registers (``form="registers"``); ``--sweep``
+    tries rings of 2 and 3 at several tilings too."""
     def args():
         q, k, v = (tc.placeholder((B, H, L, d), "float16", name=n) for n in "qkv")
         out, lse = tc.nn.flash_attention(q, k, v, causal=causal)
@@ -763,8 +765,10 @@ def flash_workload(B: int, H: int, L: int, d: int, causal: bool) -> Workload:
 
 def _stage_forms(cfg) -> list:
     """The flash forward's tiling ``cfg`` with its key and value tiles copied where they
-    are read (A, ``stages=1``) and in a ring of two cp.async tiles (B)."""
-    return [dataclasses.replace(cfg, stages=1), dataclasses.replace(cfg, stages=2)]
+    are read (A, ``stages=1``), in a ring of two cp.async tiles (B), and with ``p`` in
+    each warp's registers (``form="registers"``, ``stages=1``: against A)."""
+    return [dataclasses.replace(cfg, stages=1), dataclasses.replace(cfg, stages=2),
+            dataclasses.replace(cfg, stages=1, form="registers")]
 
 
 def _flash_rings(d: int) -> list:

@@ -82,11 +82,18 @@ CASES = [
     # with the rings too (each loop its own)
     (1, 2, 300, 300, 64, "float16", True, None),
     (1, 1, 300, 260, 64, "bfloat16", True, FlashConfig(4, 16, stages=2)),
+    # p in each warp's registers (form="registers"): masks as data, no p tile
+    (2, 2, 100, 100, 64, "bfloat16", True, FlashConfig(4, 16, form="registers")),
+    (1, 2, 64, 100, 128, "float16", False, FlashConfig(4, 32, form="registers")),
+    (1, 1, 130, 200, 64, "float16", True, FlashConfig(2, 32, form="registers")),
+    (1, 2, 300, 260, 64, "float16", True, FlashConfig(4, 16, stages=2, form="registers")),
+    (1, 1, 100, 100, 128, "bfloat16", True, FlashConfig(4, 32, form="registers")),
 ]
 
 
 @needs_cxx
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c[:7])))
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c[:7])) + (
+    "-registers" if c[7] is not None and c[7].form == "registers" else ""))
 def test_flash_attention_matches_float64(case):
     B, H, Lq, Lk, D, dtype, causal, cfg = case
     args = flash(B, H, Lq, Lk, D, dtype, causal)
@@ -104,6 +111,80 @@ def test_flash_attention_matches_float64(case):
     # p is rounded to the inputs' dtype before p v, the output once more
     tol = 4e-3 if dtype == "float16" else 3e-2
     np.testing.assert_allclose(out.astype(np.float64), want, rtol=0, atol=tol)
+    np.testing.assert_allclose(lse, want_lse, rtol=0, atol=1e-5)
+
+
+def test_the_register_form_keeps_p_in_registers():
+    """``FlashConfig(form="registers")``: the scores in each warp's registers at the key
+    loop, ``p`` computed there (``cuda.mma_flash_p_*``, the causal mask from positions)
+    and converted into the A operand of ``p v``: no shared ``p`` tile and no ldmatrix of
+    it; the scores' shared tile stays for the statistics."""
+    args = flash(1, 2, 100, 100, 64, "float16", True)
+    cfg = FlashConfig(4, 16, form="registers")
+    text = str(tc.lower(schedule_flash_attention(args[3:], target="cuda-emu", config=cfg),
+                        args, target="cuda-emu"))
+    assert "allocate flash.scores: float32[1, 1, 32, 16] (mma.accumulator)" in text
+    assert "allocate flash.p: float16[1, 1, 32, 16] (mma.matrix_a)" in text
+    assert "allocate flash.scores.shared: float32[1, 1, 128, 16] (shared" in text
+    assert "tensorize cuda.mma_flash_p_f32_causal_0.125 " in text
+    assert "tensorize cuda.mma_acc_to_a_f16 " in text
+    assert "flash.p.shared" not in text and "flash.p: float16[1, 1, 128" not in text
+    old = str(tc.lower(schedule_flash_attention(args[3:], target="cuda-emu"), args,
+                       target="cuda-emu"))
+    assert "allocate flash.p: float16[1, 1, 128, 16] (shared" in old
+
+
+@needs_cxx
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_register_form_with_a_padding_mask(causal):
+    """A padding mask (batch, 1, 1, Lk) read as the keys' vector of the register form's
+    ``p`` (``-inf`` keys among finite ones, per batch), against float64."""
+    B, H, L, D = 2, 2, 70, 64
+    q, k, v = (tc.placeholder((B, H, L, D), "float16", name=n) for n in "qkv")
+    mask = tc.placeholder((B, 1, 1, L), "float16", name="mask")
+    out, lse = tc.nn.flash_attention(q, k, v, causal=causal, mask=mask)
+    s = schedule_flash_attention([out, lse], target="cuda-emu",
+                                 config=FlashConfig(4, 16, form="registers"))
+    assert "flash.kbias: float32[1, 16] (shared)" in str(
+        tc.lower(s, [q, k, v, mask, out, lse], target="cuda-emu"))
+    mod = tc.build(s, [q, k, v, mask, out, lse], target="cuda-emu")
+    rng = np.random.default_rng(5)
+    qa, ka, va = (rng.standard_normal((B, H, L, D)).astype(np.float16) for _ in range(3))
+    m = rng.standard_normal((B, 1, 1, L)).astype(np.float16)
+    m[0, ..., 3:9] = m[1, ..., 40:] = -np.inf
+    o = np.full((B, H, L, D), np.nan, np.float16)
+    ls = np.full((B, H, L), np.nan, np.float32)
+    mod(qa, ka, va, m, o, ls, mode="reverse")
+    want, want_lse = reference(qa, ka, va, causal, mask=m)
+    np.testing.assert_allclose(o.astype(np.float64), want, rtol=0, atol=4e-3)
+    np.testing.assert_allclose(ls, want_lse, rtol=0, atol=1e-5)
+
+
+@needs_cxx
+def test_a_fragment_at_the_key_loop_holds_its_warps_rows():
+    """The scores' fragment computed at the output accumulator's key loop (inside the
+    kernel's warp loop, ``threadIdx.y``), where the register form's ``p`` stages can read
+    it, while the shared scores tile that stores it binds ``threadIdx.y`` again: its
+    region is the warp's 32 rows (that loop is the enclosing one's thread, not relaxed
+    over the block's 128 rows), and the kernel stays right ("reverse" thread order)."""
+    B, H, L, D = 1, 2, 100, 64
+    args = flash(B, H, L, L, D, "float16", True)
+    s = schedule_flash_attention(args[3:], target="cuda-emu")
+    st = {x.op.name: x for x in s.stages}
+    pf = st["flash.pv.mma.accumulator"]
+    ko = next(iv for iv in pf.leaf_iter_vars if iv.kind == "reduce")
+    st["flash.scores.mma.accumulator"].compute_at(pf, ko)
+    text = str(tc.lower(s, args, target="cuda-emu"))
+    assert "allocate flash.scores.mma.accumulator: float32[1, 1, 32, 16] (mma.accumulator)" \
+        in text
+    mod = tc.build(s, args, target="cuda-emu")
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((B, H, L, D)).astype(np.float16) for _ in range(3))
+    out = np.full((B, H, L, D), np.nan, np.float16)
+    lse = np.full((B, H, L), np.nan, np.float32)
+    mod(q, k, v, out, lse, mode="reverse")
+    want, want_lse = reference(q, k, v, True)
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=0, atol=4e-3)
     np.testing.assert_allclose(lse, want_lse, rtol=0, atol=1e-5)
 
 
@@ -425,6 +506,21 @@ def test_the_default_forward_kernels_spill_nothing(arch, d, causal, dtype):
     for kernel, use in ptxas_usage(src, arch).items():
         assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
         assert use["registers"] * 128 * blocks <= 64 * 1024, (kernel, use)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("d,causal", [(64, True), (128, False)])
+def test_the_register_form_spills_nothing(d, causal):
+    """``FlashConfig(form="registers")`` at the issue's shapes on sm_90a, the default
+    tiling of each head dim: no spill."""
+    args = flash(4, 16, 2048, 2048, d, "float16", causal)
+    tgt = "cuda -arch=sm_90a"
+    cfg = dataclasses.replace(flash_config(d, d, "float16", block_shared_limit("sm_90a")),
+                              form="registers")
+    src = tc.build(schedule_flash_attention(args[3:], target=tgt, config=cfg), args,
+                   target=tgt).get_source()
+    for kernel, use in ptxas_usage(src, "sm_90a").items():
+        assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
 
 
 @needs_nvcc
@@ -828,7 +924,10 @@ def test_gpu_backward_matches_float64(gpu_driver, dq, d, dtype, causal, masked):
 @pytest.mark.parametrize("d,dtype,causal,cfg", [
     (64, "float16", True, None), (64, "bfloat16", True, FlashConfig(4, 16, stages=2)),
     (64, "float16", False, None), (128, "bfloat16", True, None),
-    (128, "float16", False, FlashConfig(4, 32, stages=2))])
+    (128, "float16", False, FlashConfig(4, 32, stages=2)),
+    (64, "float16", True, FlashConfig(4, 16, form="registers")),
+    (64, "bfloat16", True, FlashConfig(4, 16, stages=2, form="registers")),
+    (128, "float16", False, FlashConfig(4, 32, form="registers"))])
 def test_gpu_forward_matches_float64(gpu_driver, d, dtype, causal, cfg):
     """The forward on the GPU against float64: lengths that are not multiples of the
     tiles, causal with many blocks (at head dim 64 the key tiles before each block's

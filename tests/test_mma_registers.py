@@ -170,14 +170,14 @@ def softmax_tile(M=32, D=32, L=48, N=32, kind="exp"):
 
 
 
-def biased_scores(M=32, D=32, L=48):
-    """``X = Q K^T + bias[j]`` in registers (``cuda.mma_add_cols_f32``: the bias a vector
-    of the keys in global memory, ``-inf`` where a key is masked), stored."""
+def _scores_then(M, D, L, value, intrin):
+    """``X[i, j] = value(S, i, j)`` of the scores ``S = Q K^T`` held in registers, each
+    16 x 16 tile of ``X`` tensorized with ``intrin`` and stored (float32, global).
+    Returns ``(s, Q, K, X, the warp loop of X)``."""
     Q, Kt = (tc.placeholder(shape, "float16", name=n) for n, shape in (("Q", (M, D)),
                                                                       ("K", (L, D))))
-    bias = tc.placeholder((L,), F32, name="bias")
     S = _mm(Q, Kt, "S", transpose_b=True)
-    X = tc.compute((M, L), lambda i, j: S[i, j] + bias[j], name="x")
+    X = tc.compute((M, L), lambda i, j: value(S, i, j), name="x")
     s = tc.create_schedule(X.op)
     XF, w = _warp_store(s, X)
     QS, KS = _shared(s, (Q, Kt), (S, S), X, w, M // 16)
@@ -186,8 +186,132 @@ def biased_scores(M=32, D=32, L=48):
     xi, xj = s[XF].op.axis
     fj, xj = s[XF].split(xj, 16)
     s[XF].reorder(fj, xi, xj)
-    s[XF].tensorize(xi, tc.tensor_intrin("cuda.mma_add_cols_f32"))
+    s[XF].tensorize(xi, tc.tensor_intrin(intrin))
+    return s, Q, Kt, X, w
+
+
+def biased_scores(M=32, D=32, L=48):
+    """``X = Q K^T + bias[j]`` in registers (``cuda.mma_add_cols_f32``: the bias a vector
+    of the keys in global memory, ``-inf`` where a key is masked), stored."""
+    bias = tc.placeholder((L,), F32, name="bias")
+    s, Q, Kt, X, _ = _scores_then(M, D, L, lambda S, i, j: S[i, j] + bias[j],
+                                  "cuda.mma_add_cols_f32")
     return s, [Q, Kt, bias, X]
+
+
+def _causal(qpos, kpos):
+    return lambda S, i, j: tc.if_then_else(kpos[j] <= qpos[i], S[i, j],
+                                           tc.const(float("-inf"), F32))
+
+
+def causal_scores(M=32, D=32, L=48, off=16, positions="computed"):
+    """``X = Q K^T`` with ``-inf`` where key ``j`` comes after query ``i`` (``j > i +
+    off``), in registers (``cuda.mma_mask_causal_f32``).  ``positions="computed"``: the
+    rows' and keys' positions ``i + off`` and ``j`` computed into shared memory by each
+    warp (one element a lane); ``"given"``: two int32 vectors in global memory, ``qpos``
+    and ``kpos`` (arguments)."""
+    if positions == "given":
+        qpos = tc.placeholder((M,), "int32", name="qpos")
+        kpos = tc.placeholder((L,), "int32", name="kpos")
+    else:
+        qpos = tc.compute((M,), lambda i: i + off, name="qpos")
+        kpos = tc.compute((L,), lambda j: j, name="kpos")
+    s, Q, Kt, X, w = _scores_then(M, D, L, _causal(qpos, kpos), "cuda.mma_mask_causal_f32")
+    if positions != "given":
+        _positions_shared(s, (qpos, kpos), X, w)
+    return s, [Q, Kt, X] if positions != "given" else [Q, Kt, qpos, kpos, X]
+
+
+def _positions_shared(s, vectors, at, w):
+    """The int32 position vectors computed into shared memory at ``at``'s warp loop
+    ``w``, an element a lane."""
+    for v in vectors:
+        s[v].set_scope("shared")
+        s[v].compute_at(s[at], w)
+        _, tx = s[v].split(s[v].op.axis[0], 32)
+        s[v].bind(tx, tc.thread_axis("threadIdx.x"))
+
+
+def masked_tile(M=32, D=32, L=48, N=32, off=12, guarded=True):
+    """One diagonal key tile of a masked FlashAttention step, per warp of 16 query rows,
+    in registers: ``X = Q K^T + bias[j]`` (``cuda.mma_add_cols_f32``; ``bias`` a padding
+    mask, ``-inf`` for masked keys and past the keys), ``-inf`` where key ``j`` is past
+    query ``i + off`` (``cuda.mma_mask_causal_f32``, the positions computed into shared
+    memory), ``m = rowmax X``, ``P = exp(X - m)`` (``guarded``: 0 where ``m`` is
+    ``-inf``, a row with no key, ``cuda.mma_exp_diff_or_zero_f32``; else
+    ``cuda.mma_exp_diff_f32``) and ``E = P.astype(f16) V`` with ``P`` converted in
+    registers."""
+    ninf = tc.const(float("-inf"), F32)
+    Q, Kt, V = (tc.placeholder(shape, "float16", name=n)
+                for n, shape in (("Q", (M, D)), ("K", (L, D)), ("V", (L, N))))
+    bias = tc.placeholder((L,), F32, name="bias")
+    qpos = tc.compute((M,), lambda i: i + off, name="qpos")
+    kpos = tc.compute((L,), lambda j: j, name="kpos")
+    S = _mm(Q, Kt, "S", transpose_b=True)
+    B = tc.compute((M, L), lambda i, j: S[i, j] + bias[j], name="b")
+    X = tc.compute((M, L), lambda i, j: tc.if_then_else(kpos[j] <= qpos[i], B[i, j], ninf),
+                   name="x")
+    c = tc.reduce_axis((0, L), name="c")
+    Mx = tc.compute((M, 16), lambda i, j: tc.max(X[i, c], axis=c), name="m")
+    if guarded:
+        P = tc.compute((M, L), lambda i, j: tc.if_then_else(
+            Mx[i, j % 16] > ninf, tc.fast_exp(X[i, j] - Mx[i, j % 16]),
+            tc.const(0.0, F32)), name="p")
+    else:
+        P = tc.compute((M, L), lambda i, j: tc.fast_exp(X[i, j] - Mx[i, j % 16]), name="p")
+    P16 = tc.compute((M, L), lambda i, j: P[i, j].astype("float16"), name="p16")
+    E = _mm(P16, V, "E")
+    s = tc.create_schedule(E.op)
+    OF, w = _warp_store(s, E)
+    QS, KS = _shared(s, (Q, Kt), (S, S), E, w, M // 16)
+    s[S].set_scope("mma.accumulator")
+    _gemm_into(s, S, QS, KS, "f16", (s[E], w), transposed=True)
+    _positions_shared(s, (qpos, kpos), E, w)
+    for x, intrin in ((B, "cuda.mma_add_cols_f32"), (X, "cuda.mma_mask_causal_f32")):
+        s[x].set_scope("mma.accumulator")
+        s[x].compute_at(s[E], w)
+        xi, xj = s[x].op.axis
+        fj, xj = s[x].split(xj, 16)
+        s[x].reorder(fj, xi, xj)
+        s[x].tensorize(xi, tc.tensor_intrin(intrin))
+    s[Mx].set_scope("mma.accumulator")
+    s[Mx].compute_at(s[E], w)
+    mf, mc = s[Mx].split(s[Mx].op.reduce_axis[0], 16)
+    mi, mj = s[Mx].op.axis
+    s[Mx].reorder(mf, mi, mj, mc)
+    s[Mx].tensorize(mi, tc.tensor_intrin("cuda.mma_row_max_f32"))
+    (VS,) = _shared(s, (V,), (OF,), E, w, M // 16)
+    s[P].set_scope("mma.accumulator")
+    s[P16].set_scope("mma.matrix_a")
+    rf = _gemm_into(s, OF, None, VS, "f16")
+    exp = "cuda.mma_exp_diff_or_zero_f32" if guarded else "cuda.mma_exp_diff_f32"
+    for x, intrin in ((P16, "cuda.mma_acc_to_a_f16"), (P, exp)):
+        s[x].compute_at(s[OF], rf)
+        s[x].tensorize(s[x].op.axis[0], tc.tensor_intrin(intrin))
+    return s, [Q, Kt, V, bias, E]
+
+
+def check_masked_tile(mod, guarded=True, off=12, mode=None, M=32, D=32, L=48, N=32):
+    """Against float64: keys 0..12 and 41.. masked by the bias (row 0, query position 12,
+    has no key: its output is 0), the others by the causal test."""
+    rng = np.random.default_rng(7)
+    q, k, v = _f16(rng, M, D), _f16(rng, L, D), _f16(rng, L, N)
+    bias = rng.standard_normal(L).astype(np.float32)
+    bias[:13] = bias[41:] = -np.inf
+    got = np.full((M, N), 7.0, np.float32)
+    mod(q, k, v, bias, got, **({"mode": mode} if mode else {}))
+    x = _f64(q) @ _f64(k).T + bias
+    x[np.arange(L)[None, :] > np.arange(M)[:, None] + off] = -np.inf
+    empty = np.isneginf(x).all(axis=1)
+    assert empty[0] and not empty[1:].any()
+    m = x.max(axis=1, keepdims=True)
+    p = np.where(empty[:, None], 0.0, np.exp(x - np.where(empty[:, None], 0.0, m)))
+    want = _round16(p) @ _f64(v)
+    if not guarded:   # exp(-inf - -inf): the row with no key is NaN, the others as guarded
+        assert np.isnan(got[0]).all()
+        got, want = got[1:], want[1:]
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=1e-4 * np.abs(want).max())
+
 
 def _f16(rng, *shape, dtype="float16"):
     return rng.standard_normal(shape, dtype=np.float32).astype(NP[dtype])
@@ -249,6 +373,23 @@ def check_biased(mod, masked, mode=None, M=32, D=32, L=48):
     assert np.isneginf(x[:, masked]).all() and np.isfinite(x[ok]).all()
     np.testing.assert_allclose(x[ok], want[ok], rtol=0, atol=1e-5 * np.abs(want[ok]).max())
 
+def check_causal(mod, given, off=16, mode=None, M=32, D=32, L=48):
+    rng = np.random.default_rng(6)
+    q, k = _f16(rng, M, D), _f16(rng, L, D)
+    x = np.full((M, L), np.nan, np.float32)
+    qpos, kpos = np.arange(M, dtype=np.int32) + off, np.arange(L, dtype=np.int32)
+    if given:   # (any positions: each lane reads its own columns')
+        kpos = rng.permutation(kpos).astype(np.int32)
+    kw = {"mode": mode} if mode else {}
+    mod(*((q, k, qpos, kpos, x) if given else (q, k, x)), **kw)
+    want = _f64(q) @ _f64(k).T
+    keep = kpos[None, :] <= qpos[:, None]
+    assert keep.any() and not keep.all()   # (the mask cuts the tiles: some rows partly)
+    np.testing.assert_array_equal(np.isneginf(x), ~keep)
+    np.testing.assert_allclose(x[keep], want[keep], rtol=0,
+                               atol=1e-5 * np.abs(want[keep]).max())
+
+
 # --------------------------------------------------------------------------- emulation
 
 
@@ -307,6 +448,59 @@ def test_a_bias_of_the_keys_is_added_in_registers():
     check_biased(tc.build(s, args, target="cuda-emu"), [3, 17, 40, 47], "serial")
 
 @needs_cxx
+@pytest.mark.parametrize("positions", ["computed", "given"])
+def test_a_causal_mask_in_registers(positions):
+    """The scores of key ``j`` past query ``i + 16`` set to ``-inf`` in registers from the
+    tiles' row and column positions (computed into shared memory, or given), the others
+    exact to float32's sums: each of the three 16-key tiles of the 32 rows is cut by the
+    diagonal, whole or empty for some rows."""
+    s, args = causal_scores(positions=positions)
+    mod = tc.build(s, args, target="cuda-emu")
+    assert "-INFINITY" in mod.get_source()
+    check_causal(mod, positions == "given", mode="serial")
+
+
+@needs_cxx
+@pytest.mark.parametrize("guarded", [True, False])
+def test_a_masked_diagonal_tile_in_registers(guarded):
+    """A padding mask (a bias of the keys) and the causal test on one tile of scores in
+    registers, then the row maximum, ``exp`` and ``P V``: each key dropped where either
+    mask says so; a row with no key gives 0 with ``cuda.mma_exp_diff_or_zero_f32`` and
+    NaN with ``cuda.mma_exp_diff_f32`` (``exp(-inf + inf)``)."""
+    s, args = masked_tile(guarded=guarded)
+    mod = tc.build(s, args, target="cuda-emu")
+    src = mod.get_source()
+    shared = [ln for ln in src.splitlines() if "__shared__" in ln and "[" in ln]
+    assert not any(f" {x}[" in ln for ln in shared for x in ("x", "b", "p", "S"))
+    check_masked_tile(mod, guarded, mode="serial")
+
+
+@needs_cxx
+def test_a_causal_mask_of_swapped_positions_is_caught(monkeypatch):
+    """The mask depends on which position is compared with which: keep a score where the
+    query's position is at most the key's (the mask reflected across the diagonal) and
+    the result is wrong."""
+    monkeypatch.setattr(intrin_mma, "CAUSAL_KEEP", "{q} <= {k}")
+    s, args = causal_scores(positions="given")
+    mod = tc.build(s, args, target="cuda-emu")
+    assert "(tc_q0 <= tc_k0)" in mod.get_source()
+    with pytest.raises(AssertionError):
+        check_causal(mod, True, mode="serial")
+
+
+def test_a_causal_mask_needs_its_positions_as_vectors():
+    """``cuda.mma_mask_causal_f32`` reads each row's position along the row (column
+    stride 0): positions indexed by the column are refused with a BuildError naming the
+    operand."""
+    pos = tc.placeholder((48,), "int32", name="pos")
+    s, Q, Kt, X, _ = _scores_then(32, 32, 48, lambda S, i, j: tc.if_then_else(
+        pos[j] <= pos[j], S[i, j], tc.const(float("-inf"), F32)), "cuda.mma_mask_causal_f32")
+    with pytest.raises(tc.errors.BuildError, match="qpos is a vector of int32 in memory read "
+                       "along the tile's rows"):
+        tc.build(s, [Q, Kt, pos, X], target="cuda")
+
+
+@needs_cxx
 def test_a_wrong_register_pairing_is_caught(monkeypatch):
     """The emulation's result depends on the lanes' registers: pair the accumulator's
     floats into A's registers in another order and the second GEMM is wrong."""
@@ -354,10 +548,12 @@ def test_an_accumulator_read_transposed_is_refused():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("what", ["back to back bf16", "softmax tile", "biased scores"])
+@pytest.mark.parametrize("what", ["back to back bf16", "softmax tile", "biased scores",
+                                  "causal scores", "masked tile"])
 def test_ptx_of_the_register_step_and_nothing_spills(what):
     s, args = {"back to back bf16": lambda: back_to_back(dtype="bfloat16"),
-               "softmax tile": softmax_tile, "biased scores": biased_scores}[what]()
+               "softmax tile": softmax_tile, "biased scores": biased_scores,
+               "causal scores": causal_scores, "masked tile": masked_tile}[what]()
     src = tc.build(s, args, target="cuda -arch=sm_90").get_source()
     for kernel, use in ptxas_usage(src, "sm_90").items():
         assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
@@ -377,6 +573,19 @@ def test_an_accumulator_feeds_the_next_mma_on_the_gpu(gpu_driver, dtype):
 def test_a_bias_of_the_keys_on_the_gpu(gpu_driver):
     s, args = biased_scores()
     check_biased(tc.build(s, args, target="cuda"), [7, 31])
+
+
+@pytest.mark.gpu
+def test_a_masked_diagonal_tile_on_the_gpu(gpu_driver):
+    s, args = masked_tile()
+    check_masked_tile(tc.build(s, args, target="cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("positions", ["computed", "given"])
+def test_a_causal_mask_on_the_gpu(gpu_driver, positions):
+    s, args = causal_scores(positions=positions)
+    check_causal(tc.build(s, args, target="cuda"), positions == "given")
 
 
 @pytest.mark.gpu

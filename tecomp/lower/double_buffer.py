@@ -59,7 +59,7 @@ from ..ir.simplify import simplify
 from ..ir.stmt import Allocate, AttrStmt, BufferStore, Evaluate, For, IfThenElse, SeqStmt, seq
 from .barriers import Access, access
 from .device_split import shared_array_bytes
-from ..target import tma as _tma
+from ..target import PER_THREAD_SCOPES, tma as _tma
 from .tma_pipeline import BUFFER_PRODUCER, BUFFER_SWIZZLE, tma_ring
 
 DOUBLE_BUFFER = "double_buffer"
@@ -209,6 +209,13 @@ class _DoubleBuffer(Mutator):
             n += 1
         rest = items[n + 1:]
         marked_set = set(marked)
+        # (a statement there that writes only the threads' own buffers, reading no tile,
+        # e.g. a register fragment's zeroing, is no copy: it runs with the rest, after
+        # the barrier)
+        own = [c for c in copies if _own_only(access(c), marked_set)]
+        if own and len(own) < len(copies):
+            copies = [c for c in copies if not any(c is o for o in own)]
+            rest = own + rest
         acc_c = [access(c) for c in copies]
         acc_r = access(seq(*rest)) if rest else Access()
         written = set().union(*(a.writes for a in acc_c)) if acc_c else set()
@@ -301,6 +308,13 @@ class _DoubleBuffer(Mutator):
                 check_swizzled_rows(bufs[b], swizzles[b], what)
                 out = AttrStmt(BUFFER_SWIZZLE, (bufs[b], swizzles[b]), out)
         return out
+
+
+def _own_only(acc: Access, marked: set) -> bool:
+    """Whether a statement of these accesses writes only per-thread buffers (registers,
+    fragments) and reads none of the ``marked`` tiles."""
+    return bool(acc.writes) and all(b.scope in PER_THREAD_SCOPES for b in acc.writes) \
+        and not (acc.reads & marked)
 
 
 def _unpipelined(loop: For, chain, inner) -> For:

@@ -946,6 +946,19 @@ class LowerContext:
         buffer after the loop nest)."""
         target, axis = producer.attach_stage, producer.attach_ivar
         relax: Dict[Var, Range] = {}
+        # (a buffer of each thread's own, in a GPU kernel: a consumer's loop bound to the
+        # tag of a loop enclosing the producer's attach point runs as that loop's thread,
+        # not over all of them)
+        same = self._enclosing_threads_of(producer) if producer.scope in \
+            PER_THREAD_SCOPES else {}
+
+        def over(x, iv):
+            tag = _thread_tag(x, iv)
+            ext = self.info[x].extent[iv]
+            got = same.get(tag) if tag else None
+            if got is not None and _same(got[1], ext):
+                return Range(got[0], Const(1, got[0].dtype))
+            return _range0(ext)
         x, below = consumer, None  # below: leaf of x under which the chain hangs (None: all)
         while True:
             leaves = x.leaf_iter_vars
@@ -956,10 +969,10 @@ class LowerContext:
             if x is target and not outside:
                 start = leaves.index(axis) + 1
                 for iv in leaves[start:cut]:
-                    relax[iv.var] = _range0(self.info[x].extent[iv])
+                    relax[iv.var] = over(x, iv)
                 return relax
             for iv in leaves[:cut]:
-                relax[iv.var] = _range0(self.info[x].extent[iv])
+                relax[iv.var] = over(x, iv)
             if outside or x.attach_type != "scope":
                 if producer.stored_root and (_root_of(consumer) is not _root_of(target)
                                              or consumer.written is not None):
@@ -972,6 +985,21 @@ class LowerContext:
                     f"not be ready for it; compute {consumer.name} inside {target.name}'s loop "
                     f"too, or compute {producer.name} at a loop enclosing all its consumers")
             x, below = x.attach_stage, x.attach_ivar
+
+    def _enclosing_threads_of(self, st: Stage) -> Dict[str, tuple]:
+        """Per GPU thread tag, ``(var, extent)`` of the loop bound to it that encloses
+        ``st``'s attach point (the innermost where several do)."""
+        out: Dict[str, tuple] = {}
+        x, axis = st.attach_stage, st.attach_ivar
+        while x is not None:
+            leaves = x.leaf_iter_vars
+            cut = leaves.index(axis) + 1 if axis is not None else len(leaves)
+            for iv in reversed(leaves[:cut]):
+                tag = _thread_tag(x, iv)
+                if tag.startswith("threadIdx") and tag not in out:
+                    out[tag] = (iv.var, self.info[x].extent[iv])
+            x, axis = x.attach_stage, x.attach_ivar
+        return out
 
     def _thread_relax(self, st: Stage) -> Dict[Var, Range]:
         """Enclosing GPU thread loops over which ``st``'s buffer is shared.
@@ -1636,6 +1664,14 @@ class LowerContext:
             kind = a.kind if a is not None else "serial"
             tag = a.thread.thread_tag if (a is not None and a.thread is not None) else ""
             dt = iv.var.dtype
+            if tag.startswith("threadIdx") and st.attach_type == "scope":
+                # (_relax_set) a loop bound to the tag of an enclosing one is that loop's
+                # thread: indices of a per-thread buffer computed between the two, taken
+                # from the enclosing loop's counter, are this one's
+                outer = self._enclosing_threads_of(st).get(tag)
+                if outer is not None and outer[0] is not iv.var and _same(outer[1],
+                                                                          inf.extent[iv]):
+                    body = substitute(body, {outer[0]: iv.var})
             body = For(iv.var, Const(0, dt), _in_dtype(inf.extent[iv], dt), kind, body, tag)
             if a is not None:
                 for name, val in reversed(a.pragmas):

@@ -1047,7 +1047,8 @@ class Schedule:
 
         def dfs(op):
             for t in op.input_tensors:
-                if t is target:
+                # (a stage whose op was replaced is read through its origin's tensors)
+                if t is target or self._stage_of.get(id(t.op)) is producer:
                     return True
                 if id(t.op) not in seen:
                     seen.add(id(t.op))

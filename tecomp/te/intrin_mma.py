@@ -61,10 +61,18 @@ floats, ``C[g][8h+2t:8h+2t+2]`` and ``C[g+8][8h+2t:8h+2t+2]``.
   tiles, each lane its 8 floats (every accumulator tile has the one layout, so no lane
   exchanges anything): with ``B`` a row tile of ``cuda.mma_row_max_f32``, ``exp(S -
   m)``; with ``B`` one of factors, the rows of an accumulator rescaled in registers;
+  ``cuda.mma_exp_diff_or_zero_f32`` -- ``C[i, j] = fast_exp(A[i, j] - B[i, j])`` where
+  ``B[i, j] > -inf``, else 0: a row whose maximum is ``-inf`` (every key masked) gives 0,
+  not ``exp(-inf + inf)`` (NaN), as ``flash_attention``'s ``p``;
 * ``cuda.mma_add_cols_f32`` -- ``C[i, j] = A[i, j] + v[j]``: a vector in memory (a 16 x 16
   view of it, row stride 0) added along the columns of an accumulator tile, each lane
   loading the 4 elements of its columns: a per-key bias on the scores in registers (a
-  padding mask, ``-inf`` past the keys).
+  padding mask, ``-inf`` past the keys);
+* ``cuda.mma_mask_causal_f32`` -- ``C[i, j] = A[i, j]`` where ``kpos[j] <= qpos[i]``, else
+  ``-inf``: the causal mask of a tile of scores in registers, from the positions of the
+  tile's rows and columns (two int32 vectors in memory, 16 x 16 views of column stride 0
+  and of row stride 0: the tile's offsets, or any positions), each lane loading its 2 rows'
+  and 4 columns' positions: the diagonal key tiles of a causal FlashAttention.
 
 Each has a bfloat16 twin, ``_f16`` spelled ``_bf16`` (``cuda.mma_load_a_bf16``,
 ``cuda.mma_bf16bf16f32``: ``mma.sync....f32.bf16.bf16.f32``; ldmatrix moves 16-bit
@@ -77,10 +85,12 @@ there as on the GPU.
 """
 from __future__ import annotations
 
+import struct
+
 from ..errors import BuildError
 from .intrin_cuda import TC_DTYPES, _copy, _fill, _leading_dim, _memory, _mma
 from .reduce import max as _max, sum as _sum
-from .intrin import fast_exp
+from .intrin import fast_exp, if_then_else
 from .tensor import compute, const, placeholder, reduce_axis
 
 #: the C text of a lane's index in its warp (the renderer requires blockDim.x to be a
@@ -304,18 +314,27 @@ def _elementwise(kind: str):
     b = placeholder((16, 16), "float32", name="b")
     if kind == "exp_diff":
         return compute((16, 16), lambda i, j: fast_exp(a[i, j] - b[i, j]), name="c")
+    if kind == "exp_diff_or_zero":
+        return compute((16, 16), lambda i, j: if_then_else(
+            b[i, j] > const(float("-inf"), "float32"), fast_exp(a[i, j] - b[i, j]),
+            const(0.0, "float32")), name="c")
     return compute((16, 16), lambda i, j: a[i, j] * b[i, j], name="c")
 
 
 def _elementwise_emit(name: str, kind: str):
     def emit(cb, ins, outs):
         c = _fragment(name, outs[0], "mma.accumulator")
-        a = _fragment(name, ins[0], "mma.accumulator")
-        b = _fragment(name, ins[1], "mma.accumulator")
+        by = {v.name: v for v in ins}     # (the operands in the order the body reads them)
+        a = _fragment(name, by["a"], "mma.accumulator")
+        b = _fragment(name, by["b"], "mma.accumulator")
         for reg in range(8):
             x, y = f"{a}[{reg}]", f"{b}[{reg}]"
-            cb.emit(f"{c}[{reg}] = " + (f"__expf({x} - {y});" if kind == "exp_diff"
-                                        else f"{x} * {y};"))
+            cb.emit(f"{c}[{reg}] = " + {
+                "exp_diff": f"__expf({x} - {y});",
+                # (the argument selected, not the result: exp(-inf) is 0, and the exp
+                # runs unconditionally instead of in a branch)
+                "exp_diff_or_zero": f"__expf(({y} > -INFINITY) ? ({x} - {y}) : -INFINITY);",
+                "mul": f"{x} * {y};"}[kind])
     return emit
 
 
@@ -344,6 +363,118 @@ def _add_cols_emit(name: str):
                 x = 4 * half + reg
                 cb.emit(f"{c}[{x}] = {a}[{x}] + tc_v{2 * half + (reg & 1)};")
     return emit
+
+
+def _mask_causal():
+    a = placeholder((16, 16), "float32", name="a")
+    qpos = placeholder((16, 16), "int32", name="qpos")
+    kpos = placeholder((16, 16), "int32", name="kpos")
+    return compute((16, 16), lambda i, j: if_then_else(
+        kpos[i, j] <= qpos[i, j], a[i, j], const(float("-inf"), "float32")), name="c")
+
+
+def _vector(name: str, view, along: str, dtype: str) -> None:
+    """``view``, a 16 x 16 view of a ``dtype`` vector in memory read ``along`` the tile's
+    rows (column stride 0) or its columns (row stride 0); BuildError otherwise."""
+    zero = 1 if along == "rows" else 0
+    if view.fragment is not None or view.strides[zero] != 0 or view.dtype != dtype:
+        raise BuildError(
+            f"tensor intrinsic {name}: operand {view.name} is a vector of {dtype} in memory read "
+            f"along the tile's {along} ({'column' if zero else 'row'} stride 0), got "
+            f"{view.buffer_name} ({view.dtype}) with strides {list(view.strides)}")
+
+
+#: the C test of :func:`_mask_causal_emit` that keeps a score: the key's position ``k`` at
+#: most the query's ``q``
+CAUSAL_KEEP = "{k} <= {q}"
+
+
+def _mask_causal_emit(name: str):
+    def emit(cb, ins, outs):
+        c = _fragment(name, outs[0], "mma.accumulator")
+        by = {v.name: v for v in ins}     # (the operands in the order the body reads them)
+        a = _fragment(name, by["a"], "mma.accumulator")
+        q, k = by["qpos"], by["kpos"]
+        _vector(name, q, "rows", "int32")
+        _vector(name, k, "columns", "int32")
+        cb.emit(f"const int g = {LANE} >> 2, t = {LANE} & 3;")
+        # the positions of the lane's rows (g, g + 8) and columns (8 half + 2t + col)
+        cb.emit(f"const int tc_q0 = {q.ptr}[g * {q.strides[0]}], "
+                f"tc_q1 = {q.ptr}[(g + 8) * {q.strides[0]}];")
+        for half in range(2):
+            for col in range(2):
+                cb.emit(f"const int tc_k{2 * half + col} = "
+                        f"{k.ptr}[({8 * half + col} + 2 * t) * {k.strides[1]}];")
+        for half in range(2):
+            for reg in range(4):
+                x = 4 * half + reg
+                keep = CAUSAL_KEEP.format(k=f"tc_k{2 * half + (reg & 1)}", q=f"tc_q{reg >> 1}")
+                cb.emit(f"{c}[{x}] = ({keep}) ? {a}[{x}] : -INFINITY;")
+    return emit
+
+
+def flash_p_value(s, kbias, lse, qpos, kpos, scale: float, causal: bool):
+    """The expression of :func:`flash_p`'s element from the loads of its operands (the
+    template's compute and the intrinsic's declaration build it alike)."""
+    f32, ninf = "float32", const(float("-inf"), "float32")
+    x = s * const(scale, f32) + kbias
+    if causal:
+        x = if_then_else(kpos <= qpos, x, ninf)
+    return if_then_else(lse > ninf, fast_exp(x - lse), const(0.0, f32))
+
+
+def flash_p(scale: float, causal: bool):
+    """The declared computation of FlashAttention's ``p`` on a 16 x 16 tile of scores
+    ``s`` held in registers (an accumulator): ``exp(x - lse[i])`` where ``lse[i] > -inf``,
+    else 0, with ``x = s * scale + kbias[j]`` (a vector of the keys in memory: 0, a padding
+    mask's value, ``-inf`` past the keys) and, with ``causal``, ``-inf`` where ``kpos[j] >
+    qpos[i]`` (int32 vectors in memory).  Returns ``(op, emitter)``: the template
+    declares one per scale (``tecomp.strategy.cuda.attention``)."""
+    f32 = "float32"
+    s = placeholder((16, 16), f32, name="s")
+    kbias = placeholder((16, 16), f32, name="kbias")
+    lse = placeholder((16, 16), f32, name="lse")
+    qpos = placeholder((16, 16), "int32", name="qpos")
+    kpos = placeholder((16, 16), "int32", name="kpos")
+
+    op = compute((16, 16), lambda i, j: flash_p_value(
+        s[i, j], kbias[i, j], lse[i, j], qpos[i, j], kpos[i, j], scale, causal), name="c")
+    lit = f"{struct.unpack('f', struct.pack('f', scale))[0]:.9g}f"
+
+    def emit(cb, ins, outs):
+        name = cb.name
+        by = {v.name: v for v in ins}     # (the operands in the order the body reads them)
+        c = _fragment(name, outs[0], "mma.accumulator")
+        a = _fragment(name, by["s"], "mma.accumulator")
+        kb, ls = by["kbias"], by["lse"]
+        _vector(name, kb, "columns", f32)
+        _vector(name, ls, "rows", f32)
+        cb.emit(f"const int g = {LANE} >> 2, t = {LANE} & 3;")
+        cb.emit(f"const float tc_l0 = {ls.ptr}[g * {ls.strides[0]}], "
+                f"tc_l1 = {ls.ptr}[(g + 8) * {ls.strides[0]}];")
+        if causal:
+            q, k = by["qpos"], by["kpos"]
+            _vector(name, q, "rows", "int32")
+            _vector(name, k, "columns", "int32")
+            cb.emit(f"const int tc_q0 = {q.ptr}[g * {q.strides[0]}], "
+                    f"tc_q1 = {q.ptr}[(g + 8) * {q.strides[0]}];")
+        for half in range(2):
+            for col in range(2):   # (the lane's columns 8 half + 2t + col)
+                x = 2 * half + col
+                cb.emit(f"const float tc_b{x} = {kb.ptr}[({8 * half + col} + 2 * t) * "
+                        f"{kb.strides[1]}];")
+                if causal:
+                    cb.emit(f"const int tc_k{x} = {k.ptr}[({8 * half + col} + 2 * t) * "
+                            f"{k.strides[1]}];")
+        for reg in range(8):
+            col, row = 2 * (reg >> 2) + (reg & 1), (reg >> 1) & 1
+            x = f"{a}[{reg}] * {lit} + tc_b{col}"
+            if causal:
+                x = f"(({CAUSAL_KEEP.format(k=f'tc_k{col}', q=f'tc_q{row}')}) ? {x} : -INFINITY)"
+            # (the exp's argument selected, not its result: no branch)
+            cb.emit(f"{c}[{reg}] = __expf((tc_l{row} > -INFINITY) ? {x} - tc_l{row} : "
+                    "-INFINITY);")
+    return op, emit
 
 
 def _scale_rows():
@@ -384,9 +515,11 @@ def declarations():
                 "cuda.mma_scale_rows_f32", False, None))
     out.append((_add_cols(), _add_cols_emit("cuda.mma_add_cols_f32"), "cuda.mma_add_cols_f32",
                 False, None))
+    out.append((_mask_causal(), _mask_causal_emit("cuda.mma_mask_causal_f32"),
+                "cuda.mma_mask_causal_f32", False, None))
     out.append((_fill_neg_inf(), _fill_emit("cuda.mma_fill_neg_inf_f32", "-INFINITY"),
                 "cuda.mma_fill_neg_inf_f32", False, None))
-    for kind in ("exp_diff", "mul"):
+    for kind in ("exp_diff", "exp_diff_or_zero", "mul"):
         name = f"cuda.mma_{kind}_f32"
         out.append((_elementwise(kind), _elementwise_emit(name, kind), name, False, None))
     for kind, init in (("max", "cuda.mma_fill_neg_inf_f32"), ("sum", "cuda.mma_fill_f32")):

@@ -82,6 +82,14 @@ def test_config_stages_out_of_range(stages):
                                  config=FlashConfig(4, 16, stages=stages))
 
 
+def test_config_form_of_another_name():
+    out, lse = nn.flash_attention(*_qkv())
+    with pytest.raises(tc.ScheduleError, match=r"form is 'shared' \(p in a shared tile\) or "
+                                               r"'registers'"):
+        schedule_flash_attention([out, lse], target="cuda",
+                                 config=FlashConfig(4, 16, form="register"))
+
+
 def test_schedule_is_for_cuda_targets():
     out, lse = nn.flash_attention(*_qkv())
     with pytest.raises(tc.ScheduleError, match=r"are for target 'cuda' or 'cuda-emu'"):

@@ -23,6 +23,13 @@ the output and the rows' logsumexp (what the backward reads):
   shared memory (``cuda.mma_store_f16``/``_bf16``), copied to the output 16 bytes a
   thread.
 
+With ``FlashConfig(form="registers")`` each warp keeps its scores in its accumulators
+at the key loop and computes ``p`` there (:func:`_p_in_registers`: one tensor intrinsic
+per 16 x 16 tile, the scale, the keys' vector (the padding mask, ``-inf`` past ``Lk``), with
+``causal`` the rows' and keys' positions, the guarded ``exp``), converted into the A
+operand of ``p v`` (``cuda.mma_acc_to_a_*``): no ``p`` tile; the scores' float32 tile
+stays in shared memory, which the rows' statistics read.
+
 With ``FlashConfig(stages=2)`` (or more) the key and value tiles are copied together at
 the top of each step, with ``cp.async`` into rings of ``stages`` tiles, ``stages - 1``
 steps ahead (:meth:`~tecomp.schedule.schedule.Stage.double_buffer`): the copies are in
@@ -58,7 +65,8 @@ from ...schedule.schedule import Schedule, Stage, create_schedule
 from ... import te as _te
 from ...te.tensor import PlaceholderOp, Tensor, compute_ops
 from ...te.intrin_cuda import TC_DTYPES
-from ...te.tensor_intrin import tensor_intrin
+from ...te.intrin_mma import flash_p as _flash_p, flash_p_value as _flash_p_value
+from ...te.tensor_intrin import decl_tensor_intrin, tensor_intrin
 from .._common import _cint, _has_tag
 from ..cpu.attention import _attention_parts
 from ..cpu.common import _NoTemplate
@@ -106,6 +114,15 @@ class FlashConfig:
     #: ``stages - 1`` steps ahead in flight while the block computes (the backward
     #: ignores it)
     stages: int = 1
+    #: the forward's ``p``: ``"shared"``, computed by the block's threads into a 16-bit
+    #: tile in shared memory from the float32 scores tile, an element a thread; or
+    #: ``"registers"``, each warp's scores kept in its registers
+    #: (``mma.accumulator``) and ``p`` computed there, masked by data (a vector of the
+    #: keys, ``-inf`` past them; with ``causal``, the rows' and keys' positions) and
+    #: converted into the A operand of ``p v`` (``cuda.mma_acc_to_a_*``): no ``p`` tile
+    #: (the scores tile stays, which the rows' statistics read; a padding mask is read as
+    #: the keys' vector).  The backward ignores it
+    form: str = "shared"
 
     @property
     def block_q(self) -> int:
@@ -120,13 +137,16 @@ def shared_bytes(cfg: FlashConfig, d: int, dv: int, dtype: str = "float16") -> i
     """The shared memory of the forward's kernel with ``cfg``: the query, key and value
     tiles, ``p`` and the output (16-bit, rows padded by 16 bytes; the key and value
     tiles ``stages`` times), the scores' float32 tile (rows padded by
-    :func:`scores_pad`) and the rows' logsumexp."""
+    :func:`scores_pad`) and the rows' logsumexp; with ``form="registers"`` no ``p``
+    tile, and the keys' bias and positions and the rows' positions (4 bytes each)."""
     e = _dt.nbytes(dtype)
     pad = 16 // e
     bq, bk = cfg.block_q, cfg.block_kv
+    p_tile, masks = ((bq * (bk + pad), 0) if cfg.form != "registers"
+                     else (0, 2 * bk + bq))
     return ((bq * (d + pad) + (bk * (d + pad) + bk * (dv + pad)) * max(1, cfg.stages)
-             + bq * (bk + pad) + bq * (dv + pad)) * e
-            + (bq * (bk + scores_pad(d, dv)) + bq) * 4)
+             + p_tile + bq * (dv + pad)) * e
+            + (bq * (bk + scores_pad(d, dv)) + bq + masks) * 4)
 
 
 def scores_pad(d: int, dv: int) -> int:
@@ -396,34 +416,105 @@ def _rescale(old, new):
                             _te.const(0.0, f32))
 
 
+_P_INTRINS: dict = {}
+
+
+def _p_intrin(scale: float, causal: bool):
+    """The tensor intrinsic of :func:`tecomp.te.intrin_mma.flash_p` for ``scale``,
+    declared once per ``(scale, causal)``."""
+    key = (scale, causal)
+    if key not in _P_INTRINS:
+        op, emit = _flash_p(scale, causal)
+        _P_INTRINS[key] = decl_tensor_intrin(
+            op, cuda=emit, dense=False,
+            name=f"cuda.mma_flash_p_f32_{'causal_' if causal else ''}{scale:.9g}")
+    return _P_INTRINS[key]
+
+
+def _p_in_registers(s: Schedule, t: dict, causal: bool) -> dict:
+    """``FlashConfig(form="registers")``: ``p`` recomputed as the cast of a float32
+    ``p32`` whose masks are data (what :func:`_p_intrin` computes on a tile in
+    registers): ``kbias`` (the padding mask's value, or 0, for the keys; ``-inf`` past
+    them) and, with ``causal``, the rows' and keys' positions ``qpos``, ``kpos``; the
+    same values as the ``p`` of ``tecomp.nn.flash_attention``.  Returns the new tensors by role (stages inserted
+    before ``p``'s)."""
+    p, sc, lse_p = t["p"], t["s"], t["lse_p"]
+    attrs = t["out"].op.attrs
+    B, H, Lqp, Lkp = (_cint(e) for e in p.shape)
+    base, f32 = p.op.name.rsplit(".", 1)[0], "float32"
+    ninf, zero = _te.const(float("-inf"), f32), _te.const(0.0, f32)
+    Lk = int(attrs["Lk"])
+    # the padding mask (p's one other operand): its value per (batch, key)
+    masks = [x for x in p.op.input_tensors if x.op is not sc.op and x.op is not lse_p.op]
+    # (without one, a vector of the keys alone: its index has no batch to compute)
+    if masks:
+        read = _key_mask(masks[0], t["q"], t["out"].name, "flash_attention")
+        kbias = _te.compute((B, Lkp), lambda b, j: _te.if_then_else(j < Lk, read(b, j), ninf),
+                            name=f"{base}.kbias")
+    else:
+        kbias = _te.compute((Lkp,), lambda j: _te.if_then_else(j < Lk, zero, ninf),
+                            name=f"{base}.kbias")
+    qpos = _te.compute((Lqp,), lambda i: i, name=f"{base}.qpos")
+    kpos = _te.compute((Lkp,), lambda j: j, name=f"{base}.kpos")
+    scale = float(attrs["scale"])
+    p32 = _te.compute(tuple(p.shape), lambda b, h, i, j: _flash_p_value(
+        sc[b, h, i, j], kbias[b, j] if masks else kbias[j], lse_p[b, h, i], qpos[i],
+        kpos[j], scale, causal),
+        name=f"{base}.p32")
+    # (p's own axes: its stage's loops stay)
+    new = _with_body(p.op, p32[tuple(iv.var for iv in p.op.axis)].astype(p.dtype))
+    new.tag, new.attrs = p.op.tag, dict(p.op.attrs)
+    st = s[p]
+    s._replace_op(st, new)
+    stages = [Stage(op, s) for op in _new_ops([p32], s._stage_of)]
+    at = s.stages.index(st)
+    s.stages[at:at] = stages
+    for x in stages:
+        s._stage_of[id(x.op)] = x
+    return dict(p32=p32, kbias=kbias, qpos=qpos if causal else None,
+                kpos=kpos if causal else None, intrin=_p_intrin(scale, causal))
+
+
 def _forward_into(s: Schedule, t: dict, cfg: FlashConfig, target="cuda") -> None:
     """The forward's kernels (the stages :func:`_parts` found) in ``s`` for ``target``."""
     q = t["q"]
     k = _Kernels(s, cfg, q.dtype, _cint(q.shape[2]), _cint(t["k"].shape[2]))
     causal = bool(t["out"].op.attrs.get("causal"))
+    regs = _p_in_registers(s, t, causal) if cfg.form == "registers" else None
     # the rows' logsumexp, for p: a shared copy per key tile; the output's: its own kernel
     # reading the statistics the output kernel leaves in global memory
-    ls = s.cache_read(t["lse_p"], "shared", [t["p"]])
+    ls = s.cache_read(t["lse_p"], "shared", [regs["p32"] if regs else t["p"]])
     s[t["lse_p"]].compute_inline()
 
     # the output: per key tile the scores (tensor cores), the rows' statistics updated
     # in step (each thread a row), p (shared) and p v into each warp's accumulators,
     # rescaled first by exp(lse_old - lse_new)
-    ot, bo, pf, ko = k.accumulate(t["out"], t["pv"], t["p"], t["v"], cast16=True)
+    ot, bo, pf, ko = k.accumulate(t["out"], t["pv"], t["p"], t["v"], cast16=True,
+                                  a_fragment=regs is not None)
     # the blocks per SM its shared memory allows, for ptxas (``__launch_bounds__``): it
     # then fits the registers to them (the causal head dim 64 kernel, left to itself,
-    # took 168 on sm_90 and spilled 8 bytes; told 3 blocks, 160 and no spill)
+    # took 168 on sm_90 and spilled 8 bytes; told 3 blocks, 160 and no spill).  The
+    # register form asks for those of the shared one's memory: its p tile saved lets 4
+    # blocks of head dim 64 fit sm_90a, whose 128 registers spilled 56 bytes
     ot.pragma(ot.leaf_iter_vars[0], "min_blocks_per_sm", blocks_per_sm_by_shared(
-        sm_arch(target), shared_bytes(cfg, _cint(q.shape[3]), _cint(t["v"].shape[3]),
-                                      q.dtype)))
+        sm_arch(target), shared_bytes(replace(cfg, form="shared"), _cint(q.shape[3]),
+                                      _cint(t["v"].shape[3]), q.dtype)))
     if causal:
         k.skip_causal(pf, ko, "before",
                       whole=cfg.block_kv + _cint(t["v"].shape[3]) <= WHOLE_TILES_MAX_ACCUMULATORS)
     k.shared_copy(t["q"], ot, bo)
-    k.tile16(t["p"], pf, ko)
+    pad = scores_pad(_cint(q.shape[3]), _cint(t["v"].shape[3]))
+    if regs:
+        k.p_fragments(t["p"], regs, ot, bo, pf, ko)
+    else:
+        k.tile16(t["p"], pf, ko)
     k.shared_copy(t["v"], pf, ko, step=True)
-    k.scores(t["s"], t["q"], t["k"], pf, ko,
-             pad=scores_pad(_cint(q.shape[3]), _cint(t["v"].shape[3])))
+    if regs:
+        # the scores in each warp's registers at the key loop (read by p there), stored
+        # to the shared tile the statistics read
+        k.scores_in_registers(t["s"], t["q"], t["k"], pf, ko, [t["m"]], pad)
+    else:
+        k.scores(t["s"], t["q"], t["k"], pf, ko, pad=pad)
     k.shared_copy(t["k"], pf, ko, step=True)
     if cfg.stages > 1:
         # the value tile copied with the key tile at the step's start, both a ring of
@@ -475,6 +566,9 @@ class _Kernels:
                 not 1 <= cfg.stages <= 8:
             raise ScheduleError(f"{cfg}: stages is 1 (the key and value tiles copied where "
                                 "they are read) or 2 to 8 (a ring of cp.async tiles)")
+        if cfg.form not in ("shared", "registers"):
+            raise ScheduleError(f"{cfg}: form is 'shared' (p in a shared tile) or "
+                                "'registers' (p in each warp's registers)")
         self.s, self.cfg = s, cfg
         self.names = family_intrinsics("mma", dtype)
         self.per16 = 16 // _dt.nbytes(dtype)
@@ -540,6 +634,60 @@ class _Kernels:
             fs.reorder(ro, r, c)
             fs.tensorize(r, tensor_intrin(intrin))
 
+    def scores_in_registers(self, S, A, B, at, axis, readers, pad: int = F32_PAD) -> None:
+        """The scores ``S`` (as :meth:`scores`) in each warp's registers at ``at``'s
+        ``axis`` (an ``mma.accumulator`` of the warp's rows), and their float32 tile in
+        shared memory for ``readers``, each warp storing its rows."""
+        s, names, cfg = self.s, self.names, self.cfg
+        TS = s.cache_read(S, "shared", readers)
+        sf = s[S]
+        sf.set_scope("mma.accumulator")
+        sf.compute_at(at, axis)
+        kf = _mma_tiles(sf, names)
+        for F, intrin, X in ((s.cache_read(A, "mma.matrix_a", [S]), names["load_a"], A),
+                             (s.cache_read(B, "mma.matrix_b", [S]), names["load_b"], B)):
+            fs = s[F]
+            fs.compute_at(sf, kf)
+            *_, r, c = fs.op.axis       # [rows, d]: 16 x 16 tiles down the rows
+            ro, r = fs.split(r, factor=FRAG)
+            fs.reorder(ro, r, c)
+            fs.tensorize(r, tensor_intrin(intrin))
+        ts = s[TS]
+        ts.compute_at(at, axis)
+        _, _, i, j = ts.op.axis
+        ts.storage_align(i, cfg.block_kv, pad)
+        w, i = ts.split(i, factor=cfg.warp_rows)
+        fi, i = ts.split(i, factor=FRAG)
+        fj, j = ts.split(j, factor=FRAG)
+        ts.reorder(w, fi, fj, i, j)
+        _bind(ts, w, "threadIdx.y")
+        ts.tensorize(i, tensor_intrin(names["store"]))
+
+    def p_fragments(self, P, regs: dict, ot, bo, pf, ko) -> None:
+        """``FlashConfig(form="registers")``'s ``p`` (:func:`_p_in_registers`) at the
+        accumulator's 16-key loop: ``p32`` on each 16 x 16 tile of the warp's scores in
+        registers (its masks' vectors in shared memory: the keys' per key tile, the rows'
+        per block), cast into the A operand of ``p v`` (``cuda.mma_acc_to_a_*``)."""
+        s, cfg = self.s, self.cfg
+        for x, at, axis, n in ((regs["kbias"], pf, ko, cfg.block_kv),
+                               (regs["kpos"], pf, ko, cfg.block_kv),
+                               (regs["qpos"], ot, bo, cfg.block_q)):
+            if x is None:   # (the positions: causal only)
+                continue
+            st = s[x]
+            st.set_scope("shared")
+            st.compute_at(at, axis)
+            _cooperative_copy(st, self.threads, n)
+        for x, intrin in ((P, tensor_intrin(f"cuda.mma_acc_to_a_{TC_DTYPES[P.dtype]}")),
+                          (regs["p32"], regs["intrin"])):
+            st = s[x]
+            st.set_scope("mma.matrix_a" if x is P else "mma.accumulator")
+            st.compute_at(pf, self.kf)
+            _, _, i, j = st.op.axis
+            io, i = st.split(i, factor=FRAG)
+            st.reorder(io, i, j)
+            st.tensorize(i, intrin)
+
     def tile16(self, T, at, axis) -> None:
         """The elementwise 16-bit tile ``T`` (``p``, ``dS``) in shared memory at ``at``'s
         ``axis``, one element per thread and step."""
@@ -590,15 +738,17 @@ class _Kernels:
         s[F].compute_at(ts, w)
         return F
 
-    def accumulate(self, out, acc, A, B, cast16: bool = False):
+    def accumulate(self, out, acc, A, B, cast16: bool = False, a_fragment: bool = False):
         """The kernel of ``out``, the cast of ``acc[.., r, x] = sum_c A[.., r, c] *
         B[.., c, x]`` (float32, ``A`` a 16-bit tile of :meth:`tile16`, ``B`` a shared
         copy) to the inputs' dtype: blocks of rows, each warp's 32 rows accumulated in
         its registers over the steps of ``block_kv`` columns, then stored through a
         float32 tile in shared memory and cast, 16 bytes a thread (``cast16``: cast as
-        they are stored, into a 16-bit tile, :meth:`cast_tile`).  Returns ``(out's
-        stage, its block loop, the accumulator's stage, its step loop)``: where the
-        block's operands and the steps' tiles are computed."""
+        they are stored, into a 16-bit tile, :meth:`cast_tile`).  ``a_fragment``: ``A``
+        is an ``mma.matrix_a`` fragment the caller computes at the accumulator's 16-column
+        loop (``self.kf``), not loaded from a tile.  Returns ``(out's stage, its block
+        loop, the accumulator's stage, its step loop)``: where the block's operands and
+        the steps' tiles are computed."""
         s, names, cfg = self.s, self.names, self.cfg
         if cast16:
             # (out's own stage becomes the copy of the 16-bit tile to global memory)
@@ -626,13 +776,15 @@ class _Kernels:
         # stacked accumulators (dk's and dv's): each step adds into each in turn
         pf.reorder(ko, *stack, kf, fi, fe, ci, ce, kk)
         pf.tensorize(ci, tensor_intrin(names["mma"]))
-        AF = s.cache_read(A, "mma.matrix_a", [PF])
+        self.kf = kf
+        if not a_fragment:
+            AF = s.cache_read(A, "mma.matrix_a", [PF])
+            fs = s[AF]
+            fs.compute_at(pf, kf)
+            *_, r, c = fs.op.axis               # A [rows, columns]: tiles down the rows
+            ro, r = fs.split(r, factor=FRAG)
+            fs.tensorize(r, tensor_intrin(names["load_a"]))
         BF = s.cache_read(B, "mma.matrix_b", [PF])
-        fs = s[AF]
-        fs.compute_at(pf, kf)
-        *_, r, c = fs.op.axis               # A [rows, columns]: tiles down the rows
-        ro, r = fs.split(r, factor=FRAG)
-        fs.tensorize(r, tensor_intrin(names["load_a"]))
         fs = s[BF]
         fs.compute_at(pf, kf)
         *_, r, c = fs.op.axis               # B [columns, x]: tiles along x
