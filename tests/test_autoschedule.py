@@ -985,12 +985,17 @@ def test_plane_reductions_are_vectorized_per_output(shape):
     np.testing.assert_array_equal(out_m[0, :, 0], x.max((0, 2, 3)))
 
 
-def test_depthwise_rows_stream_one_channel_at_a_time():
+@pytest.mark.parametrize("K", [4, 9])
+def test_depthwise_rows_stream_one_channel_at_a_time(K):
     """A reduction where no operand moves with the vector axis alone (a causal depthwise
     conv1d: x[b, c, t - k] moves with the channels and the time steps) runs the channel
     blocks outside the time blocks (order "uv"), so each channel's row is read as one
-    stream rather than a block at a time, a row apart; a GEMM keeps "vu"."""
-    B, C, T, K = 2, 40, 100, 4
+    stream rather than a block at a time, a row apart; a GEMM keeps "vu".  The block is
+    one channel tall: its rows share no load (issue 49's "never slower than
+    parallel(outer) + vectorize(inner)"), while a depthwise 3x3 (``x[c, h + kh, w + kw]``:
+    the rows share the window's loads) and a GEMM (``B[r, j]`` is every row's) keep
+    several rows."""
+    B, C, T = 2, 40, 100
     X = tc.placeholder((B, C, T), name="x")
     W = tc.placeholder((C, K), name="w")
     k = tc.reduce_axis(K, name="k")
@@ -998,7 +1003,7 @@ def test_depthwise_rows_stream_one_channel_at_a_time():
         tc.if_then_else(t - k >= 0, X[b, c, t - k] * W[c, k], 0.0), axis=k), name="y")
     knobs = Knobs()
     s = apply_rules([X, W, Y], knobs, cpu_model("llvm -mcpu=skylake-avx512"))
-    assert knobs.values["y.order"] == "uv"
+    assert knobs.values["y.order"] == "uv" and knobs.values["y.mr"] == 1, knobs.values
     f = tc.build(s, [X, W, Y], target="llvm -mcpu=skylake-avx512") if \
         tc.Target("llvm").has_feature("avx512f") else tc.build(tc.auto_schedule([X, W, Y]),
                                                                [X, W, Y])
@@ -1014,7 +1019,14 @@ def test_depthwise_rows_stream_one_channel_at_a_time():
     G = tc.compute((64, 64), lambda i, j: tc.sum(A[i, r] * Bm[r, j], axis=r), name="G")
     knobs = Knobs({"template": False})
     apply_rules([A, Bm, G], knobs, cpu_model("llvm -mcpu=skylake-avx512"))
-    assert knobs.values["G.order"] == "vu"
+    assert knobs.values["G.order"] == "vu" and knobs.values["G.mr"] > 1, knobs.values
+    Xp, Wd = tc.placeholder((1, 8, 32, 42), name="xp"), tc.placeholder((8, 3, 3), name="wd")
+    kh, kw = tc.reduce_axis(3, name="kh"), tc.reduce_axis(3, name="kw")
+    D = tc.compute((1, 8, 30, 40), lambda n, c, h, w: tc.sum(
+        Xp[n, c, h + kh, w + kw] * Wd[c, kh, kw], axis=[kh, kw]), name="d")
+    knobs = Knobs()
+    apply_rules([Xp, Wd, D], knobs, cpu_model("llvm -mcpu=skylake-avx512"))
+    assert knobs.values["d.mr"] > 1, knobs.values
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 7, 7), (2, 4, 14, 14), (1, 2, 28, 28), (2, 3, 56, 9),
