@@ -15,12 +15,14 @@ layer norm, tecomp's own templates (``tecomp.nn``).  Interleaved in one process,
 in ms (the peer's time over tecomp's: > 1 means tecomp is faster); every result is
 checked against a float64 reference first.
 
-    python3 benchmarks/plain_te.py [--threads 2] [--rounds 15] [--ab]
+    python3 benchmarks/plain_te.py [--threads 2] [--rounds 15] [--ab [FLAG,...]]
         [--threads 1 --cpu-time]
 
 ``--cpu-time`` (with ``--threads 1``): each call timed by the process's CPU time, which
-on a loaded machine leaves out the time other processes run.  ``--ab`` also times each composition scheduled and lowered with the switches of
-:data:`AB_SWITCHES` off ("before"), interleaved with the rest.
+on a loaded machine leaves out the time other processes run.  ``--ab`` also times each
+composition scheduled and lowered with the switches of :data:`AB_SWITCHES` off
+("before"; ``--ab STREAM_ROWS,ONE_ROW_WITHOUT_SHARED_LOADS``: only those), interleaved
+with the rest.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from common import (add_cpu_time, base_parser, clock_of, interleaved_turns, pin_
 AB_SWITCHES = (("tecomp.lower.prefetch", "WIDE_STREAMS"),
                ("tecomp.strategy.rules", "RECOMPUTE_IN_ROWS"),
                ("tecomp.strategy.rules", "RECIPROCAL_ROWS"),
+               ("tecomp.strategy.rules", "STREAM_ROWS"),
                ("tecomp.strategy.blocks", "ONE_ROW_WITHOUT_SHARED_LOADS"))
 
 
@@ -58,10 +61,11 @@ def trivial_schedule(tc, out, lanes: int):
     return s
 
 
-def _build_with(tc, targs, on: bool):
+def _build_with(tc, targs, on: bool, only=None):
     """``tc.build(tc.auto_schedule(targs), targs)`` with every switch of
-    :data:`AB_SWITCHES` set to ``on``."""
-    mods = [(importlib.import_module(m), f) for m, f in AB_SWITCHES]
+    :data:`AB_SWITCHES` (or those whose flag is in ``only``) set to ``on``."""
+    mods = [(importlib.import_module(m), f) for m, f in AB_SWITCHES
+            if only is None or f in only]
     old = [getattr(m, f) for m, f in mods]
     try:
         for m, f in mods:
@@ -74,8 +78,9 @@ def _build_with(tc, targs, on: bool):
 
 def main() -> None:
     ap = base_parser(__doc__, rounds=15)
-    ap.add_argument("--ab", action="store_true",
-                    help="also time the compositions with AB_SWITCHES off (before)")
+    ap.add_argument("--ab", nargs="?", const="all", default=None, metavar="FLAG,...",
+                    help="also time the compositions with AB_SWITCHES off (before); "
+                         "with flags named, only those off")
     add_cpu_time(ap)
     args = ap.parse_args()
     clock = clock_of(ap, args)
@@ -174,7 +179,8 @@ def main() -> None:
         add("tecomp " + name, tc.build(tc.auto_schedule(targs), targs), arrays, o, name)
         peers[name] = []
         if args.ab:
-            add("before " + name, _build_with(tc, targs, False), arrays, o, name)
+            only = None if args.ab == "all" else set(args.ab.split(","))
+            add("before " + name, _build_with(tc, targs, False, only), arrays, o, name)
             peers[name].append("before " + name)
         add("trivial " + name, tc.build(trivial_schedule(tc, targs[-1], lanes), targs),
             arrays, o, name)

@@ -1,6 +1,7 @@
 """tc.auto_schedule: the analytic rules (trials=0) on the workloads it is meant for, its
 knobs drawn at random, the fallback of schedule_backward and tecomp.nn, a short measured
 search with its log.  Correctness only: speed is in benchmarks/tune.py."""
+import dataclasses
 import random
 
 import numpy as np
@@ -956,6 +957,43 @@ def test_row_compositions_fused_like_the_templates():
     knobs = Knobs()
     apply_rules([args[0], Y, Q], knobs, cpu_model("llvm"), {})
     assert "rcp.q" not in knobs.values
+
+
+@pytest.mark.parametrize("make", [_softmax4, _log_softmax3, _layer_norm5, _scaled_softmax],
+                         ids=["softmax4", "log_softmax3", "layer_norm5", "scaled_softmax"])
+def test_row_kernels_over_half_the_llc_stream_their_output(make):
+    """A row kernel whose input and output take more than half the last-level cache (2 x 1
+    MiB against a model's 2 MiB L3) stores its output past the cache (``pragma
+    nontemporal``, ``vmovntps`` on x86; knob ``stream.<out>``), one under an 8 MiB L3 does
+    not; streamed, the results equal the unfused form's (rtol 2e-5, atol 2e-6) in an
+    aligned output (the streamed nest) and a misaligned one (the cached copy)."""
+    M, N = 1024, 256
+    args, _ = make(M, N)
+    target = "llvm -mcpu=skylake-avx512"
+    small, large = (dataclasses.replace(cpu_model(target), l3_bytes=b << 20) for b in (2, 8))
+    knobs = Knobs()
+    s = apply_rules(args, knobs, small, {})
+    name = args[-1].op.name
+    assert knobs.values[f"stream.{name}"] is True, knobs.values
+    assert "// attr pragma_nontemporal" in str(tc.lower(s, args))
+    assert "vmovntps" in tc.build(s, args, target=target).get_source("asm")
+    knobs = Knobs()
+    ir = str(tc.lower(apply_rules(args, knobs, large, {}), args))
+    assert f"stream.{name}" not in knobs.values and "nontemporal" not in ir
+    host = cpu_model()
+    f = tc.build(apply_rules(args, Knobs(), dataclasses.replace(host, l3_bytes=2 << 20), {}),
+                 args)
+    rng = np.random.default_rng(4)
+    ins = [tc.aligned(rng.standard_normal([int(d) for d in a.shape]).astype("float32"))
+           for a in args[:-1]]
+    want = np.empty((M, N), "float32")
+    tc.build(tc.create_schedule(args[-1].op), args)(*ins, want)
+    got = tc.empty((M, N), "float32")
+    f(*ins, got)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    odd = np.empty(M * N + 1, "float32")[1:].reshape(M, N)
+    f(*ins, odd)
+    np.testing.assert_allclose(odd, want, rtol=2e-5, atol=2e-6)
 
 
 @pytest.mark.parametrize("shape", [(4, 8, 28, 28), (2, 3, 7, 7), (2, 4, 5, 33), (3, 2, 56, 9)])

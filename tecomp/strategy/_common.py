@@ -6,12 +6,36 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 from ..errors import ScheduleError
+from ..ir import dtype as _dt
 from ..ir.expr import Call, Const, Div, Expr, ProducerLoad, Reduce, Select, Var
 from ..ir.functor import collect, substitute, uses_var
 from ..ir.simplify import simplify
 from ..schedule.schedule import Schedule
 from ..te.tensor import ComputeOp, Tensor, compute_ops
 from ..nn._common import _bytes, _cint, _largest_divisor_at_most  # noqa: F401  (shared with nn)
+
+
+#: the cache line: the code generator streams a store only where it knows the address a
+#: multiple of it (``pragma nontemporal``)
+_LINE = 64
+
+
+def _rows_whole_lines(out) -> bool:
+    """Whether the output's innermost rows are whole cache lines, so that every block's
+    store starts on one: rows of part lines mix streamed stores with cached ones (NCHW
+    128x56x56 at batch 8, rows of 224 bytes: slower than caching them all)."""
+    inner = _cint(out.shape[-1])
+    return inner is not None and inner * _dt.bits(out.dtype) // 8 % _LINE == 0
+
+
+def _streams_past_llc(ins, out, info) -> bool:
+    """Whether a pass that reads the tensors ``ins`` and writes ``out`` should store
+    ``out`` past the cache (``pragma nontemporal``): together they take more than half
+    the last-level cache (``info.l3_bytes``), so little of ``out`` would stay there for
+    the next operator, and each line written through the cache is read first; streamed,
+    it is written once.  Only where ``out``'s rows are whole lines."""
+    sizes = [_bytes(t) for t in list(ins) + [out]]
+    return None not in sizes and sum(sizes) > info.l3_bytes // 2 and _rows_whole_lines(out)
 
 
 def _outs(outs) -> List[Tensor]:

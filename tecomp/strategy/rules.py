@@ -61,7 +61,9 @@ in spirit):
    divide a constant row), outer axes fused and parallel; a row with a vector tail fused
    with the axis before it where every read takes both whole (a 7x7 map); a division by
    a value constant along the row (a softmax's ``e / sum``) one reciprocal per row,
-   multiplied (``pragma fp_reciprocal``).
+   multiplied (``pragma fp_reciprocal``); a row kernel whose inputs and output take more
+   than half the last-level cache stores its output past the cache (``pragma
+   nontemporal``).
 
 Before rule 3, an int8 GEMM (uint8 x int8 summed in int32) is tensorized with the
 target's dot-product intrinsic (:mod:`tecomp.strategy.tensorize`).
@@ -86,7 +88,8 @@ from ..schedule.schedule import Schedule, Split, Stage, create_schedule
 from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .blocks import BlockRules
-from ._common import _cheap, _cint, _elems, _is_injective, _is_view, _loads, _stride_along, _tags
+from ._common import (_cheap, _cint, _elems, _is_injective, _is_view, _loads, _stride_along,
+                      _streams_past_llc, _tags)
 from .rows import prefetch_next_row, reorderable as _vec_reorderable, row_reduce_at
 from .tensorize import tensorize_reduction
 
@@ -121,6 +124,12 @@ RECOMPUTE_IN_ROWS = True
 #: softmax's ``e / sum``) has its nest marked ``fp_reciprocal``: one reciprocal per row,
 #: multiplied (the knob ``rcp.<stage>``)
 RECIPROCAL_ROWS = True
+
+#: whether a row kernel (stages computed at an elementwise output's row loop: a
+#: softmax's max, exps and sum) stores its output past the cache (``pragma nontemporal``)
+#: where its inputs and output take more than half the last-level cache (the knob
+#: ``stream.<stage>``; :func:`tecomp.strategy._common._streams_past_llc`)
+STREAM_ROWS = True
 
 #: the rows a column reduction reads per pass over its tile (the last reduce axis split
 #: by it, unrolled inside the tile's vectors): each accumulator is loaded and stored once
@@ -423,6 +432,12 @@ class _Rules(BlockRules):
                     and vo in st.leaf_iter_vars else None
                 at_row[op] = own
                 self._prefetch_rows(st, row, at_row)
+                if STREAM_ROWS and _streams_past_llc(self._read_by_rows(st, row), op.output(0),
+                                                     self.info) and \
+                        self.k.choose(f"stream.{op.name}", [True, False], True):
+                    # (a 4-compute softmax over 16 MB: 2.03 -> 1.75 ms, one thread;
+                    # benchmarks/DECISIONS.md, "Rules: row kernels stream their output")
+                    st.pragma(st.leaf_iter_vars[0], "nontemporal")
         if self._divides_by_row_values(op) and \
                 self.k.choose(f"rcp.{op.name}", [True, False], True):
             # a / s[i] along the row: one reciprocal per row, multiplied (what the
@@ -520,6 +535,25 @@ class _Rules(BlockRules):
                 self.done.add(id(pop))
                 changed = True
         return at_row_loops
+
+    def _read_by_rows(self, st: Stage, row) -> List[Tensor]:
+        """The tensors a row kernel reads from memory: the inputs and the stages at
+        their own root read by ``st`` and the stages computed at its loop ``row``
+        (through inlined stages; a stage computed inside some loop is a row's)."""
+        s = self.s
+        ops_ = [x.op for x in s.stages if x.attach_stage is st and x.attach_ivar is row]
+        seen, out, stack = {id(st.op)}, [], [st.op] + ops_
+        while stack:
+            for t in stack.pop().input_tensors:
+                if id(t.op) in seen:
+                    continue
+                seen.add(id(t.op))
+                kind = s[t.op].attach_type if isinstance(t.op, ComputeOp) else "root"
+                if kind == "inline":
+                    stack.append(t.op)
+                elif kind == "root":
+                    out.append(t)
+        return out
 
     def _prefetch_rows(self, st: Stage, row, vec_loops):
         """A row-wise kernel (whole-row stages computed at ``st``'s row loop) prefetches

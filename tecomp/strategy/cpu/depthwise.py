@@ -26,9 +26,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ...ir import dtype as _dt
 from ...schedule.schedule import Schedule
-from .._common import _bytes, _cint, _largest_divisor_at_most
+from .._common import _cint, _largest_divisor_at_most, _streams_past_llc
 from .common import _NoTemplate, _template_or_rules, _vector_split
 from .conv2d import (_conv_parts, _conv_register_block, _conv_weight, _own_pad,
                      _unroll_window)
@@ -77,22 +76,7 @@ def _streams_output(conv, out, info: CpuModel) -> bool:
     benchmarks/history/2026-11-30.md, "Depthwise NHWC batch 8")."""
     if STREAM_OUTPUT is not None:
         return STREAM_OUTPUT
-    ins, outs = _bytes(conv.op.input_tensors[0]), _bytes(out)
-    return ins is not None and outs is not None and ins + outs > info.l3_bytes // 2 \
-        and _rows_whole_lines(out)
-
-
-#: the cache line: the code generator streams a store only where it knows the address a
-#: multiple of it (``pragma nontemporal``)
-_LINE = 64
-
-
-def _rows_whole_lines(out) -> bool:
-    """Whether the output's innermost rows are whole cache lines, so that every block's
-    store starts on one: rows of part lines mix streamed stores with cached ones (NCHW
-    128x56x56 at batch 8, rows of 224 bytes: slower than caching them all)."""
-    inner = _cint(out.shape[-1])
-    return inner is not None and inner * _dt.bits(out.dtype) // 8 % _LINE == 0
+    return _streams_past_llc([conv.op.input_tensors[0]], out, info)
 
 
 def _column_stride(conv) -> int:
