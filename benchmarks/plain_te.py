@@ -21,7 +21,7 @@ checked against a float64 reference first.
 ``--cpu-time`` (with ``--threads 1``): each call timed by the process's CPU time, which
 on a loaded machine leaves out the time other processes run.  ``--ab`` also times each
 composition scheduled and lowered with the switches of :data:`AB_SWITCHES` off
-("before"; ``--ab STREAM_ROWS,ONE_ROW_WITHOUT_SHARED_LOADS``: only those), interleaved
+("before"; ``--ab STREAM_ROWS,STREAM_ALONE``: only those), interleaved
 with the rest.
 """
 from __future__ import annotations
@@ -38,7 +38,8 @@ AB_SWITCHES = (("tecomp.lower.prefetch", "WIDE_STREAMS"),
                ("tecomp.strategy.rules", "RECOMPUTE_IN_ROWS"),
                ("tecomp.strategy.rules", "RECIPROCAL_ROWS"),
                ("tecomp.strategy.rules", "STREAM_ROWS"),
-               ("tecomp.strategy.blocks", "ONE_ROW_WITHOUT_SHARED_LOADS"))
+               ("tecomp.strategy.blocks", "ONE_ROW_WITHOUT_SHARED_LOADS"),
+               ("tecomp.strategy.blocks", "STREAM_ALONE"))
 
 
 def trivial_schedule(tc, out, lanes: int):

@@ -1042,6 +1042,7 @@ def test_depthwise_rows_stream_one_channel_at_a_time(K):
     knobs = Knobs()
     s = apply_rules([X, W, Y], knobs, cpu_model("llvm -mcpu=skylake-avx512"))
     assert knobs.values["y.order"] == "uv" and knobs.values["y.mr"] == 1, knobs.values
+    assert "y.stream" not in knobs.values   # (rows of 100: not whole lines)
     f = tc.build(s, [X, W, Y], target="llvm -mcpu=skylake-avx512") if \
         tc.Target("llvm").has_feature("avx512f") else tc.build(tc.auto_schedule([X, W, Y]),
                                                                [X, W, Y])
@@ -1065,6 +1066,23 @@ def test_depthwise_rows_stream_one_channel_at_a_time(K):
     knobs = Knobs()
     apply_rules([Xp, Wd, D], knobs, cpu_model("llvm -mcpu=skylake-avx512"))
     assert knobs.values["d.mr"] > 1, knobs.values
+    # over more than half the last-level cache (a model's 64 KiB) and in rows of whole
+    # lines, the one-row blocks store their output past the cache; the same values
+    X2 = tc.placeholder((B, C, 128), name="x2")
+    Y2 = tc.compute((B, C, 128), lambda b, c, t: tc.sum(
+        tc.if_then_else(t - k >= 0, X2[b, c, t - k] * W[c, k], 0.0), axis=k), name="y2")
+    knobs = Knobs()
+    small = dataclasses.replace(cpu_model("llvm -mcpu=skylake-avx512"), l3_bytes=64 << 10)
+    s2 = apply_rules([X2, W, Y2], knobs, small)
+    assert knobs.values["y2.stream"] is True, knobs.values
+    assert "// attr pragma_nontemporal" in str(tc.lower(s2, [X2, W, Y2]))
+    f = tc.build(apply_rules([X2, W, Y2], Knobs(), dataclasses.replace(
+        cpu_model(), l3_bytes=64 << 10)), [X2, W, Y2])
+    x2, y2 = tc.aligned(rng.standard_normal((B, C, 128), "float32")), tc.empty((B, C, 128))
+    f(x2, w, y2)
+    want = sum(np.pad(x2, ((0, 0), (0, 0), (j, 0)))[:, :, :128] * w[None, :, j, None]
+               for j in range(K))
+    np.testing.assert_allclose(y2, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 7, 7), (2, 4, 14, 14), (1, 2, 28, 28), (2, 3, 56, 9),

@@ -38,6 +38,25 @@ def _streams_past_llc(ins, out, info) -> bool:
     return None not in sizes and sum(sizes) > info.l3_bytes // 2 and _rows_whole_lines(out)
 
 
+def _read_by_nest(s: Schedule, st, loop) -> List[Tensor]:
+    """The tensors the nest of stage ``st`` reads from memory: the inputs and the stages
+    at their own root read by ``st`` and the stages computed at its loop ``loop``
+    (through inlined stages; a stage computed inside some loop is the nest's own)."""
+    ops_ = [x.op for x in s.stages if x.attach_stage is st and x.attach_ivar is loop]
+    seen, out, stack = {id(st.op)}, [], [st.op] + ops_
+    while stack:
+        for t in stack.pop().input_tensors:
+            if id(t.op) in seen:
+                continue
+            seen.add(id(t.op))
+            kind = s[t.op].attach_type if isinstance(t.op, ComputeOp) else "root"
+            if kind == "inline":
+                stack.append(t.op)
+            elif kind == "root":
+                out.append(t)
+    return out
+
+
 def _outs(outs) -> List[Tensor]:
     if isinstance(outs, Tensor):
         return [outs]

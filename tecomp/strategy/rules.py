@@ -88,8 +88,8 @@ from ..schedule.schedule import Schedule, Split, Stage, create_schedule
 from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .blocks import BlockRules
-from ._common import (_cheap, _cint, _elems, _is_injective, _is_view, _loads, _stride_along,
-                      _streams_past_llc, _tags)
+from ._common import (_cheap, _cint, _elems, _is_injective, _is_view, _loads, _read_by_nest,
+                      _stride_along, _streams_past_llc, _tags)
 from .rows import prefetch_next_row, reorderable as _vec_reorderable, row_reduce_at
 from .tensorize import tensorize_reduction
 
@@ -432,8 +432,8 @@ class _Rules(BlockRules):
                     and vo in st.leaf_iter_vars else None
                 at_row[op] = own
                 self._prefetch_rows(st, row, at_row)
-                if STREAM_ROWS and _streams_past_llc(self._read_by_rows(st, row), op.output(0),
-                                                     self.info) and \
+                if STREAM_ROWS and _streams_past_llc(_read_by_nest(self.s, st, row),
+                                                     op.output(0), self.info) and \
                         self.k.choose(f"stream.{op.name}", [True, False], True):
                     # (a 4-compute softmax over 16 MB: 2.03 -> 1.75 ms, one thread;
                     # benchmarks/DECISIONS.md, "Rules: row kernels stream their output")
@@ -535,25 +535,6 @@ class _Rules(BlockRules):
                 self.done.add(id(pop))
                 changed = True
         return at_row_loops
-
-    def _read_by_rows(self, st: Stage, row) -> List[Tensor]:
-        """The tensors a row kernel reads from memory: the inputs and the stages at
-        their own root read by ``st`` and the stages computed at its loop ``row``
-        (through inlined stages; a stage computed inside some loop is a row's)."""
-        s = self.s
-        ops_ = [x.op for x in s.stages if x.attach_stage is st and x.attach_ivar is row]
-        seen, out, stack = {id(st.op)}, [], [st.op] + ops_
-        while stack:
-            for t in stack.pop().input_tensors:
-                if id(t.op) in seen:
-                    continue
-                seen.add(id(t.op))
-                kind = s[t.op].attach_type if isinstance(t.op, ComputeOp) else "root"
-                if kind == "inline":
-                    stack.append(t.op)
-                elif kind == "root":
-                    out.append(t)
-        return out
 
     def _prefetch_rows(self, st: Stage, row, vec_loops):
         """A row-wise kernel (whole-row stages computed at ``st``'s row loop) prefetches
