@@ -9,6 +9,7 @@ import pytest
 
 import tecomp as tc
 import tecomp.nn as nn
+import tecomp.strategy.cpu.softmax as cpu_softmax
 from tecomp.strategy import Knobs, apply_rules
 from tecomp.strategy.cpu import cpu_model
 from tecomp.schedule.trace import replay
@@ -994,6 +995,28 @@ def test_row_kernels_over_half_the_llc_stream_their_output(make):
     odd = np.empty(M * N + 1, "float32")[1:].reshape(M, N)
     f(*ins, odd)
     np.testing.assert_allclose(odd, want, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("l3_mib, streamed", [(2, True), (64, False)])
+def test_softmax_template_over_half_the_llc_streams_its_output(monkeypatch, l3_mib, streamed):
+    """``tecomp.nn.softmax``'s template follows the same rule as the rules' row kernels
+    (2 x 1 MiB against a 2 MiB L3: ``pragma nontemporal``; against 64 MiB: none), with
+    the values of numpy's softmax in an aligned and a misaligned output."""
+    real = cpu_softmax.cpu_model
+    monkeypatch.setattr(cpu_softmax, "cpu_model", lambda t="llvm": dataclasses.replace(
+        real(t), l3_bytes=l3_mib << 20))
+    M, N = 1024, 256
+    X = tc.placeholder((M, N), name="x")
+    T = nn.softmax(X)
+    s = tc.strategy.cpu.schedule_softmax([T])
+    assert ("// attr pragma_nontemporal" in str(tc.lower(s, [X, T]))) == streamed
+    f = tc.build(s, [X, T])
+    x = tc.aligned(np.random.default_rng(1).standard_normal((M, N)).astype("float32"))
+    e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+    want = e / e.sum(1, keepdims=True)
+    for out in (tc.empty((M, N), "float32"), np.empty(M * N + 1, "float32")[1:].reshape(M, N)):
+        f(x, out)
+        np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-6)
 
 
 @pytest.mark.parametrize("shape", [(4, 8, 28, 28), (2, 3, 7, 7), (2, 4, 5, 33), (3, 2, 56, 9)])
