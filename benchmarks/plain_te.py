@@ -4,19 +4,25 @@ Row compositions on 4096 x 1024 float32, each written as several computes the wa
 user would (no ``tecomp.nn``): a softmax as four (row max, ``exp(x - max)``, row sum,
 divide), a log-softmax as three, a layer norm as five (row sum, centred values, sum of
 squares, ``rsqrt``, the affine output) and a softmax with a temperature written
-differently (an ``(M, 1)`` row max, a multiply by a per-row reciprocal).  Against
+differently (an ``(M, 1)`` row max, a multiply by a per-row reciprocal); and a causal
+depthwise conv1d, 4 x 1536 x 1024 with 4 taps (``y[b, c, t] = sum_k x[b, c, t - k] *
+w[c, k]``).  Each also against the trivial schedule (:func:`trivial_schedule`: every
+stage's outer axes fused and parallel, its last one vectorized), the floor the
+default should never fall below.  Against
 PyTorch's fused operators (``softmax``, ``log_softmax``, ``layer_norm``, with
 preallocated results where PyTorch has an ``out=`` form) and, for the softmax and the
 layer norm, tecomp's own templates (``tecomp.nn``).  Interleaved in one process, medians
 in ms (the peer's time over tecomp's: > 1 means tecomp is faster); every result is
 checked against a float64 reference first.
 
-    python3 benchmarks/plain_te.py [--threads 2] [--rounds 15] [--ab]
+    python3 benchmarks/plain_te.py [--threads 2] [--rounds 15] [--ab [FLAG,...]]
         [--threads 1 --cpu-time]
 
 ``--cpu-time`` (with ``--threads 1``): each call timed by the process's CPU time, which
-on a loaded machine leaves out the time other processes run.  ``--ab`` also times each composition scheduled and lowered with the switches of
-:data:`AB_SWITCHES` off ("before"), interleaved with the rest.
+on a loaded machine leaves out the time other processes run.  ``--ab`` also times each
+composition scheduled and lowered with the switches of :data:`AB_SWITCHES` off
+("before"; ``--ab STREAM_ROWS,STREAM_ALONE``: only those), interleaved
+with the rest.
 """
 from __future__ import annotations
 
@@ -30,13 +36,37 @@ from common import (add_cpu_time, base_parser, clock_of, interleaved_turns, pin_
 #: (module, flag): what ``--ab`` turns off for its "before" builds
 AB_SWITCHES = (("tecomp.lower.prefetch", "WIDE_STREAMS"),
                ("tecomp.strategy.rules", "RECOMPUTE_IN_ROWS"),
-               ("tecomp.strategy.rules", "RECIPROCAL_ROWS"))
+               ("tecomp.strategy.rules", "RECIPROCAL_ROWS"),
+               ("tecomp.strategy.rules", "STREAM_ROWS"),
+               ("tecomp.strategy.blocks", "ONE_ROW_WITHOUT_SHARED_LOADS"),
+               ("tecomp.strategy.blocks", "STREAM_ALONE"))
 
 
-def _build_with(tc, targs, on: bool):
+def trivial_schedule(tc, out, lanes: int):
+    """The trivial schedule of the DAG computing ``out``: every stage at its own root,
+    its axes but the last fused and parallel, the last split by ``lanes`` and
+    vectorized (a stage of one axis: split, the outer part parallel; a reduction to
+    one axis: that axis parallel)."""
+    s = tc.create_schedule(out.op)
+    for st in s.stages:
+        axes = list(st.op.axis)
+        if len(axes) >= 2:
+            st.parallel(st.fuse(*axes[:-1]) if len(axes) > 2 else axes[0])
+            st.vectorize(st.split(axes[-1], factor=lanes)[1])
+        elif st.op.reduce_axis:
+            st.parallel(axes[0])
+        else:
+            vo, vi = st.split(axes[0], factor=lanes)
+            st.parallel(vo)
+            st.vectorize(vi)
+    return s
+
+
+def _build_with(tc, targs, on: bool, only=None):
     """``tc.build(tc.auto_schedule(targs), targs)`` with every switch of
-    :data:`AB_SWITCHES` set to ``on``."""
-    mods = [(importlib.import_module(m), f) for m, f in AB_SWITCHES]
+    :data:`AB_SWITCHES` (or those whose flag is in ``only``) set to ``on``."""
+    mods = [(importlib.import_module(m), f) for m, f in AB_SWITCHES
+            if only is None or f in only]
     old = [getattr(m, f) for m, f in mods]
     try:
         for m, f in mods:
@@ -49,8 +79,9 @@ def _build_with(tc, targs, on: bool):
 
 def main() -> None:
     ap = base_parser(__doc__, rounds=15)
-    ap.add_argument("--ab", action="store_true",
-                    help="also time the compositions with AB_SWITCHES off (before)")
+    ap.add_argument("--ab", nargs="?", const="all", default=None, metavar="FLAG,...",
+                    help="also time the compositions with AB_SWITCHES off (before); "
+                         "with flags named, only those off")
     add_cpu_time(ap)
     args = ap.parse_args()
     clock = clock_of(ap, args)
@@ -118,23 +149,43 @@ def main() -> None:
         "layer norm as 5": cen / np.sqrt((cen * cen).mean(1, keepdims=True) + 1e-5) * g + b,
         "softmax, temperature 2": sm(x64 * 0.5),
     }
-    plain = {"softmax as 4 computes": ([X, softmax4], (x,)),
-             "log-softmax as 3": ([X, logsoftmax3], (x,)),
-             "layer norm as 5": ([X, G, B, layernorm5], (x, g, b)),
-             "softmax, temperature 2": ([X, scaled], (x,))}
+    # a causal depthwise conv1d
+    Bc, Cc, Tc, Kc = 4, 1536, 1024, 4
+    Xc, Wc = tc.placeholder((Bc, Cc, Tc), name="xc"), tc.placeholder((Cc, Kc), name="wc")
+    kc = tc.reduce_axis(Kc, name="kc")
+    conv1d = tc.compute((Bc, Cc, Tc), lambda b_, c, t: tc.sum(tc.if_then_else(
+        t - kc >= 0, Xc[b_, c, t - kc] * Wc[c, kc], 0.0), axis=kc), name="conv1d")
+    xc = tc.aligned(rng.standard_normal((Bc, Cc, Tc)).astype("float32"))
+    wc = tc.aligned(rng.standard_normal((Cc, Kc)).astype("float32"))
+    outc = tc.empty((Bc, Cc, Tc), "float32")
+    want["causal depthwise conv1d"] = sum(
+        np.pad(xc.astype(np.float64), ((0, 0), (0, 0), (j, 0)))[:, :, :Tc] * wc[None, :, j, None]
+        for j in range(Kc))
+    plain = {"softmax as 4 computes": ([X, softmax4], (x,), out),
+             "log-softmax as 3": ([X, logsoftmax3], (x,), out),
+             "layer norm as 5": ([X, G, B, layernorm5], (x, g, b), out),
+             "softmax, temperature 2": ([X, scaled], (x,), out),
+             "causal depthwise conv1d": ([Xc, Wc, conv1d], (xc, wc), outc)}
+    lanes = tc.target.cpu_model().lanes
     fns, peers = {}, {}
-    for name, (targs, arrays) in plain.items():
-        f = tc.build(tc.auto_schedule(targs), targs)
-        f(*arrays, out)
-        np.testing.assert_allclose(out, want[name], rtol=2e-5, atol=2e-6)
-        fns["tecomp " + name] = lambda f=f, arrays=arrays: f(*arrays, out)
+
+    def add(label, f, arrays, o, name):
+        f(*arrays, o)
+        # (the conv1d's sums of four products are larger than a probability)
+        np.testing.assert_allclose(o, want[name], rtol=2e-5,
+                                   atol=2e-5 if o is outc else 2e-6)
+        fns[label] = lambda: f(*arrays, o)
+
+    for name, (targs, arrays, o) in plain.items():
+        add("tecomp " + name, tc.build(tc.auto_schedule(targs), targs), arrays, o, name)
         peers[name] = []
         if args.ab:
-            fb = _build_with(tc, targs, False)
-            fb(*arrays, out)
-            np.testing.assert_allclose(out, want[name], rtol=2e-5, atol=2e-6)
-            fns["before " + name] = lambda f=fb, arrays=arrays: f(*arrays, out)
+            only = None if args.ab == "all" else set(args.ab.split(","))
+            add("before " + name, _build_with(tc, targs, False, only), arrays, o, name)
             peers[name].append("before " + name)
+        add("trivial " + name, tc.build(trivial_schedule(tc, targs[-1], lanes), targs),
+            arrays, o, name)
+        peers[name].append("trivial " + name)
     # tecomp's templates
     Ts = nn.softmax(X)
     f_sm = tc.build(tc.strategy.cpu.schedule_softmax([Ts]), [X, Ts])
@@ -156,14 +207,22 @@ def main() -> None:
         fns["torch log_softmax, out="] = lambda: torch.log_softmax(tx, 1, out=to)
         fns["torch layer_norm"] = lambda: F.layer_norm(tx, (N,), tg, tb, 1e-5)
         fns["torch softmax(x * 0.5)"] = lambda: torch.softmax(tx * 0.5, 1)
+        # (PyTorch's conv1d correlates: the taps reversed, the row padded on the left)
+        txc = torch.from_numpy(xc)
+        twc = torch.from_numpy(np.ascontiguousarray(wc[:, ::-1])).reshape(Cc, 1, Kc)
+        np.testing.assert_allclose(F.conv1d(F.pad(txc, (Kc - 1, 0)), twc, groups=Cc).numpy(),
+                                   want["causal depthwise conv1d"], rtol=2e-5, atol=2e-5)
+        fns["torch conv1d(pad(x))"] = lambda: F.conv1d(F.pad(txc, (Kc - 1, 0)), twc, groups=Cc)
         for name, peer in (("softmax as 4 computes", "torch softmax, out="),
                            ("log-softmax as 3", "torch log_softmax, out="),
                            ("layer norm as 5", "torch layer_norm"),
-                           ("softmax, temperature 2", "torch softmax(x * 0.5)")):
+                           ("softmax, temperature 2", "torch softmax(x * 0.5)"),
+                           ("causal depthwise conv1d", "torch conv1d(pad(x))")):
             peers[name].append(peer)
     t = interleaved_turns(fns, args.rounds, **clock)
     print(f"{platform.processor() or platform.machine()}, {args.threads} threads, "
-          f"{args.rounds} rounds, {M}x{N} float32, tecomp auto_schedule trials=0")
+          f"{args.rounds} rounds, {M}x{N} float32 (conv1d {Bc}x{Cc}x{Tc}, {Kc} taps), "
+          "tecomp auto_schedule trials=0")
     for name in plain:
         mine = t["tecomp " + name]
         line = f"  {name:24s} tecomp {mine * 1e3:6.2f} ms"

@@ -1,6 +1,7 @@
 """tc.auto_schedule: the analytic rules (trials=0) on the workloads it is meant for, its
 knobs drawn at random, the fallback of schedule_backward and tecomp.nn, a short measured
 search with its log.  Correctness only: speed is in benchmarks/tune.py."""
+import dataclasses
 import random
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 
 import tecomp as tc
 import tecomp.nn as nn
+import tecomp.strategy.cpu.softmax as cpu_softmax
 from tecomp.strategy import Knobs, apply_rules
 from tecomp.strategy.cpu import cpu_model
 from tecomp.schedule.trace import replay
@@ -958,6 +960,65 @@ def test_row_compositions_fused_like_the_templates():
     assert "rcp.q" not in knobs.values
 
 
+@pytest.mark.parametrize("make", [_softmax4, _log_softmax3, _layer_norm5, _scaled_softmax],
+                         ids=["softmax4", "log_softmax3", "layer_norm5", "scaled_softmax"])
+def test_row_kernels_over_half_the_llc_stream_their_output(make):
+    """A row kernel whose input and output take more than half the last-level cache (2 x 1
+    MiB against a model's 2 MiB L3) stores its output past the cache (``pragma
+    nontemporal``, ``vmovntps`` on x86; knob ``stream.<out>``), one under an 8 MiB L3 does
+    not; streamed, the results equal the unfused form's (rtol 2e-5, atol 2e-6) in an
+    aligned output (the streamed nest) and a misaligned one (the cached copy)."""
+    M, N = 1024, 256
+    args, _ = make(M, N)
+    target = "llvm -mcpu=skylake-avx512"
+    small, large = (dataclasses.replace(cpu_model(target), l3_bytes=b << 20) for b in (2, 8))
+    knobs = Knobs()
+    s = apply_rules(args, knobs, small, {})
+    name = args[-1].op.name
+    assert knobs.values[f"stream.{name}"] is True, knobs.values
+    assert "// attr pragma_nontemporal" in str(tc.lower(s, args))
+    assert "vmovntps" in tc.build(s, args, target=target).get_source("asm")
+    knobs = Knobs()
+    ir = str(tc.lower(apply_rules(args, knobs, large, {}), args))
+    assert knobs.values[f"stream.{name}"] is False and "nontemporal" not in ir
+    host = cpu_model()
+    f = tc.build(apply_rules(args, Knobs(), dataclasses.replace(host, l3_bytes=2 << 20), {}),
+                 args)
+    rng = np.random.default_rng(4)
+    ins = [tc.aligned(rng.standard_normal([int(d) for d in a.shape]).astype("float32"))
+           for a in args[:-1]]
+    want = np.empty((M, N), "float32")
+    tc.build(tc.create_schedule(args[-1].op), args)(*ins, want)
+    got = tc.empty((M, N), "float32")
+    f(*ins, got)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    odd = np.empty(M * N + 1, "float32")[1:].reshape(M, N)
+    f(*ins, odd)
+    np.testing.assert_allclose(odd, want, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("l3_mib, streamed", [(2, True), (64, False)])
+def test_softmax_template_over_half_the_llc_streams_its_output(monkeypatch, l3_mib, streamed):
+    """``tecomp.nn.softmax``'s template follows the same rule as the rules' row kernels
+    (2 x 1 MiB against a 2 MiB L3: ``pragma nontemporal``; against 64 MiB: none), with
+    the values of numpy's softmax in an aligned and a misaligned output."""
+    real = cpu_softmax.cpu_model
+    monkeypatch.setattr(cpu_softmax, "cpu_model", lambda t="llvm": dataclasses.replace(
+        real(t), l3_bytes=l3_mib << 20))
+    M, N = 1024, 256
+    X = tc.placeholder((M, N), name="x")
+    T = nn.softmax(X)
+    s = tc.strategy.cpu.schedule_softmax([T])
+    assert ("// attr pragma_nontemporal" in str(tc.lower(s, [X, T]))) == streamed
+    f = tc.build(s, [X, T])
+    x = tc.aligned(np.random.default_rng(1).standard_normal((M, N)).astype("float32"))
+    e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+    want = e / e.sum(1, keepdims=True)
+    for out in (tc.empty((M, N), "float32"), np.empty(M * N + 1, "float32")[1:].reshape(M, N)):
+        f(x, out)
+        np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-6)
+
+
 @pytest.mark.parametrize("shape", [(4, 8, 28, 28), (2, 3, 7, 7), (2, 4, 5, 33), (3, 2, 56, 9)])
 def test_plane_reductions_are_vectorized_per_output(shape):
     """A reduction over several axes whose last runs along contiguous memory (a batch
@@ -985,12 +1046,17 @@ def test_plane_reductions_are_vectorized_per_output(shape):
     np.testing.assert_array_equal(out_m[0, :, 0], x.max((0, 2, 3)))
 
 
-def test_depthwise_rows_stream_one_channel_at_a_time():
+@pytest.mark.parametrize("K", [4, 9])
+def test_depthwise_rows_stream_one_channel_at_a_time(K):
     """A reduction where no operand moves with the vector axis alone (a causal depthwise
     conv1d: x[b, c, t - k] moves with the channels and the time steps) runs the channel
     blocks outside the time blocks (order "uv"), so each channel's row is read as one
-    stream rather than a block at a time, a row apart; a GEMM keeps "vu"."""
-    B, C, T, K = 2, 40, 100, 4
+    stream rather than a block at a time, a row apart; a GEMM keeps "vu".  The block is
+    one channel tall: its rows share no load (issue 49's "never slower than
+    parallel(outer) + vectorize(inner)"), while a depthwise 3x3 (``x[c, h + kh, w + kw]``:
+    the rows share the window's loads) and a GEMM (``B[r, j]`` is every row's) keep
+    several rows."""
+    B, C, T = 2, 40, 100
     X = tc.placeholder((B, C, T), name="x")
     W = tc.placeholder((C, K), name="w")
     k = tc.reduce_axis(K, name="k")
@@ -998,7 +1064,8 @@ def test_depthwise_rows_stream_one_channel_at_a_time():
         tc.if_then_else(t - k >= 0, X[b, c, t - k] * W[c, k], 0.0), axis=k), name="y")
     knobs = Knobs()
     s = apply_rules([X, W, Y], knobs, cpu_model("llvm -mcpu=skylake-avx512"))
-    assert knobs.values["y.order"] == "uv"
+    assert knobs.values["y.order"] == "uv" and knobs.values["y.mr"] == 1, knobs.values
+    assert "y.stream" not in knobs.values   # (rows of 100: not whole lines)
     f = tc.build(s, [X, W, Y], target="llvm -mcpu=skylake-avx512") if \
         tc.Target("llvm").has_feature("avx512f") else tc.build(tc.auto_schedule([X, W, Y]),
                                                                [X, W, Y])
@@ -1014,7 +1081,31 @@ def test_depthwise_rows_stream_one_channel_at_a_time():
     G = tc.compute((64, 64), lambda i, j: tc.sum(A[i, r] * Bm[r, j], axis=r), name="G")
     knobs = Knobs({"template": False})
     apply_rules([A, Bm, G], knobs, cpu_model("llvm -mcpu=skylake-avx512"))
-    assert knobs.values["G.order"] == "vu"
+    assert knobs.values["G.order"] == "vu" and knobs.values["G.mr"] > 1, knobs.values
+    Xp, Wd = tc.placeholder((1, 8, 32, 42), name="xp"), tc.placeholder((8, 3, 3), name="wd")
+    kh, kw = tc.reduce_axis(3, name="kh"), tc.reduce_axis(3, name="kw")
+    D = tc.compute((1, 8, 30, 40), lambda n, c, h, w: tc.sum(
+        Xp[n, c, h + kh, w + kw] * Wd[c, kh, kw], axis=[kh, kw]), name="d")
+    knobs = Knobs()
+    apply_rules([Xp, Wd, D], knobs, cpu_model("llvm -mcpu=skylake-avx512"))
+    assert knobs.values["d.mr"] > 1, knobs.values
+    # over more than half the last-level cache (a model's 64 KiB) and in rows of whole
+    # lines, the one-row blocks store their output past the cache; the same values
+    X2 = tc.placeholder((B, C, 128), name="x2")
+    Y2 = tc.compute((B, C, 128), lambda b, c, t: tc.sum(
+        tc.if_then_else(t - k >= 0, X2[b, c, t - k] * W[c, k], 0.0), axis=k), name="y2")
+    knobs = Knobs()
+    small = dataclasses.replace(cpu_model("llvm -mcpu=skylake-avx512"), l3_bytes=64 << 10)
+    s2 = apply_rules([X2, W, Y2], knobs, small)
+    assert knobs.values["y2.stream"] is True, knobs.values
+    assert "// attr pragma_nontemporal" in str(tc.lower(s2, [X2, W, Y2]))
+    f = tc.build(apply_rules([X2, W, Y2], Knobs(), dataclasses.replace(
+        cpu_model(), l3_bytes=64 << 10)), [X2, W, Y2])
+    x2, y2 = tc.aligned(rng.standard_normal((B, C, 128), "float32")), tc.empty((B, C, 128))
+    f(x2, w, y2)
+    want = sum(np.pad(x2, ((0, 0), (0, 0), (j, 0)))[:, :, :128] * w[None, :, j, None]
+               for j in range(K))
+    np.testing.assert_allclose(y2, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 7, 7), (2, 4, 14, 14), (1, 2, 28, 28), (2, 3, 56, 9),

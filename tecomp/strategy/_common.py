@@ -16,6 +16,34 @@ from ..te.tensor import ComputeOp, Tensor, compute_ops
 from ..nn._common import _bytes, _cint, _largest_divisor_at_most  # noqa: F401  (shared with nn)
 
 
+def _streams_past_llc(ins, out, info) -> bool:
+    """Whether a pass that reads the tensors ``ins`` and writes ``out`` should store
+    ``out`` past the cache (:func:`_streams_past_cache` of what they take together, in
+    runs of ``out``'s rows)."""
+    sizes = [_bytes(t) for t in list(ins) + [out]]
+    return _streams_past_cache(None if None in sizes else sum(sizes), _cint(out.shape[-1]),
+                               out.dtype, info)
+
+
+def _read_by_nest(s: Schedule, st, loop) -> List[Tensor]:
+    """The tensors the nest of stage ``st`` reads from memory: the inputs and the stages
+    at their own root read by ``st`` and the stages computed at its loop ``loop``
+    (through inlined stages; a stage computed inside some loop is the nest's own)."""
+    ops_ = [x.op for x in s.stages if x.attach_stage is st and x.attach_ivar is loop]
+    seen, out, stack = {id(st.op)}, [], [st.op] + ops_
+    while stack:
+        for t in stack.pop().input_tensors:
+            if id(t.op) in seen:
+                continue
+            seen.add(id(t.op))
+            kind = s[t.op].attach_type if isinstance(t.op, ComputeOp) else "root"
+            if kind == "inline":
+                stack.append(t.op)
+            elif kind == "root":
+                out.append(t)
+    return out
+
+
 def _outs(outs) -> List[Tensor]:
     if isinstance(outs, Tensor):
         return [outs]

@@ -23,7 +23,17 @@ from ..ir.functor import collect, uses_var
 from ..schedule.schedule import Stage
 from ..te.tensor import ComputeOp
 from ..te.tensor_intrin import transpose_intrin, tensor_intrins_for
-from ._common import _cint, _is_padding, _loads, _reused_across_outputs, _stride_along
+from ._common import (_cint, _is_padding, _loads, _read_by_nest, _reused_across_outputs,
+                      _stride_along, _streams_past_llc)
+
+
+#: whether a register block whose rows share no vector load (:meth:`BlockRules.
+#: _rows_share_loads`) is one row tall
+ONE_ROW_WITHOUT_SHARED_LOADS = True
+
+#: whether such a one-row block over more than half the last-level cache stores its
+#: output past the cache (``pragma nontemporal``, knob ``<stage>.stream``)
+STREAM_ALONE = True
 
 
 class BlockRules:
@@ -93,6 +103,10 @@ class BlockRules:
         red_exts = [self.ext(r.dom.extent) for r in red_op.reduce_axis]
         fit = self._l2_fit(origin or red_op, u_red, v_red)
         most = self._rows_one_set(origin or red_op, u_red)
+        alone = ONE_ROW_WITHOUT_SHARED_LOADS and u_red is not None and \
+            not self._rows_share_loads(origin or red_op, u_red, v_red)
+        if alone:
+            most = 1   # (rows that share no load: see _rows_share_loads)
         if most is not None:   # (at most 8 rows of the block in one L1 set)
             fit = (lambda mr, nr, f=fit: mr <= most and (f is None or f(mr, nr)))
         mr0, nr0 = self._register_block(ev, eu, fit)
@@ -141,6 +155,14 @@ class BlockRules:
             block_loop = fused
         # the reduction at the block
         inner.compute_at(outer, block_loop)
+        if alone and mr == 1 and STREAM_ALONE and _streams_past_llc(
+                _read_by_nest(self.s, outer, block_loop), outer.op.output(0), info) and \
+                k.choose(f"{name}.stream", [True, False], True):
+            # a pass that reads each input once per output, over more than half the
+            # last-level cache: its output stored past the cache (a causal depthwise
+            # conv1d, 4x1536x1024: 1.67 -> 1.45 ms, one thread; benchmarks/DECISIONS.md,
+            # "Rules: rows that share no load")
+            outer.pragma(outer.leaf_iter_vars[0], "nontemporal")
         iaxes = list(inner.op.axis)
         ivo, ivi = inner.split(iaxes[pos_v], factor=nr)
         rax = list(inner.op.reduce_axis)
@@ -324,6 +346,26 @@ class BlockRules:
             sets = 64 // math.gcd(step // 64, 64)
             most = 8 * sets if most is None else min(most, 8 * sets)
         return most
+
+    def _rows_share_loads(self, op, u, v) -> bool:
+        """Whether the rows of a block along ``u`` share any vector load: some operand
+        that moves with ``v`` does not move with ``u`` (a GEMM's ``B[k, j]``), or moves
+        with it through a window (``x[h + kh, w + kw]``: with the taps unrolled, row
+        ``h + 1`` reads at ``kh = 0`` what row ``h`` read at ``kh = 1``).  Where none
+        does (a causal depthwise conv1d's ``x[b, c, t - k]``: each channel reads its own
+        row), a block of several rows loads as much per multiply-add as one row and
+        only streams more rows at once, a row apart: one row (the plain
+        ``parallel(outer)`` + ``vectorize(inner)`` loop, with the accumulators in
+        registers) ran 2.2x faster (benchmarks/DECISIONS.md, "Rules: rows that share no
+        load")."""
+        red = [r.var for r in op.reduce_axis]
+        for ld in _loads(op.body.source):
+            if _stride_along(ld.indices, v.var) == "bcast":
+                continue
+            at_u = [i for i in ld.indices if uses_var(i, u.var)]
+            if not at_u or any(uses_var(i, r) for i in at_u for r in red):
+                return True
+        return False
 
     def _l2_fit(self, op, u, v):
         """``fit(mr, nr)``: whether a panel of ``nr`` columns of the operands that do not

@@ -61,8 +61,10 @@ in spirit):
    divide a constant row), outer axes fused and parallel; a row with a vector tail fused
    with the axis before it where every read takes both whole (a 7x7 map); a division by
    a value constant along the row (a softmax's ``e / sum``) one reciprocal per row,
-   multiplied (``pragma fp_reciprocal``); an output of more than half the last-level
-   cache, in runs of whole cache lines, stored past the cache (``pragma nontemporal``).
+   multiplied (``pragma fp_reciprocal``); an output no other stage reads, in runs of
+   whole cache lines, stored past the cache (``pragma nontemporal``) where it alone (a
+   plain pass) or with what its nest reads (a row kernel) is more than half the
+   last-level cache.
 
 Before rule 3, an int8 GEMM (uint8 x int8 summed in int32) is tensorized with the
 target's dot-product intrinsic (:mod:`tecomp.strategy.tensorize`).
@@ -87,8 +89,8 @@ from ..schedule.schedule import Schedule, Split, Stage, create_schedule
 from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .blocks import BlockRules
-from ._common import (_cheap, _cint, _elems, _is_injective, _is_view, _loads, _stride_along,
-                      _streams_past_cache, _tags)
+from ._common import (_bytes, _cheap, _cint, _elems, _is_injective, _is_view, _loads,
+                      _read_by_nest, _stride_along, _streams_past_cache, _tags)
 from .rows import prefetch_next_row, reorderable as _vec_reorderable, row_reduce_at
 from .tensorize import tensorize_reduction
 
@@ -131,6 +133,12 @@ RECIPROCAL_ROWS = True
 #: 2.5 ms.  Off: every store through the cache, as before
 #: (``benchmarks/reductions.py --stream-off``)
 STREAM_OUTPUTS = True
+
+#: whether a row kernel (stages computed at an elementwise output's row loop: a
+#: softmax's max, exps and sum) stores its output past the cache (``pragma nontemporal``)
+#: where its inputs and output take more than half the last-level cache (the knob
+#: ``stream.<stage>``; :meth:`_Rules._streams`)
+STREAM_ROWS = True
 
 #: the rows a column reduction reads per pass over its tile (the last reduce axis split
 #: by it, unrolled inside the tile's vectors): each accumulator is loaded and stored once
@@ -425,6 +433,7 @@ class _Rules(BlockRules):
                                                  outer_axes])
         # producers that are per row (fewer axes, indexed by our leading axes)
         lead = list(op.axis[:-1]) if len(axes) == len(op.axis) else []
+        at_row = None
         if lead and row is not None:
             at_row = self.attach_rows(st, lead, row if len(axes[:-1]) and row is not None
                                       else None)
@@ -433,8 +442,9 @@ class _Rules(BlockRules):
                     and vo in st.leaf_iter_vars else None
                 at_row[op] = own
                 self._prefetch_rows(st, row, at_row)
-        if st.is_output and row is not None and vec_f > 1 and \
-                self.k.choose(f"stream.{op.name}", [True, False], self._streams(op, ce)):
+        if st.is_output and row is not None and vec_f > 1 and self.k.choose(
+                f"stream.{op.name}", [True, False],
+                self._streams(st, op, row if lead and at_row else None, ce)):
             # a pass over more than half the last-level cache: its output stored past
             # the cache (x86 ``vmovntps``), each line written once, not read first
             st.pragma(st.leaf_iter_vars[0], "nontemporal")
@@ -444,21 +454,37 @@ class _Rules(BlockRules):
             # softmax template computes; two roundings instead of one)
             st.pragma(st.leaf_iter_vars[0], "fp_reciprocal")
 
-    def _streams(self, op, run: Optional[int]) -> bool:
+    def _streams(self, st: Stage, op, row, run: Optional[int]) -> bool:
         """Whether elementwise output ``op``, whose contiguous runs of stores are ``run``
         elements (its vectorized row), stores past the cache by default (knob
-        ``stream.<stage>``; :data:`STREAM_OUTPUTS`): the output alone is more than half
-        the last-level cache, no other stage reads it and the runs are whole cache lines
-        (:func:`tecomp.strategy._common._streams_past_cache`).  The output alone, not
-        the pass: a 12 MB floor followed by a sum over its output was 15-30% slower
-        streamed (its 24 MB pass over half of a 32 MB L3; the output would have stayed
-        in it), a 16 MB one even, 20 and 24 MB ones 20% faster (2 threads, AMD EPYC
-        Zen 4 VM, under load; benchmarks/history/2026-12-01.md, "h18-reduce")."""
-        n = _elems(op.output(0), self.shapes)
-        # (an output another stage reads, another output of the DAG, stays cached)
+        ``stream.<stage>``): no other stage reads it, its runs are whole cache lines, and
+        what it moves is more than half the last-level cache
+        (:func:`tecomp.strategy._common._streams_past_cache`).  What it moves:
+
+        - a row kernel (``row``: the loop other stages are computed at, a softmax's max,
+          exps and sum; :data:`STREAM_ROWS`): the tensors its nest reads and its output.
+          A 4-compute softmax over 16 MB in and out: 2.03 -> 1.75 ms, one thread
+          (benchmarks/DECISIONS.md, "Rules: row kernels stream their output");
+        - a plain elementwise pass (:data:`STREAM_OUTPUTS`): its output alone.  A 12 MB
+          floor followed by a sum over its output was 15-30% slower streamed (its 24 MB
+          pass over half of a 32 MB L3; the output would have stayed in it), a 16 MB one
+          even, 20 and 24 MB ones 20% faster (2 threads, AMD EPYC Zen 4 VM, under load;
+          benchmarks/history/2026-12-01.md, "h18-reduce")."""
         dtype = op.output(0).dtype
-        return STREAM_OUTPUTS and n is not None and not self.readers(op) and \
-            _streams_past_cache(n * _dt.nbytes(dtype), run, dtype, self.info)
+        # (an output another stage reads, another output of the DAG, stays cached)
+        if self.readers(op):
+            return False
+        if row is not None:
+            if not STREAM_ROWS:
+                return False
+            sizes = [_bytes(t) for t in _read_by_nest(self.s, st, row) + [op.output(0)]]
+            nbytes = None if None in sizes else sum(sizes)
+        else:
+            n = _elems(op.output(0), self.shapes)
+            if not STREAM_OUTPUTS or n is None:
+                return False
+            nbytes = n * _dt.nbytes(dtype)
+        return _streams_past_cache(nbytes, run, dtype, self.info)
 
     @staticmethod
     def _divides_by_row_values(op) -> bool:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ...schedule.schedule import Schedule
-from .._common import _bytes, _cint, _largest_divisor_at_most, _streams_past_cache
+from .._common import _cint, _largest_divisor_at_most, _streams_past_llc
 from .common import _NoTemplate, _template_or_rules, _vector_split
 from .conv2d import (_conv_parts, _conv_register_block, _conv_weight, _own_pad,
                      _unroll_window)
@@ -65,8 +65,7 @@ def _lanes(conv, info: CpuModel) -> int:
 
 def _streams_output(conv, out, info: CpuModel) -> bool:
     """Whether the template's stores to ``out`` (the convolution or its epilogue)
-    should bypass the cache (:data:`STREAM_OUTPUT`; the rule of
-    :func:`tecomp.strategy._common._streams_past_cache`).  A pass over more than half the
+    should bypass the cache (:data:`STREAM_OUTPUT`).  A pass over more than half the
     last-level cache leaves little of its output there for the next operator, and each
     line it writes through the cache is read first: streamed, the line is written once.
     Batch 8 MobileNet layers, one thread, under load: 32x112x112 NHWC 0.85 -> 0.56 ms,
@@ -77,9 +76,7 @@ def _streams_output(conv, out, info: CpuModel) -> bool:
     benchmarks/history/2026-11-30.md, "Depthwise NHWC batch 8")."""
     if STREAM_OUTPUT is not None:
         return STREAM_OUTPUT
-    ins, outs = _bytes(conv.op.input_tensors[0]), _bytes(out)
-    return _streams_past_cache(None if ins is None or outs is None else ins + outs,
-                               _cint(out.shape[-1]), out.dtype, info)
+    return _streams_past_llc([conv.op.input_tensors[0]], out, info)
 
 
 def _column_stride(conv) -> int:

@@ -8,12 +8,17 @@ from ... import te as _te
 from ..rows import prefetch_next_row, row_reduce_at
 from ...schedule.schedule import Schedule, Stage, create_schedule
 from ...te.tensor import Tensor
-from .._common import _cint, _outs, _walk
+from .._common import _cint, _outs, _read_by_nest, _streams_past_llc, _walk
 from ...nn.softmax import _softmax
 from .common import _vector_split
 from .elementwise import _schedule_elementwise_stage
 from ...target import CpuModel, cpu_model
 
+
+#: whether a softmax whose input and output take more than half the last-level cache
+#: stores its output past the cache (``pragma nontemporal``), as the rules' row kernels
+#: do (:data:`tecomp.strategy.rules.STREAM_ROWS`)
+STREAM_OUTPUT = True
 
 def softmax_fast(x: Tensor, name: str = "softmax"):
     """Softmax over the last axis with :func:`tecomp.fast_exp` and one reciprocal per
@@ -37,7 +42,8 @@ def schedule_softmax(outs, target: str = "llvm") -> Schedule:
     """``tecomp.nn.softmax`` / ``log_softmax`` and :func:`softmax_fast`: one task per
     block of rows, every stage of a row computed at the row (the row stays in L1), each
     reduction over the row vectorized (``rfactor`` into one vector accumulator), and
-    the input's next row prefetched during the exp pass (:func:`tecomp.strategy.rows.prefetch_next_row`)."""
+    the input's next row prefetched during the exp pass (:func:`tecomp.strategy.rows.prefetch_next_row`);
+    over more than half the last-level cache the output is stored past the cache."""
     outs = _outs(outs)
     info = cpu_model(target)
     s = create_schedule([t.op for t in outs])
@@ -82,4 +88,8 @@ def schedule_softmax(outs, target: str = "llvm") -> Schedule:
         elif len(op.axis) == ndim:
             vec_loops[op] = _row_stage_at(s, t, st, R, info)
     prefetch_next_row(s, out, ops_, vec_loops, st, R, J, info.l1_bytes)
+    if STREAM_OUTPUT and _streams_past_llc(_read_by_nest(s, st, R), out, info):
+        # (4096 x 1024 float32, one thread: 2.07 -> 1.70 ms; benchmarks/DECISIONS.md,
+        # "Rules: row kernels stream their output")
+        st.pragma(st.leaf_iter_vars[0], "nontemporal")
     return s
