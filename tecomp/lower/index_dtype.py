@@ -479,6 +479,11 @@ class _IndexDtype(Mutator):
         clo, chi = const_interval(widened(b), self.param_ranges)
         if clo is not None and chi is not None and INT32_MIN <= clo and chi <= INT32_MAX:
             return "ok"
+        if not free_vars(b) or (clo is not None and clo > INT32_MAX) or \
+                (chi is not None and chi < INT32_MIN):
+            # a check no call could pass (``max(0, 14) + 2**31``: fuzz seed 3001971 refused
+            # every call of a legal schedule): computed in int64 instead
+            return "wide"
         use = f"`{to_str(x)}` ({what()})"
         uses = self.checks.setdefault(_key(b), [b, []])[1]
         if use not in uses and len(uses) < 4:
