@@ -913,3 +913,29 @@ def test_fuzzer_view_gemms_reach_unprovable_padded_panels():
             # what the auto-scheduler gives instead lowers (the rules' schedule)
             tc.lower(apply_rules(args, Knobs(), info), args, target=info.target)
     assert templated >= 30 and 2 <= refused < templated, (templated, refused)
+
+
+def test_campaign_seed_3001590_partitioned_loop_clamped_by_a_symbolic_extent():
+    """Loop partitioning's last part of a loop over ``n`` split at ``i0`` runs
+    ``[min(i0, n), min(i0, n) + max(n - i0, 0))``: the index-dtype pass took its start
+    for an int32 that might wrap and its end for one past int32 (an InternalError in
+    lower), though a min of int32 values is one and the end is ``max(i0, n)`` (session
+    18's campaign, seeds 3000000-, --edge-every 3)."""
+    from tecomp.testing.fuzz import case_for_seed
+
+    out = run_case(case_for_seed(3001590, 25, 5, "llvm", 10, edge_every=3,
+                                 store_root_every=20, tensor_core_every=1))
+    assert out.kind == "ok", out.report()
+
+
+def test_campaign_seed_3001971_no_parameter_check_that_no_call_passes():
+    """``i0*2 + int32(f // ((n + 4) // 5))`` (a fused loop's row, below 8, though the
+    analysis bounds the cast by int32's limit): the index-dtype pass put a call-time check
+    of the constant ``max(0, 14) + 2**31`` into int32, which every call failed (an
+    ArgumentError on a legal schedule); a check that no call could pass is int64
+    arithmetic instead (session 18's campaign, seeds 3000000-, --edge-every 3)."""
+    from tecomp.testing.fuzz import case_for_seed
+
+    out = run_case(case_for_seed(3001971, 25, 5, "llvm", 10, edge_every=3,
+                                 store_root_every=20, tensor_core_every=1))
+    assert out.kind == "ok", out.report()

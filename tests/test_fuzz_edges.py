@@ -10,8 +10,9 @@ import pytest
 import tecomp as tc
 from tecomp.testing import edges
 from tecomp.testing.edges import (
-    FAMILIES, MORE_FAMILIES, SESSION9_FAMILIES, SESSION14_FAMILIES, draw_edge_case, family_of,
-    in_session9_slot, in_session14_slot, run_edge_case,
+    FAMILIES, MORE_FAMILIES, SESSION9_FAMILIES, SESSION14_FAMILIES, SESSION18_FAMILIES,
+    draw_edge_case, family_of, in_session9_slot, in_session14_slot, in_session18_slot,
+    run_edge_case,
 )
 
 LONG = os.environ.get("TECOMP_LONG_TESTS") == "1"
@@ -27,33 +28,35 @@ def _seeds(family, count):
     return out
 
 
-def test_the_families_of_sessions_8_9_and_14_leave_the_other_seeds_alone():
+def test_the_families_of_sessions_8_9_14_and_18_leave_the_other_seeds_alone():
     """A seed draws one of MORE_FAMILIES only where (seed // 9) % 8 == 7, one of
-    SESSION9_FAMILIES or SESSION14_FAMILIES only in their slots (from seed 576 on, one in
-    sixteen each: those seeds drew an earlier family before; none of them is pinned
-    below); every other seed keeps the family seed % 9 gave it (the pinned seeds below
-    among them)."""
+    SESSION9_FAMILIES, SESSION14_FAMILIES or SESSION18_FAMILIES only in their slots (from
+    seed 576 on, one in sixteen each: those seeds drew an earlier family before; none of
+    them is pinned below); every other seed keeps the family seed % 9 gave it (the pinned
+    seeds below among them)."""
     pinned = [64, 65, 66, 69, 135, 10011706, 10017506, *WRAPPED_SEEDS]
-    assert not any(in_session9_slot(s) or in_session14_slot(s)
-                   for s in list(range(576)) + pinned)
+    slots = (in_session9_slot, in_session14_slot, in_session18_slot)
+    assert not any(slot(s) for slot in slots for s in list(range(576)) + pinned)
     for seed in list(range(4000)) + pinned:
-        assert not (in_session9_slot(seed) and in_session14_slot(seed))
+        assert sum(slot(seed) for slot in slots) <= 1
         if in_session9_slot(seed):
             assert family_of(seed) in SESSION9_FAMILIES
         elif in_session14_slot(seed):
             assert family_of(seed) in SESSION14_FAMILIES
+        elif in_session18_slot(seed):
+            assert family_of(seed) in SESSION18_FAMILIES
         elif (seed // len(FAMILIES)) % 8 != 7:
             assert family_of(seed) == FAMILIES[seed % len(FAMILIES)]
         else:
             assert family_of(seed) in MORE_FAMILIES
-    assert {family_of(s) for s in range(4000)} == \
-        set(FAMILIES) | set(MORE_FAMILIES) | set(SESSION9_FAMILIES) | set(SESSION14_FAMILIES)
-    assert sum(map(in_session9_slot, range(576 * 20))) == 576 * 20 // 16
-    assert sum(map(in_session14_slot, range(576 * 20))) == 576 * 20 // 16
+    assert {family_of(s) for s in range(4000)} == set(FAMILIES) | set(MORE_FAMILIES) | \
+        set(SESSION9_FAMILIES) | set(SESSION14_FAMILIES) | set(SESSION18_FAMILIES)
+    for slot in slots:
+        assert sum(map(slot, range(576 * 20))) == 576 * 20 // 16
 
 
 @pytest.mark.parametrize("family", FAMILIES + MORE_FAMILIES + SESSION9_FAMILIES +
-                         SESSION14_FAMILIES)
+                         SESSION14_FAMILIES + SESSION18_FAMILIES)
 def test_family_runs_clean(family):
     if family in ("lazy_bits", "torch_autograd", "torch_inplace"):
         pytest.importorskip("torch")
@@ -544,3 +547,17 @@ def test_device_array_family_finds_a_plan_that_skips_the_address_checks(monkeypa
             break
     assert set(kinds) == want, kinds
     assert set(kinds.values()) == {"mismatch"}, kinds
+
+
+def test_row_division_family_finds_reciprocals_that_are_not_normal(monkeypatch):
+    """With ``pragma fp_reciprocal`` as LLVM's ``fdiv arcp`` (a * (1 / b), no scaling of
+    a subnormal or huge b), the family's divisors give quotients the division does not
+    (``0 / 1e-40`` NaN: ``0 * inf``; ``1e-3 / 1e-40`` inf)."""
+    from tecomp.codegen.llvm import emit_expr
+
+    def arcp(self, a, c):
+        return self.map2(a, emit_expr.Val(c), lambda x, y: self.b.fdiv(x, y, flags=("arcp",)))
+
+    monkeypatch.setattr(emit_expr._ExprEmitter, "_reciprocal_div", arcp)
+    kinds = [run_edge_case(draw_edge_case(s)).kind for s in _seeds("row_division", 16)]
+    assert "mismatch" in kinds, kinds

@@ -171,3 +171,28 @@ def test_gradient_reference_follows_pytorchs_rule():
     sp = {"layout": "NCW", "k": [2], "s": [1], "dil": [2], "pairs": [[1, 1]]}
     g, _ = ops._max_pool_grad_ref(sp, np.array([[[5.0]]]), np.array([[[7.0]]]))
     np.testing.assert_array_equal(g, [[[0.0]]])
+
+
+def _huge_stride_seeds(count):
+    """The first ``count`` seeds whose stride or dilation the fourth stream made past int32."""
+    out, seed = [], 0
+    while len(out) < count:
+        sp = draw_op_case(seed).spec
+        if sp.get("illegal") in ("stride", "dilation") and sp["kwargs"][sp["illegal"]] >= 2**31:
+            out.append(seed)
+        seed += 1
+    return out
+
+
+def test_strides_past_int32_are_refused_naming_them(monkeypatch):
+    """A stride or dilation past 2**31 - 1 is refused naming it; with the check of its
+    int32 range taken away (tecomp.nn._check.Args.ints's ``high``), the family finds the
+    DTypeError about the index arithmetic that named nothing."""
+    from tecomp.nn import _check
+
+    seeds = _huge_stride_seeds(3)
+    assert all(run_op_case(draw_op_case(s)).kind == "refused" for s in seeds)
+    ints = _check.Args.ints
+    monkeypatch.setattr(_check.Args, "ints", lambda self, arg, v, low, count=2, high=None:
+                        ints(self, arg, v, low, count, None))
+    assert "mismatch" in {run_op_case(draw_op_case(s)).kind for s in seeds}

@@ -14,6 +14,7 @@ from tecomp import autodiff as ad
 from tecomp import nn
 from tecomp.strategy import Knobs, apply_rules
 from tecomp.nn._check import Args
+from tecomp.nn.conv_grad import _phase_taps
 from tecomp.strategy.cpu.conv3d import _conv3d_template
 from tecomp.strategy.cpu.conv_nd import _conv1d_template, _interleave_by_phase
 from tecomp.target import cpu_model
@@ -889,3 +890,18 @@ def test_conv1d_ncw_wide_block_in_channel_chunks(shape, k, stride, padding, dila
         y = np.empty(want.shape, "float32")
         tc.build(s, [X, W, Y], target=target)(x.astype("float32"), w.astype("float32"), y)
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4, err_msg=block)
+
+
+@pytest.mark.parametrize("nchw", [True, False], ids=["nchw", "nhwc"])
+def test_conv2d_transpose_stride_past_the_output(nchw):
+    """A stride far past the data (a 1x2 input spread 2**24 x 5 apart, a 3x3 kernel):
+    only the phases a tap reaches are built (``_phase_taps`` finds them from the taps; it
+    looped over every phase of the stride, 2**24 of them, and over 2**31 - 1 never
+    ended); the values are PyTorch's."""
+    assert [r for r, _ in _phase_taps(3, 2**31 - 1, 1, 1, 5)] == [0, 1]
+    case = (1, 2, 3, 1, 2, (3, 3), (2**24, 5), 0, 0, 1, 1)
+    (x, w), want = _transpose_case(case, nchw)
+    X, W = tc.placeholder(x.shape, "float64", "X"), tc.placeholder(w.shape, "float64", "W")
+    Y = _transpose(X, W, case, nchw)
+    (y,) = _run(_build([Y], [X, W, Y]), [x, w], [tc.utils.get_const_tuple(Y.shape)], "float64")
+    np.testing.assert_allclose(_nchw(y, nchw), want, rtol=1e-10, atol=1e-10)

@@ -86,6 +86,27 @@ def _abs64(w: Expr) -> Expr:
     return _op.maximum(w, _op.sub(Const(0, "int64"), w))
 
 
+def _uncast(e: Expr) -> Expr:
+    while type(e) is Cast and _dt.is_int(e.dtype) and _dt.is_int(e.value.dtype):
+        e = e.value
+    return e
+
+
+def _clamped_tail(lo: Expr, ext: Expr) -> bool:
+    """Whether ``[lo, lo + ext)`` is ``[min(a, b), min(a, b) + max(b - a, 0))`` (loop
+    partitioning's last part, its extent simplified from ``b - min(a, b)``; casts to
+    wider ints aside), whose end is ``max(a, b)``: an int32 where ``a`` and ``b`` are
+    (fuzz seed 3001590: an InternalError said such a loop ran past int32)."""
+    lo, ext = _uncast(lo), _uncast(ext)
+    if type(lo) is not Min or type(ext) is not Max or lo.a.dtype != "int32" or \
+            lo.b.dtype != "int32":
+        return False
+    d, zero = _uncast(ext.a), _uncast(ext.b)
+    if not (type(zero) is Const and zero.value == 0) or type(d) is not Sub:
+        return False
+    return _uncast(d.a) == lo.b and _uncast(d.b) == lo.a
+
+
 def _is_leaf(e: Expr) -> bool:
     return not isinstance(e, _RING + _ORDERED + (Cast, Select, Let))
 
@@ -116,7 +137,7 @@ class _IndexDtype(Mutator):
             lo = self.root(lo, lambda: f"the start of loop {s.var.name}")
             ext = self.root(ext, lambda: f"the extent of loop {s.var.name}")
             end = Add(lo, ext, "int32")   # (unfolded: its exact value is what matters)
-            if not (isinstance(lo, Const) and lo.value == 0) and \
+            if not (isinstance(lo, Const) and lo.value == 0) and not _clamped_tail(lo, ext) and \
                     self.site(end, lambda: f"the end `{to_str(end)}` of loop {s.var.name}") != "ok":
                 raise InternalError(
                     f"loop {s.var.name} runs past int32 ([{to_str(lo)}, {to_str(end)})) but its "
@@ -287,9 +308,12 @@ class _IndexDtype(Mutator):
         checked to when the kernel is called), ``"wide"`` where it must be computed in
         int64.  A select of int32 values fits where each value fits (one read from
         memory or a variable always does: an argmax's running index chosen against a
-        loop counter), however wide the analysis' bound on ``|x|`` is (``|INT32_MIN|``)."""
-        if type(x) is Select:
-            verdicts = [self.site(v, what) for v in (x.true_value, x.false_value)
+        loop counter), however wide the analysis' bound on ``|x|`` is (``|INT32_MIN|``);
+        so does a ``min`` or ``max`` of int32 values (``min(i0, n)``, the start of a
+        partitioned loop's last part: fuzz seed 3001590, once an InternalError)."""
+        if type(x) is Select or type(x) in (Min, Max):
+            vals = (x.true_value, x.false_value) if type(x) is Select else (x.a, x.b)
+            verdicts = [self.site(v, what) for v in vals
                         if v.dtype == "int32" and not _is_leaf(v)]
             return "wide" if "wide" in verdicts else "ok"
         lo, hi = self.bounds(x)
@@ -455,6 +479,11 @@ class _IndexDtype(Mutator):
         clo, chi = const_interval(widened(b), self.param_ranges)
         if clo is not None and chi is not None and INT32_MIN <= clo and chi <= INT32_MAX:
             return "ok"
+        if not free_vars(b) or (clo is not None and clo > INT32_MAX) or \
+                (chi is not None and chi < INT32_MIN):
+            # a check no call could pass (``max(0, 14) + 2**31``: fuzz seed 3001971 refused
+            # every call of a legal schedule): computed in int64 instead
+            return "wide"
         use = f"`{to_str(x)}` ({what()})"
         uses = self.checks.setdefault(_key(b), [b, []])[1]
         if use not in uses and len(uses) < 4:

@@ -50,6 +50,11 @@ def same_extent(a, b) -> Optional[bool]:
     return True if a is b else None
 
 
+#: the largest stride, dilation, kernel extent or count :meth:`Args.ints` takes: each is an
+#: int32 constant of the index arithmetic (2**31 would not be one)
+INT32_MAX = 2**31 - 1
+
+
 def _short(v) -> str:
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -116,10 +121,10 @@ class Args:
                       f"got {e}")
         return int(e.value)
 
-    def ints(self, arg: str, v, low: int, count: int = 2):
+    def ints(self, arg: str, v, low: int, count: int = 2, high: Optional[int] = INT32_MAX):
         """``v`` as a pair of ints ``>= low`` (rows, columns; one int stands for both), as
         ``count`` of them (one per spatial dimension) when ``count`` is more than 2, or as
-        one int when ``count`` is 1."""
+        one int when ``count`` is 1; each at most ``high`` (None: any)."""
         many = count > 1 and isinstance(v, (tuple, list))
         vals = list(v) if many else [v]
         if (many and len(vals) != count) or not all(
@@ -128,6 +133,9 @@ class Args:
             pair = ("" if count == 1 else " or a pair of them (rows, columns)" if count == 2
                     else f" or {count} of them (one per spatial dimension)")
             self.fail(f"{arg} must be an int >= {low}{pair}, got {_short(v)}")
+        if high is not None and max(vals) > high:
+            self.fail(f"{arg} must be at most {high} (an int32 of the index arithmetic), "
+                      f"got {_short(v)}")
         vals = [int(x) for x in vals]
         if count == 1:
             return vals[0]

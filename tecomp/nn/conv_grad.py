@@ -200,24 +200,23 @@ def _flat_rows(op, src, adjoint):
 
 def _phase_taps(k: int, s: int, p: int, d: int, size: int):
     """One dimension of the data gradient of a stride-``s`` convolution, split by the
-    phase ``r = y % s`` of the data index ``y = s*q + r``: per phase, None when no tap
-    reaches it (or it is empty), else ``(taps, dil, lo, count)`` -- the kernel taps
-    ``ky`` that land on it (``(r + p - ky*d) % s == 0``, increasing, evenly spaced), the
-    dilation of the phase's convolution (``d / gcd(s, d)``), the adjoint index that its
-    first tap reads at ``q = 0``, and the phase's length ``ceil((size - r) / s)``.  The
-    phase's gradient is a stride-1 convolution of the adjoint shifted by ``lo`` (zero
-    outside it) with the taps in reverse order:
-    ``g[q] = sum_j adj[q + lo + j*dil] * w[taps[-1 - j]]``."""
-    res = []
+    phase ``r = y % s`` of the data index ``y = s*q + r``: the pairs ``(r, (taps, dil,
+    lo, count))`` of the phases some tap reaches that are not empty, by increasing ``r``
+    -- the kernel taps ``ky`` that land on it (``(r + p - ky*d) % s == 0``, increasing,
+    evenly spaced), the dilation of the phase's convolution (``d / gcd(s, d)``), the
+    adjoint index that its first tap reads at ``q = 0``, and the phase's length
+    ``ceil((size - r) / s)``.  The phase's gradient is a stride-1 convolution of the
+    adjoint shifted by ``lo`` (zero outside it) with the taps in reverse order:
+    ``g[q] = sum_j adj[q + lo + j*dil] * w[taps[-1 - j]]``.  Found from the taps (at
+    most ``k`` phases), so a stride of up to 2**31 - 1 costs no loop over its phases."""
     dil = d // math.gcd(s, d)
-    for r in range(s):
-        taps = [ky for ky in range(k) if (r + p - ky * d) % s == 0]
-        count = -(-(size - r) // s)
-        if not taps or count <= 0:
-            res.append(None)
-        else:
-            res.append((taps, dil, (r + p - taps[-1] * d) // s, count))
-    return res
+    taps: dict = {}
+    for ky in range(k):
+        r = (ky * d - p) % s
+        if r < size:                      # (else the phase is empty: ceil((size - r) / s) <= 0)
+            taps.setdefault(r, []).append(ky)
+    return [(r, (t, dil, (r + p - t[-1] * d) // s, -(-(size - r) // s)))
+            for r, t in sorted(taps.items())]
 
 
 def _window(adjoint, sp, lo, size, name: str):
@@ -315,10 +314,8 @@ def transposed_conv2d(adjoint, weight, nchw: bool, conf, shape, dtype: str, acc:
             tag="injective,layout_transform")
         sp = (1, 2)
     phases = {}
-    for ry, py in enumerate(rows):
-        for rx, px in enumerate(cols):
-            if py is None or px is None:
-                continue
+    for ry, py in rows:
+        for rx, px in cols:
             (ty, ddy, ly, qy), (tx, ddx, lx, qx) = py, px
             sy, sx = ty[1] - ty[0] if len(ty) > 1 else 1, tx[1] - tx[0] if len(tx) > 1 else 1
             y0, x0 = ty[-1], tx[-1]
@@ -394,9 +391,9 @@ def _narrow_phases(rows, cols, channels, adjoint_channels) -> bool:
     C = channels.value if isinstance(channels, Const) else None
     O = adjoint_channels.value if isinstance(adjoint_channels, Const) else None
     L = _GRAD_LANES
-    widths = [p[3] for p in cols if p is not None]
+    widths = [p[3] for _, p in cols]
     narrow = C is not None and C >= L and bool(widths) and max(widths) <= L // 2 and \
-        any(p is not None for p in rows)
+        bool(rows)
     by_channels = C is not None and O is not None and C % (2 * L) == 0 and O >= 256
     return narrow and not by_channels
 

@@ -8,7 +8,7 @@ from typing import Sequence
 from .. import te as _te
 from ..ir.expr import Const
 from ..te.tensor import Tensor
-from ._check import Args
+from ._check import INT32_MAX, Args
 from ._common import _acc, _c, _rounded
 from .conv_grad import transposed_conv2d
 from .conv_nd import RAISES, groups_of, per_dim
@@ -63,6 +63,11 @@ def _conv2d_transpose(nchw: bool, data, weight, stride, padding, output_padding,
         a.fail(f"the output would be {'x'.join(map(str, out_sp))}: padding "
                f"{tuple(pads)} removes more than the {'x'.join(map(str, size))} data "
                "spreads to; give less padding")
+    if max(out_sp) > INT32_MAX:
+        a.fail(f"the output would be {'x'.join(map(str, out_sp))}, an extent past "
+               f"{INT32_MAX} (its int32 extents): the {'x'.join(map(str, size))} data spread "
+               f"{'x'.join(map(str, stride))} apart (stride); give a smaller stride or "
+               "dilation")
     acc = _acc(data.dtype, out_dtype)
     out = out_dtype or data.dtype
     N = data.shape[0]

@@ -60,7 +60,7 @@ def pad(data: Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None
             a.fail(f"{arg} must give one padding per dimension of data ({data.name}, "
                    f"{data.ndim}-d), got {v!r}")
         for d, x in enumerate(v):
-            a.ints(f"{arg}[{d}]", x, 0, count=1)
+            a.ints(f"{arg}[{d}]", x, 0, count=1, high=None)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or \
             (not _dt.is_float(data.dtype) and (not math.isfinite(value) or value != int(value))):
         a.fail(f"value must be a number that data ({data.name}, {data.dtype}) can hold, got "

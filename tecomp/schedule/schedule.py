@@ -42,6 +42,11 @@ MAX_UNROLL_COUNT = 1024
 #: the most blocks per SM ``pragma min_blocks_per_sm`` asks for (no GPU holds more)
 MAX_MIN_BLOCKS_PER_SM = 32
 
+#: the pragmas that are on where set and take no value (None, or True): a value such as
+#: False or 0 would read as "off" and turn them on, so :meth:`Stage.pragma` refuses it
+FLAG_PRAGMAS = frozenset({"unroll_explicit", "no_partition", "partition", "fp_contract",
+                          "fp_reciprocal", "nontemporal", "masked_wide_loads", "zero_terms"})
+
 
 # ---------------------------------------------------------------------------------
 # relations between iteration variables
@@ -352,7 +357,9 @@ class Stage(TracedStage):
         :data:`MAX_MIN_BLOCKS_PER_SM`), on a loop outside a CUDA kernel's thread loops,
         asks ptxas to fit the kernel's registers to that many resident blocks per SM
         (``__launch_bounds__``' second number); any other name is kept as a
-        ``// attr pragma_<name>`` comment for the backends."""
+        ``// attr pragma_<name>`` comment for the backends.  The pragmas of
+        :data:`FLAG_PRAGMAS` are on where set and take no value (or True): any other
+        value is a ScheduleError (``False`` would read as off)."""
         iv = self._iv(axis, "pragma")
         self._not_inlined("pragma")
         if not is_pragma_name(name):
@@ -372,6 +379,11 @@ class Stage(TracedStage):
                 f"{display(iv.name)}: the value is how many blocks of the kernel one SM "
                 f"should hold at once, an int from 1 to {MAX_MIN_BLOCKS_PER_SM}; got "
                 f"{value!r:.60}")
+        if name in FLAG_PRAGMAS and value is not None and value is not True:
+            raise ScheduleError(
+                f"pragma {name} on stage {display(self.name)}, axis {display(iv.name)}: the "
+                f"pragma takes no value (set, it is on; to keep it off, do not set it), got "
+                f"{value!r:.60}; write s[T].pragma(axis, {name!r})")
         if name == "causal_tiles":
             raise ScheduleError(
                 f"pragma causal_tiles on stage {display(self.name)}, axis {display(iv.name)}: "

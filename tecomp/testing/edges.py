@@ -138,6 +138,18 @@ Session 14's family, in a slot of its own (:func:`in_session14_slot`):
     first launch, the legacy default stream excepted) give numpy's values, each
     interface read once a call.
 
+Session 18's family, in a slot of its own (:func:`in_session18_slot`):
+
+``row_division``
+    ``Y[i, j] = X[i, j] / D[i]``, the divisor an input or a row's maximum (exactly one
+    drawn value), with divisors of every class: zeros of either sign, infinities, NaN,
+    subnormals (the smallest, one whose reciprocal overflows, the largest), the edges of
+    the range whose reciprocals are normal, the largest finite values, ordinary ones; and
+    numerators of every class.  Scheduled plainly (IEEE division: equal bit for bit), or
+    with ``pragma fp_reciprocal`` (vectorized, split, parallel or scalar), or by
+    ``tc.auto_schedule`` (its ``rcp.<stage>`` knob on or off): every zero (with its
+    sign), infinity and NaN of numpy's quotient, finite quotients within 1 ulp.
+
 The ``foreign_target`` family also draws (one case in five, after its other draws) a
 triple of another system or ABI (``aarch64-apple-darwin``, ``x86_64-linux-gnux32``): a
 ``TargetError``.
@@ -167,6 +179,8 @@ from ..ir.dtype import numpy_dtype
 from ..lower.passes import simplify_pass
 from ..lower.tma_pipeline import TmaBox, TmaDim, map_spec
 from ..nn import quant
+from ..strategy import Knobs, apply_rules
+from ..strategy.cpu import cpu_model
 from ..target import tma as _tma
 from .deep import chain_compute, chain_reference, random_chain
 from .device_arrays import FORGERIES, DeviceStandIn, forged_call
@@ -187,6 +201,9 @@ SESSION9_FAMILIES = ("torch_autograd", "quant_scales", "gpu_gather", "torch_inpl
 
 #: session 14's families (see the module doc), in a slot of their own (:func:`family_of`)
 SESSION14_FAMILIES = ("device_array",)
+
+#: session 18's family (see the module doc), in a slot of its own (:func:`family_of`)
+SESSION18_FAMILIES = ("row_division",)
 
 #: -mtriple values of another system or a 32-bit-pointer ABI (a TargetError)
 FOREIGN_SYSTEM_TRIPLES = (
@@ -219,15 +236,25 @@ def in_session14_slot(seed: int) -> bool:
     return (seed // 576) % 2 == 1 and (seed // len(FAMILIES)) % 8 == 5
 
 
+def in_session18_slot(seed: int) -> bool:
+    """Whether edge seed ``seed`` draws one of :data:`SESSION18_FAMILIES`: ``seed // 576``
+    odd and ``(seed // 9) % 8 == 6`` (as session 9's slot: no seed below 576, and none
+    that session 8's, 9's or 14's families draw)."""
+    return (seed // 576) % 2 == 1 and (seed // len(FAMILIES)) % 8 == 6
+
+
 def family_of(seed: int) -> str:
     """The family of edge seed ``seed``: one of :data:`FAMILIES` by ``seed % 9``, except
     the seeds with ``(seed // 9) % 8 == 7``, which draw one of :data:`MORE_FAMILIES`, and
-    those of :func:`in_session9_slot` and :func:`in_session14_slot`, which draw one of
-    :data:`SESSION9_FAMILIES` and :data:`SESSION14_FAMILIES`."""
+    those of :func:`in_session9_slot`, :func:`in_session14_slot` and
+    :func:`in_session18_slot`, which draw one of :data:`SESSION9_FAMILIES`,
+    :data:`SESSION14_FAMILIES` and :data:`SESSION18_FAMILIES`."""
     if in_session9_slot(seed):
         return SESSION9_FAMILIES[seed % len(SESSION9_FAMILIES)]
     if in_session14_slot(seed):
         return SESSION14_FAMILIES[seed % len(SESSION14_FAMILIES)]
+    if in_session18_slot(seed):
+        return SESSION18_FAMILIES[seed % len(SESSION18_FAMILIES)]
     if (seed // len(FAMILIES)) % 8 == 7:
         return MORE_FAMILIES[seed % len(MORE_FAMILIES)]
     return FAMILIES[seed % len(FAMILIES)]
@@ -380,6 +407,16 @@ def draw_edge_case(seed: int) -> EdgeCase:
                  # the version-3 stream entry: a producer's stream, and one that is none
                  "stream": d.choice((1, 2, 0x9000, 0x9100)),
                  "bad_stream": d.choice((0, -1, "0x9000", 1.5, True))}
+    elif family == "row_division":
+        twist = {"rows": d.int(1, 9), "cols": d.choice((1, 3, 8, 16, 17, 33, 64)),
+                 "dtype": d.choice(("float32", "float64")),
+                 "divisor": d.choice(("input", "input", "row_max")),
+                 "schedule": d.choice(("plain", "pragma_vector", "pragma_vector",
+                                       "pragma_split", "pragma_parallel", "pragma_scalar",
+                                       "auto", "auto", "auto_rcp_off")),
+                 "lanes": d.choice((4, 8, 16))}
+        twist["divisors"] = [d.int(0, len(ROW_DIVISOR_CLASSES) - 1)
+                             for _ in range(twist["rows"])]
     return EdgeCase(prog, steps, base.n, base.seed, target, f"edge seed {seed} ({family})",
                     family=family, twist=twist, fuzz_seed=seed)
 
@@ -537,7 +574,7 @@ def run_edge_case(ec: EdgeCase) -> Outcome:
               "ir_edit": _run_ir_edit, "shared_reduction": _run_shared_reduction,
               "torch_autograd": _run_torch_autograd, "quant_scales": _run_quant_scales,
               "gpu_gather": _run_gather_ids, "torch_inplace": _run_torch_inplace,
-              "device_array": _run_device_array}
+              "device_array": _run_device_array, "row_division": _run_row_division}
     return runner[ec.family](ec)
 
 
@@ -1926,3 +1963,106 @@ def _subclass_and_mode(torch):
 
         _SUBCLASS = (EdgeTensor, DeclinesSubclasses)
     return _SUBCLASS
+
+
+#: the classes of row_division's divisors (:func:`_row_divisor`)
+ROW_DIVISOR_CLASSES = ("zero", "minus_zero", "inf", "minus_inf", "nan", "smallest_subnormal",
+                       "subnormal", "largest_subnormal", "smallest_normal", "below_top",
+                       "top", "above_top", "largest", "one", "ordinary")
+
+
+def _row_divisor(cls: str, dtype: str, rng) -> float:
+    """A divisor of the class ``cls`` (:data:`ROW_DIVISOR_CLASSES`) in ``dtype``, its sign
+    drawn where the class leaves it open."""
+    fi = np.finfo(dtype)
+    top = float(np.ldexp(1.0, fi.maxexp - 2))          # 2**(emax - 1): 1 / top is normal
+    sign = -1.0 if rng.random() < 0.5 else 1.0
+    v = {"zero": 0.0, "minus_zero": -0.0, "inf": np.inf, "minus_inf": -np.inf, "nan": np.nan,
+         "smallest_subnormal": sign * float(fi.smallest_subnormal),
+         "subnormal": sign * float(fi.tiny) * rng.uniform(1e-6, 0.99),
+         "largest_subnormal": sign * float(fi.tiny - fi.smallest_subnormal),
+         "smallest_normal": sign * float(fi.tiny),
+         "below_top": sign * float(np.nextafter(np.array(top, dtype), np.array(0, dtype))),
+         "top": sign * top, "above_top": sign * top * rng.uniform(1.0001, 1.99),
+         "largest": sign * float(fi.max), "one": sign,
+         "ordinary": sign * float(rng.uniform(0.5, 2.0) * 10.0 ** rng.integers(-30, 30))}[cls]
+    return np.array(v, dtype=dtype)[()]
+
+
+def _row_numerators(n: int, dtype: str, rng) -> np.ndarray:
+    """``n`` numerators of every class (zeros, infinities, NaN, subnormals, the largest,
+    ordinary values of any magnitude), shuffled."""
+    fi = np.finfo(dtype)
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, float(fi.smallest_subnormal),
+                -float(fi.tiny) / 3, float(fi.max), -float(fi.max), 1.0, 1e-3]
+    vals = (rng.standard_normal(n) * 10.0 ** rng.integers(-35, 35, n)).astype(dtype)
+    k = min(n, len(specials))
+    pick = rng.choice(len(specials), k, replace=False)
+    vals[rng.choice(n, k, replace=False)] = np.array(specials, dtype)[pick]
+    return vals
+
+
+def _run_row_division(ec: EdgeCase) -> Outcome:
+    tw = ec.twist
+    M, N, dt = tw["rows"], tw["cols"], tw["dtype"]
+    rng = np.random.default_rng(ec.fuzz_seed)
+    b = np.array([_row_divisor(ROW_DIVISOR_CLASSES[c], dt, rng) for c in tw["divisors"]], dt)
+    x = np.stack([_row_numerators(N, dt, rng) for _ in range(M)]) if M else \
+        np.zeros((0, N), dt)
+    how = tw["schedule"]
+    stage = "compute"
+    try:
+        X = tc.placeholder((M, N), dtype=dt, name="x")
+        if tw["divisor"] == "row_max":
+            B = tc.placeholder((M, 3), dtype=dt, name="b")
+            k = tc.reduce_axis((0, 3), name="k")
+            D = tc.compute((M,), lambda i: tc.max(B[i, k], axis=k), name="d")
+            barg = np.repeat(b[:, None], 3, axis=1)
+        else:
+            B = D = tc.placeholder((M,), dtype=dt, name="b")
+            barg = b
+        Y = tc.compute((M, N), lambda i, j: X[i, j] / D[i], name="y")
+        args = [X, B, Y]
+        stage = "schedule"
+        if how.startswith("auto"):
+            s = tc.auto_schedule(args) if how == "auto" else \
+                _rules_schedule(args, {"rcp.y": False})
+        else:
+            s = tc.create_schedule(Y.op)
+            if D is not B:
+                s[D].compute_at(s[Y], Y.op.axis[0])
+            if how != "plain":
+                s[Y].pragma(Y.op.axis[0], "fp_reciprocal")
+            if how in ("pragma_vector", "pragma_split", "pragma_parallel"):
+                jo, ji = s[Y].split(Y.op.axis[1], tw["lanes"])
+                if how != "pragma_split":
+                    s[Y].vectorize(ji)
+                if how == "pragma_parallel":
+                    s[Y].parallel(Y.op.axis[0])
+        stage = "build"
+        f = tc.build(s, args)
+        y = np.full((M, N), 42.0, dt)
+        stage = "call"
+        f(x, barg, y)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, stage, e)
+    with np.errstate(all="ignore"):
+        want = x / b[:, None]
+    exact = ~np.isfinite(want) | (want == 0) if how != "plain" else np.ones(want.shape, bool)
+    same = (y == want) & (np.signbit(y) == np.signbit(want)) | (np.isnan(y) & np.isnan(want))
+    finite = ~exact & np.isfinite(y)
+    with np.errstate(all="ignore"):
+        ulps = np.abs(y - want) / np.spacing(np.abs(want))
+    bad = np.where(exact, ~same, ~(finite & (ulps <= 1.0)))
+    if bad.any():
+        rows, cols = np.nonzero(bad)
+        ex = [f"{x[r, c]!r} / {b[r]!r} = {y[r, c]!r}, numpy {want[r, c]!r}"
+              for r, c in list(zip(rows, cols))[:4]]
+        return Outcome("mismatch", ec, "compare", f"{int(bad.sum())} quotients of {bad.size} "
+                       f"differ ({how}): " + "; ".join(ex))
+    return Outcome("ok", ec, "compare")
+
+
+def _rules_schedule(args, values: dict):
+    """The auto-scheduler's rules' schedule of ``args`` with the knobs ``values``."""
+    return apply_rules(args, Knobs(values), cpu_model("llvm"), {})

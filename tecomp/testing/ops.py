@@ -61,8 +61,10 @@ refused naming the parameter), ``True`` or ``2.0`` for a kernel (refused naming 
 About one case in twelve is illegal in one way (a zero kernel or stride, a negative
 padding, a layout that does not exist, an axis out of range or given twice, ``argmax``
 over no axis, an output size of 0, groups that do not divide the channels, a weight of
-the wrong channel count): it must raise a :class:`~tecomp.errors.TecompError` whose
-message names the parameter.  Outcomes: ``ok``, ``refused`` (an illegal call refused as
+the wrong channel count); a fourth stream (``RandomDraw(seed * 7919 + 44)``) gives 4% of
+the legal ones with a stride or dilation one past 2**31 - 1.  An illegal
+call must raise a :class:`~tecomp.errors.TecompError` whose message names the parameter.
+Outcomes: ``ok``, ``refused`` (an illegal call refused as
 it must be, or an average pooling window on padding only -- tecomp's documented refusal --
 for a padding past PyTorch's limit; a max pooling window on padding only is -inf),
 ``mismatch`` (a wrong value or shape, or an illegal call accepted) or ``crash`` (any
@@ -168,6 +170,16 @@ def draw_op_case(seed: int, target: str = "llvm") -> OpCase:
     sp["grad"] = (kind == "pool" and sp["pool"] == "max" and not sp.get("illegal")
                   and not sp["sym_batch"] and sp["dtype"] in ("float32", "float64")
                   and g.bool(0.5))
+    # (a fourth stream) a stride or dilation past int32, which must be refused naming it
+    # (it was a DTypeError about the index arithmetic; a transposed convolution's phase
+    # loop over 2**31 - 1 never ended)
+    h = RandomDraw(seed * 7919 + 44)
+    if not sp.get("illegal") and h.bool(0.04):
+        arg = h.choice(tuple(a for a in ("stride", "dilation") if a in sp["kwargs"]) or
+                       (None,))
+        if arg is not None:
+            sp["kwargs"][arg] = h.choice((2**31, 2**32 + 1, 2**40))
+            sp["illegal"] = arg
     return OpCase(sp, d.int(0, 2**16), target, f"fuzz seed {seed} (ops: {sp['op']})",
                   fuzz_seed=seed, twist={"op": sp["op"]})
 

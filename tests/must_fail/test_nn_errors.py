@@ -595,6 +595,22 @@ CASES = [
      r"conv2d_transpose_nhwc conv2d_transpose_nhwc: weight \(W\) has 3 input channels "
      r"\(axis 3\) but data \(X\) has 4 \(axis 3\)"),
     ("conv2d_transpose_nchw", lambda: nn.conv2d_transpose_nchw(
+        P(1, 4, 16, 16, name="X"), P(4, 8, 3, 3, name="W"), stride=2**31 - 1), S,
+     r"the output would be 32212254708x32212254708, an extent past 2147483647 \(its int32 "
+     r"extents\): the 16x16 data spread 2147483647x2147483647 apart \(stride\); give a "
+     r"smaller stride"),
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(P(1, 4, 16, 16, name="X"), P(8, 4, 3, 3, name="W"),
+                                           stride=2**31), S,
+     r"conv2d_nchw conv2d_nchw: stride must be at most 2147483647 \(an int32 of the index "
+     r"arithmetic\), got 2147483648"),
+    ("conv1d_ncw", lambda: nn.conv1d_ncw(P(1, 4, 16, name="X"), P(8, 4, 3, name="W"),
+                                         dilation=2**40), S,
+     r"conv1d_ncw conv1d_ncw: dilation must be at most 2147483647 \(an int32 of the index "
+     r"arithmetic\), got 1099511627776"),
+    ("max_pool2d", lambda: nn.max_pool2d(P(1, 4, 16, 16, name="X"), 2, stride=(1, 2**31)), S,
+     r"max_pool2d max_pool2d: stride must be at most 2147483647 \(an int32 of the index "
+     r"arithmetic\), got \(1, 2147483648\)"),
+    ("conv2d_transpose_nchw", lambda: nn.conv2d_transpose_nchw(
         P(1, 4, 5, 5, name="X"), P(4, 3, 3, 3, name="W"), stride=(2, 0)), S,
      r"stride must be an int >= 1 or a pair of them \(rows, columns\), got \(2, 0\)"),
     ("conv2d_transpose_nchw", lambda: nn.conv2d_transpose_nchw(

@@ -858,6 +858,8 @@ def test_replay_refuses_what_is_not_a_primitive():
     (["pragma", {"s": 0}, [{"ax": [0, 0]}, "unroll_count", 5000], {}],
      r"pragma unroll_count on stage C, axis i: the value is how many times LLVM unrolls the "
      r"loop, an int from 1 to 1024; got 5000"),
+    (["pragma", {"s": 0}, [{"ax": [0, 0]}, "fp_reciprocal", False], {}],
+     r"pragma fp_reciprocal on stage C, axis i: the pragma takes no value"),
     (["set_scope", {"s": 0}, ["x" * 1000], {}], r"scope='xxx.* is not a string of at most 256"),
     (["rfactor", None, [{"t": 0}, {"ax": [0, 2]}], {"factor_axis": 2**40}],
      r"factor_axis=1099511627776 is not an int32"),
@@ -1808,3 +1810,22 @@ def test_shared_reduction_shared_among_the_threads():
     c = np.zeros(64, np.float32)
     interp.run(tc.lower(s, args, target="cuda-emu"), a, c)      # no RaceError
     np.testing.assert_allclose(c, (a * 2).sum(1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["fp_reciprocal", "zero_terms", "fp_contract", "nontemporal",
+                                  "masked_wide_loads", "partition", "no_partition",
+                                  "unroll_explicit"])
+@pytest.mark.parametrize("value", [False, 0, "off", 1])
+def test_flag_pragma_given_a_value(name, value):
+    """A pragma that is on where it is set takes no value: ``False``, ``0`` or ``"off"``
+    would read as off and turned it on (``pragma(axis, "fp_reciprocal", False)``
+    multiplied by reciprocals)."""
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=rf"pragma {name} on stage C, axis i: the pragma "
+                                               rf"takes no value \(set, it is on; to keep it off, "
+                                               rf"do not set it\), got {value!r}; write "
+                                               rf"s\[T\]\.pragma\(axis, '{name}'\)"):
+        s[C].pragma(C.op.axis[0], name, value)
+    s[C].pragma(C.op.axis[0], name)          # no value, or True: on
+    s[C].pragma(C.op.axis[1], name, True)

@@ -40,6 +40,12 @@ def _small(e) -> bool:
     return True
 
 
+#: per LLVM float type, ``(k, top)`` of :meth:`_ExprEmitter._reciprocal_div`: divisors
+#: with ``|c|`` outside ``[2**-top, 2**top]`` (where ``1 / c`` is not a normal number) are
+#: scaled by ``2**k`` or ``2**-k`` first (into normal numbers whose reciprocal is normal)
+_RECIPROCAL_SCALE = {"float": (64, 126), "double": (512, 1022)}
+
+
 class _ExprEmitter:
     """The part of :class:`~tecomp.codegen.llvm.emitter._FnEmitter` that emits expressions
     (the state it works on: ``_FnEmitter.__init__``)."""
@@ -238,7 +244,30 @@ class _ExprEmitter:
         a, c, dt = self._operands(e)
         if not _dt.is_float(dt):
             raise InternalError(f"true division of {dt} operands (Div is for floats)")
-        return self.map2(a, c, lambda x, y: self.b.fdiv(x, y, flags=self.mb.div_flags))
+        if self.mb.div_flags and c.uniform:
+            return self._reciprocal_div(a, c.s)
+        return self.map2(a, c, lambda x, y: self.b.fdiv(x, y))
+
+    def _reciprocal_div(self, a: Val, c) -> Val:
+        """``a / c`` for a lane-invariant float ``c`` under ``pragma fp_reciprocal``:
+        ``(a * r) * m`` with ``r = 1 / (c * m)`` and ``m`` a power of two, 1 where ``1 /
+        c`` is a normal number, ``2**k`` for a subnormal ``c`` (``1 / c`` would overflow
+        or round coarsely: ``0 / c`` would be ``0 * inf``, NaN), ``2**-k`` for ``|c|``
+        above ``2**(emax - 1)`` (``1 / c`` subnormal).  ``r`` and ``m`` depend on ``c``
+        only (LLVM hoists them out of the loops ``c`` does not change in); each element
+        costs two multiplies, and every special value (``c`` zero of either sign, inf,
+        NaN, subnormal; ``a`` zero, inf, NaN) gives the division's result."""
+        b = self.b
+        ty = c.type
+        k, top = _RECIPROCAL_SCALE[str(ty)]
+        m = b.call(self.mb.intrinsic("llvm.fabs", ty, [ty], [ty]), [c])
+        tiny = b.fcmp_ordered("<", m, ir.Constant(ty, 2.0 ** (-top)))
+        huge = b.fcmp_ordered(">", m, ir.Constant(ty, 2.0 ** top))
+        scale = b.select(tiny, ir.Constant(ty, 2.0 ** k),
+                         b.select(huge, ir.Constant(ty, 2.0 ** -k), ir.Constant(ty, 1.0)))
+        r = b.fdiv(ir.Constant(ty, 1.0), b.fmul(c, scale))
+        return self.map2(self.map2(a, Val(r), lambda x, y: b.fmul(x, y)), Val(scale),
+                         lambda x, y: b.fmul(x, y))
 
     def _intdiv(self, e, kind: str) -> Val:
         a, c, dt = self._operands(e)

@@ -135,8 +135,10 @@ Lowering
   so elementwise arithmetic matches numpy bit for bit.  ``PrimFunc.attrs["fp_contract"] =
   True`` marks float ``+ - *`` ``contract`` so LLVM may fuse ``a*b + c`` into one FMA
   (TVM's default; faster reductions, one rounding less).  ``pragma fp_reciprocal`` on a
-  nest marks its float divisions ``arcp``: ``a / b`` may be ``a * (1 / b)``, the
-  reciprocal of a loop-invariant ``b`` computed once before the loop (two roundings).
+  nest makes its float divisions by a lane-invariant ``b`` ``a * (1 / b)``, the
+  reciprocal of a loop-invariant ``b`` computed once before the loop (two roundings; a
+  subnormal or huge ``b`` scaled by a power of two first, so zeros, infinities and NaN
+  are the division's: ``_ExprEmitter._reciprocal_div``).
 * **Non-temporal stores** (``pragma nontemporal`` on a nest): the nest is emitted twice,
   behind a run-time test that every buffer it stores to and does not allocate starts on
   a 64-byte line; in that copy a whole-vector store to them whose first element's offset

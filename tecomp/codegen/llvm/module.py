@@ -98,9 +98,10 @@ class _ModuleBuilder:
         #: fast-math flags on float +, -, *: "contract" lets LLVM fuse a*b+c into an FMA
         #: (one rounding instead of two); opt in with PrimFunc.attrs["fp_contract"] = True
         self.fp_flags = ("contract",) if func.attrs.get("fp_contract", False) else ()
-        #: fast-math flags on float division: "arcp" (``pragma fp_reciprocal``) lets LLVM
-        #: compute ``a / b`` as ``a * (1 / b)``, the reciprocal of a loop-invariant ``b``
-        #: hoisted out of the loop (LICM)
+        #: ("arcp",) under ``pragma fp_reciprocal``: a float ``a / b`` with ``b`` the same
+        #: in every lane is ``a`` times ``b``'s reciprocal, scaled where ``b`` is subnormal
+        #: or huge (_ExprEmitter._reciprocal_div; LLVM hoists it out of the loops ``b`` does
+        #: not change in); () otherwise
         self.div_flags = ()
         #: the buffers whose whole-vector stores bypass the cache in the nest being
         #: emitted (``pragma nontemporal``: _FnEmitter.s_attr, _MemoryEmitter.store)
