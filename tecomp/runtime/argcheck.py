@@ -500,10 +500,30 @@ def type_error(spec: "BufferSpec", a, device: Optional[bool] = False) -> Argumen
                          f"{spec.shape_text}, got {got}: {fix}")
 
 
-def dtype_error(spec: "BufferSpec", got: np.dtype) -> ArgumentError:
+def _library_of(a) -> str:
+    """The library whose array ``a`` is: "torch" for a torch tensor or a numpy view of one
+    (what the checks see of a torch CPU tensor: its ``base`` chain leads to the tensor),
+    else the top-level module of ``a``'s type ("numpy", "cupy", ...)."""
+    for _ in range(4):
+        if _is_torch_tensor(a):
+            return "torch"
+        if not isinstance(a, np.ndarray) or a.base is None:
+            break
+        a = a.base
+    return type(a).__module__.split(".")[0] if a is not None else "numpy"
+
+
+def dtype_error(spec: "BufferSpec", got: np.dtype, a=None) -> ArgumentError:
+    """The argument ``a`` (of dtype ``got``) of the wrong dtype; the fix in the words of
+    the library it comes from (``.to(torch.float32)`` for a torch tensor, ``.astype`` for
+    numpy and CuPy arrays)."""
     want = spec.np_dtype.name
+    lib = _library_of(a)
+    name = spec.name.lower()
+    fix = (f"{name}.to(torch.{want})" if lib == "torch" else
+           f"{name}.astype(cupy.{want})" if lib == "cupy" else f"{name}.astype(np.{want})")
     return ArgumentError(f"{spec.label} expects {want}, got {dtype_name(got)}: convert with "
-                         f"{spec.name.lower()}.astype(np.{want})")
+                         f"{fix}")
 
 
 def ndim_error(spec: "BufferSpec", shape) -> ArgumentError:
@@ -869,7 +889,7 @@ class ArgChecker:
                 dt = meta.dtype
                 shape = meta.shape
             if dt != spec.np_dtype:
-                raise dtype_error(spec, dt)
+                raise dtype_error(spec, dt, a)
             if len(shape) != spec.ndim:
                 raise ndim_error(spec, shape)
             if spec.const_shape is not None:
