@@ -62,7 +62,7 @@ for name in $STEPS; do
         done;;
     bert) step bert 60 bert.log python3 examples/bert_layer_gpu.py --dtype float16 --batch 8 \
         --seq 512 --steps 5;;
-    callcost) step callcost 60 bert.log python3 benchmarks/call_overhead.py --rounds 5 \
+    callcost) step callcost 75 bert.log python3 benchmarks/call_overhead.py --rounds 5 --profile \
         --calls 500;;
     aot) step aot 90 bert.log python3 benchmarks/aot_gpu.py --rounds 5;;
     tests) step tests 240 tests.log python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 60 \
