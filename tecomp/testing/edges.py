@@ -1611,8 +1611,18 @@ def _edit_ir(text: str, tw: dict):
     parts = m.group(2).split(", ")
     k = tw["pick"] % len(parts)
     sign = "+" if tw["edit"] == "index_past" else "-"
-    parts[k] = f"{parts[k]} {sign} {tw['by']}"
-    return text[:m.start(2)] + ", ".join(parts) + text[m.end(2):]
+    # the constant in the index's own type: an int64 index (`2i64`, a loop over `n` of
+    # int64) takes `7i64`, as the IR converts nothing implicitly (seed 70266)
+    edits = []
+    for lit in (f"{tw['by']}", f"{tw['by']}i64"):
+        parts[k] = f"{m.group(2).split(', ')[k]} {sign} {lit}"
+        edits.append(text[:m.start(2)] + ", ".join(parts) + text[m.end(2):])
+        try:
+            tc.ir.parse(edits[-1])
+        except tc.IRParseError:
+            continue
+        return edits[-1]
+    return edits[0]
 
 
 def _run_ir_edit(ec: EdgeCase) -> Outcome:
