@@ -12,35 +12,38 @@ from ..ir.expr import Call, Const, Div, Expr, ProducerLoad, Reduce, Select, Var
 from ..ir.functor import collect, substitute, uses_var
 from ..ir.simplify import simplify
 from ..schedule.schedule import Schedule
-from ..te.tensor import ComputeOp, Tensor, compute_ops
+from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, compute_ops
 from ..nn._common import _bytes, _cint, _largest_divisor_at_most  # noqa: F401  (shared with nn)
 
 
-def _streams_past_llc(ins, out, info) -> bool:
-    """Whether a pass that reads the tensors ``ins`` and writes ``out`` should store
-    ``out`` past the cache (:func:`_streams_past_cache` of what they take together, in
-    runs of ``out``'s rows)."""
-    sizes = [_bytes(t) for t in list(ins) + [out]]
-    return _streams_past_cache(None if None in sizes else sum(sizes), _cint(out.shape[-1]),
-                               out.dtype, info)
-
-
 def _read_by_nest(s: Schedule, st, loop) -> List[Tensor]:
-    """The tensors the nest of stage ``st`` reads from memory: the inputs and the stages
-    at their own root read by ``st`` and the stages computed at its loop ``loop``
-    (through inlined stages; a stage computed inside some loop is the nest's own)."""
-    ops_ = [x.op for x in s.stages if x.attach_stage is st and x.attach_ivar is loop]
-    seen, out, stack = {id(st.op)}, [], [st.op] + ops_
-    while stack:
-        for t in stack.pop().input_tensors:
-            if id(t.op) in seen:
-                continue
-            seen.add(id(t.op))
-            kind = s[t.op].attach_type if isinstance(t.op, ComputeOp) else "root"
-            if kind == "inline":
-                stack.append(t.op)
-            elif kind == "root":
+    """The tensors the nest of stage ``st`` reads from memory: what ``st`` and the stages
+    computed at its loop ``loop`` read (:func:`_reads_through_inline`; a stage computed
+    inside some loop is the nest's own)."""
+    ops_ = [st.op] + [x.op for x in s.stages if x.attach_stage is st and x.attach_ivar is loop]
+    out, seen = [], set()
+    for op in ops_:
+        for t in _reads_through_inline(s, op):
+            if id(t.op) not in seen:
+                seen.add(id(t.op))
                 out.append(t)
+    return out
+
+
+def _reads_through_inline(s: Schedule, op) -> list:
+    """The tensors with a buffer that ``op`` reads: its inputs, an inlined stage's
+    replaced by what that stage reads (layer norm's ``x - mean``, inlined into its
+    output, reads ``x``)."""
+    out, todo, seen = [], list(op.input_tensors), set()
+    while todo:
+        t = todo.pop(0)
+        if id(t.op) in seen:
+            continue
+        seen.add(id(t.op))
+        if not isinstance(t.op, PlaceholderOp) and s[t].attach_type == "inline":
+            todo.extend(t.op.input_tensors)
+        elif isinstance(t.op, PlaceholderOp) or s[t].attach_type == "root":
+            out.append(t)
     return out
 
 
@@ -247,3 +250,12 @@ def _streams_past_cache(nbytes: Optional[int], run: Optional[int], dtype: str,
     where the next operator reads it."""
     return nbytes is not None and nbytes > info.l3_bytes // 2 and \
         run is not None and run > 0 and run * _dt.nbytes(dtype) % CACHE_LINE == 0
+
+
+def _streams_past_llc(ins, out, info, run: Optional[int] = None) -> bool:
+    """Whether a pass that reads the tensors ``ins`` and writes ``out`` should store
+    ``out`` past the cache (:func:`_streams_past_cache` of what they take together, in
+    runs of ``run`` elements: by default ``out``'s rows)."""
+    sizes = [_bytes(t) for t in list(ins) + [out]]
+    return _streams_past_cache(None if None in sizes else sum(sizes),
+                               _cint(out.shape[-1]) if run is None else run, out.dtype, info)

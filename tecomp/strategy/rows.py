@@ -4,7 +4,8 @@ from __future__ import annotations
 from ..ir.expr import Const, Reduce
 from ..lower import vectorize as _vec
 from ..schedule.schedule import Schedule, Stage
-from ..te.tensor import PlaceholderOp, Tensor
+from ..te.tensor import Tensor
+from ._common import _reads_through_inline
 
 
 def _cint(e):
@@ -89,19 +90,3 @@ def prefetch_next_row(s: Schedule, out: Tensor, ops_, vec_loops, st: Stage, R, J
         elif J is not None and J * 4 <= l1_bytes // 4:
             st.prefetch(t, R, 1)
 
-
-def _reads_through_inline(s: Schedule, op) -> list:
-    """The tensors with a buffer that ``op`` reads: its inputs, an inlined stage's
-    replaced by what that stage reads (layer norm's ``x - mean``, inlined into its
-    output, reads ``x``)."""
-    out, todo, seen = [], list(op.input_tensors), set()
-    while todo:
-        t = todo.pop(0)
-        if id(t.op) in seen:
-            continue
-        seen.add(id(t.op))
-        if not isinstance(t.op, PlaceholderOp) and s[t].attach_type == "inline":
-            todo.extend(t.op.input_tensors)
-        elif isinstance(t.op, PlaceholderOp) or s[t].attach_type == "root":
-            out.append(t)
-    return out

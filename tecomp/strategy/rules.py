@@ -89,8 +89,8 @@ from ..schedule.schedule import Schedule, Split, Stage, create_schedule
 from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .blocks import BlockRules
-from ._common import (_bytes, _cheap, _cint, _elems, _is_injective, _is_view, _loads,
-                      _read_by_nest, _stride_along, _streams_past_cache, _tags)
+from ._common import (_cheap, _cint, _elems, _is_injective, _is_view, _loads, _read_by_nest,
+                      _stride_along, _streams_past_cache, _streams_past_llc, _tags)
 from .rows import prefetch_next_row, reorderable as _vec_reorderable, row_reduce_at
 from .tensorize import tensorize_reduction
 
@@ -475,16 +475,11 @@ class _Rules(BlockRules):
         if self.readers(op):
             return False
         if row is not None:
-            if not STREAM_ROWS:
-                return False
-            sizes = [_bytes(t) for t in _read_by_nest(self.s, st, row) + [op.output(0)]]
-            nbytes = None if None in sizes else sum(sizes)
-        else:
-            n = _elems(op.output(0), self.shapes)
-            if not STREAM_OUTPUTS or n is None:
-                return False
-            nbytes = n * _dt.nbytes(dtype)
-        return _streams_past_cache(nbytes, run, dtype, self.info)
+            return STREAM_ROWS and _streams_past_llc(_read_by_nest(self.s, st, row),
+                                                     op.output(0), self.info, run)
+        n = _elems(op.output(0), self.shapes)
+        return STREAM_OUTPUTS and n is not None and \
+            _streams_past_cache(n * _dt.nbytes(dtype), run, dtype, self.info)
 
     @staticmethod
     def _divides_by_row_values(op) -> bool:

@@ -1613,9 +1613,9 @@ def _edit_ir(text: str, tw: dict):
     sign = "+" if tw["edit"] == "index_past" else "-"
     # the constant in the index's own type: an int64 index (`2i64`, a loop over `n` of
     # int64) takes `7i64`, as the IR converts nothing implicitly (seed 70266)
-    edits = []
+    index, edits = parts[k], []
     for lit in (f"{tw['by']}", f"{tw['by']}i64"):
-        parts[k] = f"{m.group(2).split(', ')[k]} {sign} {lit}"
+        parts[k] = f"{index} {sign} {lit}"
         edits.append(text[:m.start(2)] + ", ".join(parts) + text[m.end(2):])
         try:
             tc.ir.parse(edits[-1])

@@ -246,7 +246,7 @@ class _ExprEmitter:
             raise InternalError(f"true division of {dt} operands (Div is for floats)")
         if self.mb.div_flags and c.uniform:
             return self._reciprocal_div(a, c.s)
-        return self.map2(a, c, lambda x, y: self.b.fdiv(x, y))
+        return self.map2(a, c, self.b.fdiv)
 
     def _reciprocal_div(self, a: Val, c) -> Val:
         """``a / c`` for a lane-invariant float ``c`` under ``pragma fp_reciprocal``:
@@ -266,8 +266,7 @@ class _ExprEmitter:
         scale = b.select(tiny, ir.Constant(ty, 2.0 ** k),
                          b.select(huge, ir.Constant(ty, 2.0 ** -k), ir.Constant(ty, 1.0)))
         r = b.fdiv(ir.Constant(ty, 1.0), b.fmul(c, scale))
-        return self.map2(self.map2(a, Val(r), lambda x, y: b.fmul(x, y)), Val(scale),
-                         lambda x, y: b.fmul(x, y))
+        return self.map2(self.map2(a, Val(r), b.fmul), Val(scale), b.fmul)
 
     def _intdiv(self, e, kind: str) -> Val:
         a, c, dt = self._operands(e)

@@ -20,6 +20,7 @@ from ...target import CpuModel, cpu_model
 #: do (:data:`tecomp.strategy.rules.STREAM_ROWS`)
 STREAM_OUTPUT = True
 
+
 def softmax_fast(x: Tensor, name: str = "softmax"):
     """Softmax over the last axis with :func:`tecomp.fast_exp` and one reciprocal per
     row: stages ``.max``, ``.exp`` (``fast_exp(x - max)``), ``.sum``, ``.rcp``
