@@ -5,6 +5,7 @@ GPU needed, nvcc and a disassembler (nvdisasm or cuobjdump on PATH; the
     python benchmarks/flash_sass.py                      # d64 and d128, causal and not
     python benchmarks/flash_sass.py --d 64 --causal --arch sm_90a
     python benchmarks/flash_sass.py --form registers     # p in each warp's registers
+    python benchmarks/flash_sass.py --form fragments     # p, m and l in each warp's registers
 
 For each kernel: ptxas's registers and spills, then each loop that holds the HMMAs (a
 causal kernel at head dim 64 has two: the whole tiles and the diagonal ones), its static
@@ -96,8 +97,9 @@ def main(argv=None) -> int:
     ap.add_argument("--d", type=int, action="append", help="head dim (default 64 and 128)")
     ap.add_argument("--causal", action="store_true", help="causal only (default both)")
     ap.add_argument("--arch", default="sm_90a")
-    ap.add_argument("--form", default="shared", choices=("shared", "registers"),
-                    help="FlashConfig.form: p in a shared tile (default) or in registers")
+    ap.add_argument("--form", default="shared", choices=("shared", "registers", "fragments"),
+                    help="FlashConfig.form: p in a shared tile (default), in registers, or p "
+                    "and the rows' statistics in registers")
     a = ap.parse_args(argv)
     for d in a.d or (64, 128):
         for causal in ((True,) if a.causal else (False, True)):

@@ -765,10 +765,13 @@ def flash_workload(B: int, H: int, L: int, d: int, causal: bool) -> Workload:
 
 def _stage_forms(cfg) -> list:
     """The flash forward's tiling ``cfg`` with its key and value tiles copied where they
-    are read (A, ``stages=1``), in a ring of two cp.async tiles (B), and with ``p`` in
-    each warp's registers (``form="registers"``, ``stages=1``: against A)."""
+    are read (A, ``stages=1``), in a ring of two cp.async tiles (B), with ``p`` in
+    each warp's registers (``form="registers"``, ``stages=1``: against A), and with the
+    rows' statistics there too (``form="fragments"``, ``stages`` 1 and 2)."""
     return [dataclasses.replace(cfg, stages=1), dataclasses.replace(cfg, stages=2),
-            dataclasses.replace(cfg, stages=1, form="registers")]
+            dataclasses.replace(cfg, stages=1, form="registers"),
+            dataclasses.replace(cfg, stages=1, form="fragments"),
+            dataclasses.replace(cfg, stages=2, form="fragments")]
 
 
 def _flash_rings(d: int) -> list:

@@ -15,6 +15,7 @@ import pytest
 import tecomp as tc
 from tecomp.ir import parse
 from tecomp.runtime.nvcc import compile_ptx, find_nvcc
+from tecomp.strategy.cuda import attention as flash_template
 from tecomp.strategy.cuda.attention import (FlashConfig, atomic_warps, backward_accumulators,
                                             backward_shared_bytes,
                                             flash_backward_config, flash_config,
@@ -88,12 +89,19 @@ CASES = [
     (1, 1, 130, 200, 64, "float16", True, FlashConfig(2, 32, form="registers")),
     (1, 2, 300, 260, 64, "float16", True, FlashConfig(4, 16, stages=2, form="registers")),
     (1, 1, 100, 100, 128, "bfloat16", True, FlashConfig(4, 32, form="registers")),
+    # p and the rows' statistics in each warp's registers (form="fragments")
+    (2, 2, 100, 100, 64, "bfloat16", True, FlashConfig(4, 16, form="fragments")),
+    (1, 2, 64, 100, 128, "float16", False, FlashConfig(4, 32, form="fragments")),
+    (1, 1, 130, 200, 64, "float16", True, FlashConfig(2, 32, form="fragments")),
+    (1, 2, 300, 260, 64, "float16", True, FlashConfig(4, 16, stages=2, form="fragments")),
+    (1, 1, 100, 100, 128, "bfloat16", True, FlashConfig(4, 32, form="fragments")),
+    (1, 1, 70, 90, 64, "float16", False, FlashConfig(4, 16, stages=3, form="fragments")),
 ]
 
 
 @needs_cxx
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c[:7])) + (
-    "-registers" if c[7] is not None and c[7].form == "registers" else ""))
+    f"-{c[7].form}-{c[7].stages}" if c[7] is not None and c[7].form != "shared" else ""))
 def test_flash_attention_matches_float64(case):
     B, H, Lq, Lk, D, dtype, causal, cfg = case
     args = flash(B, H, Lq, Lk, D, dtype, causal)
@@ -134,17 +142,72 @@ def test_the_register_form_keeps_p_in_registers():
     assert "allocate flash.p: float16[1, 1, 128, 16] (shared" in old
 
 
+def test_the_fragment_form_keeps_the_statistics_in_registers():
+    """``FlashConfig(form="fragments")``: the rows' ``m`` and ``l`` are row tiles in each
+    warp's registers across the key loop (filled before it, stored once after it), the
+    step's row reductions and the accumulators' rescaling by the factors' row tile are
+    tensor intrinsics (no ``cuda.mma_scale_rows_f32`` from global memory), ``p`` reads
+    the rows' logsumexp from the row tiles: no scores tile, no statistics in shared or
+    global memory inside the loop, three barriers a key tile (one with the ring)."""
+    args = flash(1, 2, 100, 100, 64, "float16", True)
+    text = str(tc.lower(schedule_flash_attention(args[3:], target="cuda-emu",
+                                                 config=FlashConfig(4, 16, form="fragments")),
+                        args, target="cuda-emu"))
+    for tile in ("m", "l", "f"):
+        assert f"allocate flash.stats.{tile}: float32[32, 16] (mma.accumulator)" in text
+    assert "allocate flash.x: float32[1, 1, 32, 16] (mma.accumulator)" in text
+    for intrin in ("mma_flash_x_f32_causal_0.125", "mma_row_max_f32", "mma_row_sum_f32",
+                   "mma_rows_div_or_zero_f32", "mma_rows_lse_f32", "mma_exp_diff_or_zero_f32",
+                   "mma_acc_to_a_f16", "mma_store_rows_f32"):
+        assert f"tensorize cuda.{intrin} " in text, intrin
+    assert "in b: flash.stats.f[i.outer_2*16 + x0, x1]" in text    # (the rescaling)
+    for gone in ("flash.scores.shared", "flash.lse_padded", "flash.stats.rescale",
+                 "mma_scale_rows_f32", "mma_flash_p_f32"):
+        assert gone not in text, gone
+    loop = text[text.index("for (j.outer"):text.index("tensorize cuda.mma_store_rows_f32")]
+    assert loop.count("syncthreads()") == 3 and "flash.stats.v" not in loop
+    # the state stored once, after the loop: each row tile's m and l
+    assert text.count("tensorize cuda.mma_store_rows_f32 ") == 4
+    ring = str(tc.lower(schedule_flash_attention(
+        args[3:], target="cuda-emu", config=FlashConfig(4, 16, stages=2, form="fragments")),
+        args, target="cuda-emu"))
+    for loop in re.findall(r"for \(j\.outer.*?tensorize cuda\.mma_f16f16f32 \(accumulate\)",
+                           ring, re.S):
+        assert loop.count("syncthreads()") == 1
+
+
 @needs_cxx
-@pytest.mark.parametrize("causal", [False, True])
-def test_the_register_form_with_a_padding_mask(causal):
+def test_a_fragment_step_without_its_factor_is_caught(monkeypatch):
+    """The fragment step's accumulator factor is ``l_old exp(m_old - m_new) / l_new``:
+    left undivided (the step's last group dropped), the output differs from float64's
+    (the emulation test can fail)."""
+    bad = dict(flash_template.FRAGMENT_STEP, step=flash_template.FRAGMENT_STEP["step"][:-1])
+    monkeypatch.setattr(flash_template, "FRAGMENT_STEP", bad)
+    B, H, L, D = 1, 1, 40, 64
+    args = flash(B, H, L, L, D, "float16", False)
+    mod = tc.build(schedule_flash_attention(args[3:], target="cuda-emu",
+                                            config=FlashConfig(2, 16, form="fragments")),
+                   args, target="cuda-emu")
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((B, H, L, D)).astype(np.float16) for _ in range(3))
+    out = np.zeros((B, H, L, D), np.float16)
+    mod(q, k, v, out, np.zeros((B, H, L), np.float32), mode="serial")
+    assert np.abs(out.astype(np.float64) - reference(q, k, v, False)[0]).max() > 0.05
+
+
+@needs_cxx
+@pytest.mark.parametrize("causal,form", [(False, "registers"), (True, "registers"),
+                                         (False, "fragments"), (True, "fragments")])
+def test_the_register_form_with_a_padding_mask(causal, form):
     """A padding mask (batch, 1, 1, Lk) read as the keys' vector of the register form's
-    ``p`` (``-inf`` keys among finite ones, per batch), against float64."""
+    ``p`` (``-inf`` keys among finite ones, per batch; with ``form="fragments"``, of the
+    statistics' ``x`` too), against float64."""
     B, H, L, D = 2, 2, 70, 64
     q, k, v = (tc.placeholder((B, H, L, D), "float16", name=n) for n in "qkv")
     mask = tc.placeholder((B, 1, 1, L), "float16", name="mask")
     out, lse = tc.nn.flash_attention(q, k, v, causal=causal, mask=mask)
     s = schedule_flash_attention([out, lse], target="cuda-emu",
-                                 config=FlashConfig(4, 16, form="registers"))
+                                 config=FlashConfig(4, 16, form=form))
     assert "flash.kbias: float32[1, 16] (shared)" in str(
         tc.lower(s, [q, k, v, mask, out, lse], target="cuda-emu"))
     mod = tc.build(s, [q, k, v, mask, out, lse], target="cuda-emu")
@@ -509,14 +572,17 @@ def test_the_default_forward_kernels_spill_nothing(arch, d, causal, dtype):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("d,causal", [(64, True), (128, False)])
-def test_the_register_form_spills_nothing(d, causal):
-    """``FlashConfig(form="registers")`` at the issue's shapes on sm_90a, the default
-    tiling of each head dim: no spill."""
+@pytest.mark.parametrize("d,causal,form", [(64, True, "registers"), (128, False, "registers"),
+                                           (64, True, "fragments"), (128, True, "fragments"),
+                                           pytest.param(64, False, "fragments", marks=_SLOW),
+                                           pytest.param(128, False, "fragments", marks=_SLOW)])
+def test_the_register_form_spills_nothing(d, causal, form):
+    """``FlashConfig(form="registers")`` (and ``"fragments"``) at the issue's shapes on
+    sm_90a, the default tiling of each head dim: no spill."""
     args = flash(4, 16, 2048, 2048, d, "float16", causal)
     tgt = "cuda -arch=sm_90a"
     cfg = dataclasses.replace(flash_config(d, d, "float16", block_shared_limit("sm_90a")),
-                              form="registers")
+                              form=form)
     src = tc.build(schedule_flash_attention(args[3:], target=tgt, config=cfg), args,
                    target=tgt).get_source()
     for kernel, use in ptxas_usage(src, "sm_90a").items():
@@ -927,7 +993,12 @@ def test_gpu_backward_matches_float64(gpu_driver, dq, d, dtype, causal, masked):
     (128, "float16", False, FlashConfig(4, 32, stages=2)),
     (64, "float16", True, FlashConfig(4, 16, form="registers")),
     (64, "bfloat16", True, FlashConfig(4, 16, stages=2, form="registers")),
-    (128, "float16", False, FlashConfig(4, 32, form="registers"))])
+    (128, "float16", False, FlashConfig(4, 32, form="registers")),
+    (64, "float16", True, FlashConfig(4, 16, form="fragments")),
+    (64, "bfloat16", True, FlashConfig(4, 16, stages=2, form="fragments")),
+    (64, "float16", False, FlashConfig(4, 16, stages=2, form="fragments")),
+    (128, "float16", False, FlashConfig(4, 32, form="fragments")),
+    (128, "bfloat16", True, FlashConfig(4, 32, form="fragments"))])
 def test_gpu_forward_matches_float64(gpu_driver, d, dtype, causal, cfg):
     """The forward on the GPU against float64: lengths that are not multiples of the
     tiles, causal with many blocks (at head dim 64 the key tiles before each block's

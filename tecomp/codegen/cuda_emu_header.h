@@ -19,7 +19,7 @@
 //   __nv_bfloat16, __bfloat162float, __float2bfloat16
 //                                  -> 16-bit storage structs and correctly rounded
 //                                     (round-to-nearest-even) conversions
-//   rsqrtf, __expf, __int_as_float, min/max, __trap, printf -> CPU equivalents
+//   rsqrtf, __expf, __logf, __fdividef, __int_as_float, min/max, __trap, printf -> CPU equivalents
 //   atomicAdd (float32)            -> a compare-and-swap loop
 //   nvcuda::wmma (<mma.h>)         -> fragments that hold a whole tile in every thread
 //                                     (the end of this file)
@@ -177,6 +177,8 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); 
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __fdividef(float x, float y) { return x / y; }
 inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); return f; }
 inline float __int_as_float(unsigned int i) { float f; memcpy(&f, &i, sizeof f); return f; }
 inline int __float_as_int(float f) { int i; memcpy(&i, &f, sizeof i); return i; }

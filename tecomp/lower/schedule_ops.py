@@ -60,7 +60,7 @@ from ..te.range_check import symbolic_read_conditions
 from ..te.scan import ScanOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, input_tensors_of
 from .prefetch import PrefetchRequest
-from .tensorize import tensorize_call
+from .tensorize import declared_call, tensorize_call
 from ..te.tensor_intrin import tensor_intrin
 from ..te.reduce import ZERO_WHERE
 from .hoist_guards import conjuncts
@@ -257,6 +257,10 @@ class LowerContext:
         #: state's initialisation, emitted before that loop
         self.lockstep_factors: Dict[Stage, Buffer] = {}
         self._before_loop: Dict[tuple, list] = {}
+        #: (Stage._lockstep with fragments) per stage its row tiles by name; per (host
+        #: stage, loop) the state's stores, emitted after that loop
+        self.lockstep_fragments: Dict[Stage, Dict[str, Buffer]] = {}
+        self._after_loop: Dict[tuple, list] = {}
         self.readers: Dict[Stage, List[Stage]] = {st: [] for st in self.stages}
         for st in self.stages:
             for t in self.info[st].loads():
@@ -656,8 +660,32 @@ class LowerContext:
         if not ok:   # (only the FlashAttention template sets it)
             raise InternalError(f"{what}: not the form the online softmax takes (a tecomp "
                                 "bug: the FlashAttention template made it)")
+        spec = st.lockstep[2]
+        if spec is not None:
+            self._check_lockstep_fragments(st, spec, what)
+            return
         shape = tuple(st.op.shape)
         self.lockstep_factors[st] = Buffer(f"{st.name}.rescale", shape, "float32")
+
+    def _check_lockstep_fragments(self, st: Stage, spec: dict, what: str) -> None:
+        """``Stage._lockstep`` with ``fragments``: its one input an ``mma.accumulator``
+        stage computed at the same loop (whose tiles the step reads), its host's
+        accumulator of 16-row tiles; makes the row tiles (``[rows, 16]`` fragments, the
+        accumulator's rows)."""
+        host, ko = st.attach_stage, st.attach_ivar
+        ins = st.op.input_tensors
+        x = self.stage_of_tensor(ins[0]) if len(ins) == 1 else None
+        acc = self.info[host].buffer
+        rows = acc.shape[-2]
+        if x is None or x.scope != "mma.accumulator" or x.attach_stage is not host or \
+                x.attach_ivar is not ko or not isinstance(rows, Const) or rows.value % 16 or \
+                len(spec["state"]) != len(st.op.bodies):
+            raise InternalError(f"{what}: not the form the online softmax in fragments takes "
+                                "(a tecomp bug: the FlashAttention template made it)")
+        names = list(spec["state"]) + [out for _, ops in spec["step"] for _, out, _ in ops]
+        self.lockstep_fragments[st] = {
+            n: Buffer(f"{st.name}.{n}", (rows, Const(16, rows.dtype)), "float32",
+                      scope="mma.accumulator") for n in dict.fromkeys(names)}
 
     def _check_atomic(self, st: Stage) -> None:
         """``Stage._atomic_add``: a float32 global copy of a tensorized reduction, itself
@@ -723,7 +751,15 @@ class LowerContext:
     def _rescale_nest(self, st: Stage, lock: Stage, tic, leaves, t: int, p: int):
         """The accumulator of the tensorized reduction ``st`` multiplied, at its step loop
         ``leaves[p]``, by the factors of the ``_lockstep`` stage ``lock`` of its rows
-        (``cuda.mma_scale_rows_f32`` per tile, looped over the accumulator's tiles)."""
+        (``cuda.mma_scale_rows_f32`` per tile, looped over the accumulator's tiles; with
+        fragments, by the factors' row tile, ``cuda.mma_mul_f32``)."""
+        outside = [iv for iv in leaves[p + 1:t] if iv.kind != "reduce"]
+        if lock in self.lockstep_fragments:
+            acc = (tic.buffers[0], tic.base(0), tic.coefs[0])
+            fac = self._row_tile(lock, lock.lockstep[2]["factor"], tic.base(0)[-2])
+            call = declared_call(tensor_intrin("cuda.mma_mul_f32"), st.name, acc,
+                                 {"a": acc, "b": fac})
+            return self._loops(st, outside, call, attach=False)
         intrin = tensor_intrin("cuda.mma_scale_rows_f32")
         region = leaves[t:]
         zero = {iv.var: Const(0, iv.var.dtype) for iv in region}
@@ -742,8 +778,80 @@ class LowerContext:
             idx), attach=False)
         call = TensorIntrinCall(intrin, st.name, (buf, buf, fac),
                                 tuple(tic.base(0)) * 2 + tuple(rows), coefs, False, fallback)
-        outside = [iv for iv in leaves[p + 1:t] if iv.kind != "reduce"]
         return self._loops(st, outside, call, attach=False)
+
+    def _row_tile(self, st: Stage, name: str, row) -> tuple:
+        """The region ``(buffer, base, coefs)`` of the 16 x 16 row tile ``name`` of the
+        ``_lockstep`` stage ``st`` (fragments) whose first row is ``row``."""
+        buf = self.lockstep_fragments[st][name]
+        dt = buf.shape[0].dtype
+        return buf, (_in_dtype(row, dt), Const(0, dt)), ((1, 0), (0, 1))
+
+    @staticmethod
+    def _tile(buf: Buffer, row: int, col: int) -> tuple:
+        """The region of the 16 x 16 tile at ``(row, col)`` of a fragment buffer's last two
+        dimensions (its others 0)."""
+        nd = len(buf.shape)
+        dt = buf.shape[-1].dtype
+        base = tuple(Const(0, dt) for _ in range(nd - 2)) + (Const(row, dt), Const(col, dt))
+        return buf, base, tuple(tuple(int(e == nd - 2 + d) for e in range(nd)) for d in (0, 1))
+
+    def _lockstep_fragment_step(self, st: Stage):
+        """A ``_lockstep`` stage with fragments at its host's loop: on each 16-row tile of
+        the state, the step's intrinsics (a group ``per_column`` once per 16 x 16 tile of
+        the input ``x``).  Its initialisation (the state's fills) is kept for the host to
+        emit before that loop, and the state's stores into the stage's buffers (then a
+        barrier: the threads that read them are not the lanes that wrote them) after it."""
+        spec, tiles = st.lockstep[2], self.lockstep_fragments[st]
+        x = self.info[self.stage_of_tensor(st.op.input_tensors[0])].buffer
+        rows = int(tiles[spec["state"][0]].shape[0].value)
+        cols = int(x.shape[-1].value)
+        host, ko = st.attach_stage, st.attach_ivar
+        hl = host.leaf_iter_vars
+        zero = {iv.var: Const(0, iv.var.dtype) for iv in hl[hl.index(ko):]}
+        first = [_simplify(substitute(self.root_value(host, iv), zero), self.leaf_ranges(host))
+                 for iv in host.op.axis[:len(st.op.axis)]]
+        step, init, store = [], [], []
+        for r in range(0, rows, 16):
+            for name, fill in zip(spec["state"], spec["init"]):
+                init.append(declared_call(tensor_intrin(fill), st.name,
+                                          self._row_tile(st, name, Const(r, "int32")), {}))
+            for per_column, ops in spec["step"]:
+                for c in (range(0, cols, 16) if per_column else (None,)):
+                    for intrin, out, ins in ops:
+                        f = tensor_intrin(intrin)
+                        regions = {ph: self._tile(x, r, c) if n == "x" else
+                                   self._row_tile(st, n, Const(r, "int32"))
+                                   for ph, n in ins.items()}
+                        step.append(declared_call(f, st.name, self._row_tile(
+                            st, out, Const(r, "int32")), regions, reduce=f.reduce))
+            for name, buf in zip(spec["state"], self.info[st].buffers):
+                nd = len(buf.shape)
+                base = tuple(first[:-1]) + (_op.add(first[-1], Const(r, first[-1].dtype)),)
+                out = (buf, base, (tuple(int(e == nd - 1) for e in range(nd)), (0,) * nd))
+                store.append(declared_call(tensor_intrin(spec["store"]), st.name, out,
+                                           {"a": self._row_tile(st, name, Const(r, "int32"))}))
+        key = (host, ko)
+        self._before_loop.setdefault(key, []).append(seq(*init))
+        self._after_loop.setdefault(key, []).append(seq(*store, _barrier()))
+        return seq(*step)
+
+    def _lockstep_view_nest(self, st: Stage):
+        """A ``_lockstep_view`` stage: its intrinsic on each 16 x 16 tile of its fragment,
+        from the row tiles of the state that hold the tile's rows."""
+        lock, intrin, operands = st.lockstep_view
+        buf = self.info[st].buffer
+        if lock not in self.lockstep_fragments or buf.scope != "mma.accumulator":
+            raise InternalError(f"_lockstep_view of {st.name}: not a fragment read from a "
+                                "_lockstep stage's row tiles (a tecomp bug: the FlashAttention "
+                                "template made it)")
+        f = tensor_intrin(intrin)
+        calls = []
+        for r in range(0, int(buf.shape[-2].value), 16):
+            for c in range(0, int(buf.shape[-1].value), 16):
+                calls.append(declared_call(f, st.name, self._tile(buf, r, c), {
+                    ph: self._row_tile(lock, n, Const(r, "int32")) for ph, n in operands.items()}))
+        return seq(*calls)
 
     def _region_bounds(self, st: Stage) -> List[Tuple[Expr, Expr]]:
         """``[lo, hi]`` of ``st``'s region along each axis, in the enclosing loop counters."""
@@ -1371,6 +1479,10 @@ class LowerContext:
         return body
 
     def _make_nest(self, st: Stage):
+        if st.lockstep_view is not None:
+            return self._lockstep_view_nest(st)
+        if st in self.lockstep_fragments:
+            return self._lockstep_fragment_step(st)
         inf = self.info[st]
         op = st.op
         bufs = inf.buffers
@@ -1678,6 +1790,8 @@ class LowerContext:
                     body = AttrStmt("pragma_" + name, val, body)
             if attach and (st, iv) in self._before_loop:   # (Stage._lockstep)
                 body = seq(*self._before_loop.pop((st, iv)), body)
+            if attach and (st, iv) in self._after_loop:
+                body = seq(body, *self._after_loop.pop((st, iv)))
         return body
 
     def _prefetch_attrs(self, st: Stage, iv: IterVar, a, body):
@@ -1753,6 +1867,10 @@ class LowerContext:
         nests = [_guard(self.make_nest(s), self.info[s].region_guard) for s in inner]
         out = seq(*nests, body)
         for s in reversed(inner):
+            for lock, tiles in self.lockstep_fragments.items():
+                if lock.attach_stage is s:   # (the state's row tiles: around their host)
+                    for b in reversed(list(tiles.values())):
+                        out = Allocate(b, out)
             if s.stored_root:
                 continue   # (allocated at the root: make_body)
             for b in reversed(self.info[s].buffers):

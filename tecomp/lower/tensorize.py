@@ -23,11 +23,11 @@ from typing import Dict, List
 
 from ..errors import ScheduleError
 from ..ir.expr import Add, BufferLoad, Const, Expr, Max, Min, Mul, ProducerLoad, Reduce, Var
-from ..ir.functor import free_vars, substitute
+from ..ir.functor import Mutator, free_vars, substitute
 from ..ir.names import display
 from ..ir.printer import to_str
 from ..ir.simplify import affine_steps, simplify
-from ..ir.stmt import TensorIntrinCall
+from ..ir.stmt import BufferStore, For, TensorIntrinCall
 from ..te.reduce import ZERO_WHERE
 from ..te.tensor_intrin import row_major
 
@@ -302,3 +302,51 @@ def _check_dense(ph, buf, cf, what):
                 f"[{', '.join(to_str(x) for x in got)}], and the intrinsic reads it row major "
                 f"and contiguous (strides {want}); pack {display(buf.name)} with a tc.compute "
                 f"whose innermost dimensions are the block (e.g. [.., {', '.join(str(int(x.value)) for x in ph.shape)}])")
+
+
+class _OnRegions(Mutator):
+    """A declared computation's reads of its placeholders as reads of the operands'
+    regions (:func:`declared_call`)."""
+
+    def __init__(self, regions: dict):
+        self.regions = regions
+
+    def visit_ProducerLoad(self, e):
+        buf, base, cf = self.regions[id(e.producer.op)]
+        return BufferLoad(buf, _at(base, cf, e.indices), buf.dtype)
+
+
+def _at(base, cf, idx) -> tuple:
+    """The indices of element ``idx`` (one per placeholder dimension) of a region."""
+    return tuple(simplify(b + sum((x * Const(c[e], x.dtype) for x, c in zip(idx, cf)
+                                   if c[e]), Const(0, b.dtype)))
+                 for e, b in enumerate(base))
+
+
+def declared_call(intrin, stage: str, out, ins: dict, reduce: bool = False) -> TensorIntrinCall:
+    """A call of the tensor intrinsic ``intrin`` that lowering makes itself (no stage's
+    loops were tensorized: ``Stage._lockstep``'s steps): ``out`` and each input (``ins``,
+    by its placeholder's name) a region ``(buffer, base, coefs)`` as
+    :class:`~tecomp.ir.stmt.TensorIntrinCall` holds them; ``reduce``: a reduction's
+    result added into (its running value).  The fallback is the declared computation on
+    those regions."""
+    phs = list(intrin.inputs)
+    regions = {id(ph.op): ins[ph.name] for ph in phs}
+    body = intrin.op.body
+    axes = list(intrin.op.axis)
+    idx = tuple(iv.var for iv in axes)
+    buf, base, cf = out
+    where = _at(base, cf, idx)
+    if isinstance(body, Reduce):
+        src = _OnRegions(regions).visit(body.source)
+        value = body.combiner.combine(BufferLoad(buf, where, buf.dtype), src)
+        axes += list(body.axis)
+    else:
+        value = _OnRegions(regions).visit(body)
+    nest = BufferStore(buf, value, where)
+    for iv in reversed(axes):
+        nest = For(iv.var, iv.dom.min, iv.dom.extent, "serial", nest)
+    operands = [out] + [ins[ph.name] for ph in phs]
+    return TensorIntrinCall(intrin, stage, tuple(b for b, _, _ in operands),
+                            tuple(x for _, b, _ in operands for x in b),
+                            tuple(c for _, _, c in operands), reduce, nest)

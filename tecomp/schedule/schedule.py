@@ -113,7 +113,8 @@ class Stage(TracedStage):
         self.buffer_swizzle = "none"       # double_buffer(swizzle=...)
         self.persistent_blocks = None      # persistent(blocks, group_m)
         self.stored_root = False  # store_root
-        self.lockstep = None      # _lockstep: (steps, rescale)
+        self.lockstep = None      # _lockstep: (steps, rescale, fragments or None)
+        self.lockstep_view = None  # _lockstep_view: (lockstep stage, intrinsic, operands)
         self.atomic = None        # _atomic_add: per axis (min, extent) of the region
         self.written = None       # _written_at: per axis (min, extent) of the region
         self.reduce_range = None  # _reduce_range: (min, extent) of its one reduce axis
@@ -412,7 +413,7 @@ class Stage(TracedStage):
             tr.problem = (f"stage {self.name}: the FlashAttention template's causal tile "
                           "skipping, not a schedule primitive")
 
-    def _lockstep(self, steps: int, rescale) -> None:
+    def _lockstep(self, steps: int, rescale, fragments: Optional[dict] = None) -> None:
         """FlashAttention-2's online softmax (:mod:`tecomp.strategy.cuda.attention`): not a
         schedule primitive (untraced), since it is right only for the template's computes.
 
@@ -432,16 +433,44 @@ class Stage(TracedStage):
         products are linear in it, and ``rescale(old, new) = exp(g(old) - g(new))``: the
         accumulator is then at every step what the whole reduction would have given over
         the steps so far (the template answers for it).  The schedule's trace is then
-        not replayable (``tc.auto_schedule`` does not search it)."""
+        not replayable (``tc.auto_schedule`` does not search it).
+
+        ``fragments``: the state is kept in each warp's registers instead, as row tiles
+        (``mma.accumulator`` tiles of 16 rows holding each row's value in all 16 columns)
+        over the rows of the accumulator's fragment, and the step is the tensor
+        intrinsics the dict names (each run on every 16-row tile; the template's, not the
+        reducer's expression): ``state`` (the outputs' tile names, in order), ``init``
+        (per state tile the fill intrinsic run before the loop), ``step`` (a tuple of
+        groups ``(per_column, ops)``, each op ``(intrinsic, output tile, {placeholder:
+        tile})``; ``"x"`` is the stage's one input, an ``mma.accumulator`` stage computed
+        at the same loop, whose 16 x 16 tiles a group with ``per_column`` runs over),
+        ``factor`` (the tile the accumulator's tiles are multiplied by, ``cuda.mma_mul_f32``)
+        and ``store`` (the intrinsic that writes the state tiles to the stage's buffers
+        once the loop is done: what readers after the loop read).  Readers inside the
+        loop read the state through stages of :meth:`_lockstep_view`."""
         if self.attach_type != "scope" or not self.op.reduce_axis or \
                 len(self.op.reduce_axis) != 1:
             raise ScheduleError(f"_lockstep on stage {self.name}: a reduction over one axis "
                                 "computed at a consumer's loop (compute_at first)")
-        self.lockstep = (int(steps), rescale)
+        self.lockstep = (int(steps), rescale, fragments)
         self.stored_root = True
         tr = self.schedule.trace
         if tr.problem is None:   # (replayed without this step, the schedule would fail)
             tr.problem = (f"_lockstep on stage {self.name}: the FlashAttention template's "
+                          "single pass, not a schedule primitive")
+
+    def _lockstep_view(self, lock: "Stage", intrin: str, operands: dict) -> None:
+        """FlashAttention-2's online softmax with its state in registers (:meth:`_lockstep`
+        with ``fragments``): not a schedule primitive (untraced).  This stage, an
+        ``mma.accumulator`` stage computed inside the loop of the ``_lockstep`` stage
+        ``lock`` that reads only ``lock``'s outputs (a function of the rows' running
+        state, broadcast along its last axis), is computed from the state's row tiles by
+        the tensor intrinsic ``intrin`` on each of its 16 x 16 tiles, its placeholders
+        given the state tiles ``operands`` names (``{placeholder: tile}``)."""
+        self.lockstep_view = (lock, intrin, dict(operands))
+        tr = self.schedule.trace
+        if tr.problem is None:
+            tr.problem = (f"_lockstep_view on stage {self.name}: the FlashAttention template's "
                           "single pass, not a schedule primitive")
 
     def _atomic_add(self, region) -> None:

@@ -54,8 +54,18 @@ floats, ``C[g][8h+2t:8h+2t+2]`` and ``C[g+8][8h+2t:8h+2t+2]``.
   ``m`` and ``l``, in the registers that later scale the row).  Each lane reduces its
   four elements of each row, then the quad (the four lanes of a row, ``t = 0..3``) with
   two ``__shfl_xor_sync`` (lane masks 1 and 2); a tile split along ``k`` adds into the
-  running result (their inits: ``cuda.mma_fill_neg_inf_f32`` and ``cuda.mma_fill_f32``).
-  The maximum propagates NaN, as ``tc.max``;
+  running result (their inits: ``cuda.mma_fill_neg_inf_f32`` and ``cuda.mma_fill_f32``),
+  which is a row tile, read from each lane's registers 0 and 2 (rows ``g`` and ``g +
+  8``).  The maximum propagates NaN, as ``tc.max``;
+* ``cuda.mma_rows_copy_f32``, ``_rows_mul_f32``, ``_rows_exp_diff_or_zero_f32``,
+  ``_rows_div_or_zero_f32`` (``a / b`` where ``b > 0``, else 0: ``__fdividef``) and
+  ``_rows_lse_f32`` (``a + log(b)`` where ``b > 0``, else ``-inf``: ``__logf``) --
+  elementwise on row tiles (every operand one): each lane computes its two rows' values
+  once, from its registers 0 and 2, into all four registers of each row, so that a row
+  tile carried across a loop is two values a lane (FlashAttention-2's ``m`` and ``l``
+  in registers, ``Stage._lockstep`` with ``fragments``); ``cuda.mma_store_rows_f32`` --
+  ``v[i] = R[i, j]``: a row tile to a vector in memory (column stride 0), each row by
+  the first lane of its quad;
 * ``cuda.mma_exp_diff_f32`` -- ``C[i, j] = fast_exp(A[i, j] - B[i, j])`` and
   ``cuda.mma_mul_f32`` -- ``C[i, j] = A[i, j] * B[i, j]``: elementwise on accumulator
   tiles, each lane its 8 floats (every accumulator tile has the one layout, so no lane
@@ -74,6 +84,9 @@ floats, ``C[g][8h+2t:8h+2t+2]`` and ``C[g+8][8h+2t:8h+2t+2]``.
   and of row stride 0: the tile's offsets, or any positions), each lane loading its 2 rows'
   and 4 columns' positions: the diagonal key tiles of a causal FlashAttention.
 
+FlashAttention's template declares two of its own per scale (:func:`flash_x`, the masked,
+scaled scores; :func:`flash_p`, ``p`` from them).
+
 Each has a bfloat16 twin, ``_f16`` spelled ``_bf16`` (``cuda.mma_load_a_bf16``,
 ``cuda.mma_bf16bf16f32``: ``mma.sync....f32.bf16.bf16.f32``; ldmatrix moves 16-bit
 values whatever they hold).
@@ -90,7 +103,7 @@ import struct
 from ..errors import BuildError
 from .intrin_cuda import TC_DTYPES, _copy, _fill, _leading_dim, _memory, _mma
 from .reduce import max as _max, sum as _sum
-from .intrin import fast_exp, if_then_else
+from .intrin import fast_exp, if_then_else, log
 from .tensor import compute, const, placeholder, reduce_axis
 
 #: the C text of a lane's index in its warp (the renderer requires blockDim.x to be a
@@ -302,23 +315,44 @@ def _row_reduce_emit(name: str, kind: str):
         # of row g + 8: 2, 3, 6, 7
         for half, regs in ((0, (0, 1, 4, 5)), (1, (2, 3, 6, 7))):
             cb.emit(f"const float tc_row{half} = {f}({', '.join(f'{c}[{x}]' for x in regs)});")
+        # (the running result is a row tile: its rows' values read from registers 0 and 2
+        # and written to all four of each row, one value each, so that a result carried
+        # across a loop is two registers, not eight)
+        for half in range(2):
+            old, new = f"{r}[{2 * half}]", f"tc_row{half}"
+            cb.emit(f"const float tc_new{half} = " + (
+                f"(({old} > {new}) || ({old} != {old})) ? {old} : {new};" if kind == "max"
+                else f"{old} + {new};"))
         for reg in range(8):
-            old, new = f"{r}[{reg}]", f"tc_row{(reg >> 1) & 1}"
-            cb.emit(f"{old} = (({old} > {new}) || ({old} != {old})) ? {old} : {new};"
-                    if kind == "max" else f"{old} = {old} + {new};")
+            cb.emit(f"{r}[{reg}] = tc_new{(reg >> 1) & 1};")
     return emit
 
 
 def _elementwise(kind: str):
     a = placeholder((16, 16), "float32", name="a")
     b = placeholder((16, 16), "float32", name="b")
+    f32 = "float32"
     if kind == "exp_diff":
         return compute((16, 16), lambda i, j: fast_exp(a[i, j] - b[i, j]), name="c")
     if kind == "exp_diff_or_zero":
         return compute((16, 16), lambda i, j: if_then_else(
-            b[i, j] > const(float("-inf"), "float32"), fast_exp(a[i, j] - b[i, j]),
-            const(0.0, "float32")), name="c")
+            b[i, j] > const(float("-inf"), f32), fast_exp(a[i, j] - b[i, j]),
+            const(0.0, f32)), name="c")
     return compute((16, 16), lambda i, j: a[i, j] * b[i, j], name="c")
+
+
+#: the C of each elementwise intrinsic's element from ``x`` (``a``'s) and ``y`` (``b``'s)
+_ELEMENTWISE_C = {
+    "exp_diff": "__expf({x} - {y})",
+    # (the argument selected, not the result: exp(-inf) is 0, and the exp runs
+    # unconditionally instead of in a branch)
+    "exp_diff_or_zero": "__expf(({y} > -INFINITY) ? ({x} - {y}) : -INFINITY)",
+    "mul": "{x} * {y}",
+    # (the row tiles' own: fast, a reciprocal and a multiply, 2 ulp; a fast log)
+    "div_or_zero": "({y} > 0.0f) ? __fdividef({x}, {y}) : 0.0f",
+    "lse": "({y} > 0.0f) ? {x} + __logf({y}) : -INFINITY",
+    "copy": "{x}",
+}
 
 
 def _elementwise_emit(name: str, kind: str):
@@ -328,13 +362,55 @@ def _elementwise_emit(name: str, kind: str):
         a = _fragment(name, by["a"], "mma.accumulator")
         b = _fragment(name, by["b"], "mma.accumulator")
         for reg in range(8):
-            x, y = f"{a}[{reg}]", f"{b}[{reg}]"
-            cb.emit(f"{c}[{reg}] = " + {
-                "exp_diff": f"__expf({x} - {y});",
-                # (the argument selected, not the result: exp(-inf) is 0, and the exp
-                # runs unconditionally instead of in a branch)
-                "exp_diff_or_zero": f"__expf(({y} > -INFINITY) ? ({x} - {y}) : -INFINITY);",
-                "mul": f"{x} * {y};"}[kind])
+            cb.emit(f"{c}[{reg}] = " + _ELEMENTWISE_C[kind].format(
+                x=f"{a}[{reg}]", y=f"{b}[{reg}]") + ";")
+    return emit
+
+
+def _rows(kind: str):
+    """The declared computation of ``cuda.mma_rows_<kind>_f32``: elementwise on row tiles
+    (each row's value in all its columns: its operands must be, which the emitter reads
+    as two registers a lane)."""
+    a = placeholder((16, 16), "float32", name="a")
+    f32, ninf = "float32", const(float("-inf"), "float32")
+    if kind == "copy":
+        return compute((16, 16), lambda i, j: a[i, j], name="c")
+    b = placeholder((16, 16), "float32", name="b")
+    return compute((16, 16), lambda i, j: {
+        "exp_diff_or_zero": lambda: if_then_else(b[i, j] > ninf, fast_exp(a[i, j] - b[i, j]),
+                                                 const(0.0, f32)),
+        "mul": lambda: a[i, j] * b[i, j],
+        "div_or_zero": lambda: if_then_else(b[i, j] > const(0.0, f32), a[i, j] / b[i, j],
+                                            const(0.0, f32)),
+        "lse": lambda: if_then_else(b[i, j] > const(0.0, f32), a[i, j] + log(b[i, j]), ninf),
+    }[kind](), name="c")
+
+
+def _rows_emit(name: str, kind: str):
+    """Row tiles: each lane computes its two rows' values once, from registers 0 (row g)
+    and 2 (row g + 8) of its operands, and writes each to the four registers of its row
+    (one value each: a row tile carried across a loop is two registers, and nvcc computes
+    a row's value once, not per register)."""
+    def emit(cb, ins, outs):
+        c = _fragment(name, outs[0], "mma.accumulator")
+        by = {v.name: _fragment(name, v, "mma.accumulator") for v in ins}
+        for half in range(2):
+            cb.emit(f"const float tc_v{half} = " + _ELEMENTWISE_C[kind].format(
+                x=f"{by['a']}[{2 * half}]", y=f"{by.get('b', '')}[{2 * half}]") + ";")
+        for reg in range(8):
+            cb.emit(f"{c}[{reg}] = tc_v{(reg >> 1) & 1};")
+    return emit
+
+
+def _store_rows_emit(name: str):
+    def emit(cb, ins, outs):
+        r = _fragment(name, ins[0], "mma.accumulator")
+        v = outs[0]
+        _vector(name, v, "rows", "float32")
+        # (a row tile: row g's value in every lane of its quad; lane t = 0 stores it)
+        cb.emit(f"const int g = {LANE} >> 2;")
+        cb.emit(f"if (({LANE} & 3) == 0) {{ {v.ptr}[g * {v.strides[0]}] = {r}[0]; "
+                f"{v.ptr}[(g + 8) * {v.strides[0]}] = {r}[2]; }}")
     return emit
 
 
@@ -413,64 +489,103 @@ def _mask_causal_emit(name: str):
     return emit
 
 
+def flash_x_value(s, kbias, qpos, kpos, scale: float, causal: bool):
+    """The expression of :func:`flash_x`'s element (a score masked and scaled: the
+    online softmax's ``x``) from the loads of its operands."""
+    x = s * const(scale, "float32") + kbias
+    if causal:
+        x = if_then_else(kpos <= qpos, x, const(float("-inf"), "float32"))
+    return x
+
+
 def flash_p_value(s, kbias, lse, qpos, kpos, scale: float, causal: bool):
     """The expression of :func:`flash_p`'s element from the loads of its operands (the
     template's compute and the intrinsic's declaration build it alike)."""
     f32, ninf = "float32", const(float("-inf"), "float32")
-    x = s * const(scale, f32) + kbias
-    if causal:
-        x = if_then_else(kpos <= qpos, x, ninf)
+    x = flash_x_value(s, kbias, qpos, kpos, scale, causal)
     return if_then_else(lse > ninf, fast_exp(x - lse), const(0.0, f32))
+
+
+def _logits(cb, by: dict, scale: float, causal: bool) -> list:
+    """Emit the loads of a tile's masks (``kbias``, with ``causal`` ``qpos`` and
+    ``kpos``: vectors in memory) for :func:`flash_x` and :func:`flash_p`; returns the C of
+    each of the lane's 8 masked, scaled scores (``s`` an accumulator)."""
+    name, f32 = cb.name, "float32"
+    a = _fragment(name, by["s"], "mma.accumulator")
+    kb = by["kbias"]
+    _vector(name, kb, "columns", f32)
+    lit = f"{struct.unpack('f', struct.pack('f', scale))[0]:.9g}f"
+    cb.emit(f"const int g = {LANE} >> 2, t = {LANE} & 3;")
+    if causal:
+        q, k = by["qpos"], by["kpos"]
+        _vector(name, q, "rows", "int32")
+        _vector(name, k, "columns", "int32")
+        cb.emit(f"const int tc_q0 = {q.ptr}[g * {q.strides[0]}], "
+                f"tc_q1 = {q.ptr}[(g + 8) * {q.strides[0]}];")
+    for half in range(2):
+        for col in range(2):   # (the lane's columns 8 half + 2t + col)
+            x = 2 * half + col
+            cb.emit(f"const float tc_b{x} = {kb.ptr}[({8 * half + col} + 2 * t) * "
+                    f"{kb.strides[1]}];")
+            if causal:
+                cb.emit(f"const int tc_k{x} = {k.ptr}[({8 * half + col} + 2 * t) * "
+                        f"{k.strides[1]}];")
+    out = []
+    for reg in range(8):
+        col, row = 2 * (reg >> 2) + (reg & 1), (reg >> 1) & 1
+        x = f"{a}[{reg}] * {lit} + tc_b{col}"
+        if causal:
+            x = f"(({CAUSAL_KEEP.format(k=f'tc_k{col}', q=f'tc_q{row}')}) ? {x} : -INFINITY)"
+        out.append(x)
+    return out
+
+
+def _flash_operands(causal: bool):
+    f32 = "float32"
+    return (placeholder((16, 16), f32, name="s"), placeholder((16, 16), f32, name="kbias"),
+            placeholder((16, 16), f32, name="lse"), placeholder((16, 16), "int32", name="qpos"),
+            placeholder((16, 16), "int32", name="kpos"))
+
+
+def flash_x(scale: float, causal: bool):
+    """The declared computation of the online softmax's ``x`` on a 16 x 16 tile of scores
+    ``s`` in registers (an accumulator): ``s * scale + kbias[j]`` (a vector of the keys in
+    memory: 0, a padding mask's value, ``-inf`` past the keys) and, with ``causal``,
+    ``-inf`` where ``kpos[j] > qpos[i]`` (int32 vectors in memory), into an accumulator
+    tile: what the rows' statistics and ``p`` of ``FlashConfig(form="fragments")`` read.
+    Returns ``(op, emitter)``: the template declares one per scale."""
+    s, kbias, _, qpos, kpos = _flash_operands(causal)
+    op = compute((16, 16), lambda i, j: flash_x_value(
+        s[i, j], kbias[i, j], qpos[i, j], kpos[i, j], scale, causal), name="c")
+
+    def emit(cb, ins, outs):
+        by = {v.name: v for v in ins}     # (the operands in the order the body reads them)
+        c = _fragment(cb.name, outs[0], "mma.accumulator")
+        for reg, x in enumerate(_logits(cb, by, scale, causal)):
+            cb.emit(f"{c}[{reg}] = {x};")
+    return op, emit
 
 
 def flash_p(scale: float, causal: bool):
     """The declared computation of FlashAttention's ``p`` on a 16 x 16 tile of scores
     ``s`` held in registers (an accumulator): ``exp(x - lse[i])`` where ``lse[i] > -inf``,
-    else 0, with ``x = s * scale + kbias[j]`` (a vector of the keys in memory: 0, a padding
-    mask's value, ``-inf`` past the keys) and, with ``causal``, ``-inf`` where ``kpos[j] >
-    qpos[i]`` (int32 vectors in memory).  Returns ``(op, emitter)``: the template
+    else 0, with ``x`` :func:`flash_x`'s.  Returns ``(op, emitter)``: the template
     declares one per scale (``tecomp.strategy.cuda.attention``)."""
-    f32 = "float32"
-    s = placeholder((16, 16), f32, name="s")
-    kbias = placeholder((16, 16), f32, name="kbias")
-    lse = placeholder((16, 16), f32, name="lse")
-    qpos = placeholder((16, 16), "int32", name="qpos")
-    kpos = placeholder((16, 16), "int32", name="kpos")
-
+    s, kbias, lse, qpos, kpos = _flash_operands(causal)
     op = compute((16, 16), lambda i, j: flash_p_value(
         s[i, j], kbias[i, j], lse[i, j], qpos[i, j], kpos[i, j], scale, causal), name="c")
-    lit = f"{struct.unpack('f', struct.pack('f', scale))[0]:.9g}f"
 
     def emit(cb, ins, outs):
         name = cb.name
         by = {v.name: v for v in ins}     # (the operands in the order the body reads them)
         c = _fragment(name, outs[0], "mma.accumulator")
-        a = _fragment(name, by["s"], "mma.accumulator")
-        kb, ls = by["kbias"], by["lse"]
-        _vector(name, kb, "columns", f32)
-        _vector(name, ls, "rows", f32)
-        cb.emit(f"const int g = {LANE} >> 2, t = {LANE} & 3;")
+        ls = by["lse"]
+        _vector(name, ls, "rows", "float32")
+        xs = _logits(cb, by, scale, causal)
         cb.emit(f"const float tc_l0 = {ls.ptr}[g * {ls.strides[0]}], "
                 f"tc_l1 = {ls.ptr}[(g + 8) * {ls.strides[0]}];")
-        if causal:
-            q, k = by["qpos"], by["kpos"]
-            _vector(name, q, "rows", "int32")
-            _vector(name, k, "columns", "int32")
-            cb.emit(f"const int tc_q0 = {q.ptr}[g * {q.strides[0]}], "
-                    f"tc_q1 = {q.ptr}[(g + 8) * {q.strides[0]}];")
-        for half in range(2):
-            for col in range(2):   # (the lane's columns 8 half + 2t + col)
-                x = 2 * half + col
-                cb.emit(f"const float tc_b{x} = {kb.ptr}[({8 * half + col} + 2 * t) * "
-                        f"{kb.strides[1]}];")
-                if causal:
-                    cb.emit(f"const int tc_k{x} = {k.ptr}[({8 * half + col} + 2 * t) * "
-                            f"{k.strides[1]}];")
-        for reg in range(8):
-            col, row = 2 * (reg >> 2) + (reg & 1), (reg >> 1) & 1
-            x = f"{a}[{reg}] * {lit} + tc_b{col}"
-            if causal:
-                x = f"(({CAUSAL_KEEP.format(k=f'tc_k{col}', q=f'tc_q{row}')}) ? {x} : -INFINITY)"
+        for reg, x in enumerate(xs):
+            row = (reg >> 1) & 1
             # (the exp's argument selected, not its result: no branch)
             cb.emit(f"{c}[{reg}] = __expf((tc_l{row} > -INFINITY) ? {x} - tc_l{row} : "
                     "-INFINITY);")
@@ -519,6 +634,11 @@ def declarations():
                 "cuda.mma_mask_causal_f32", False, None))
     out.append((_fill_neg_inf(), _fill_emit("cuda.mma_fill_neg_inf_f32", "-INFINITY"),
                 "cuda.mma_fill_neg_inf_f32", False, None))
+    out.append((_rows("copy"), _store_rows_emit("cuda.mma_store_rows_f32"),
+                "cuda.mma_store_rows_f32", False, None))
+    for kind in ("copy", "exp_diff_or_zero", "mul", "div_or_zero", "lse"):
+        name = f"cuda.mma_rows_{kind}_f32"
+        out.append((_rows(kind), _rows_emit(name, kind), name, False, None))
     for kind in ("exp_diff", "exp_diff_or_zero", "mul"):
         name = f"cuda.mma_{kind}_f32"
         out.append((_elementwise(kind), _elementwise_emit(name, kind), name, False, None))

@@ -84,8 +84,8 @@ def test_config_stages_out_of_range(stages):
 
 def test_config_form_of_another_name():
     out, lse = nn.flash_attention(*_qkv())
-    with pytest.raises(tc.ScheduleError, match=r"form is 'shared' \(p in a shared tile\) or "
-                                               r"'registers'"):
+    with pytest.raises(tc.ScheduleError, match=r"form is 'shared' \(p in a shared tile\), "
+                                               r"'registers' .* or 'fragments'"):
         schedule_flash_attention([out, lse], target="cuda",
                                  config=FlashConfig(4, 16, form="register"))
 

@@ -30,6 +30,18 @@ per 16 x 16 tile, the scale, the keys' vector (the padding mask, ``-inf`` past `
 operand of ``p v`` (``cuda.mma_acc_to_a_*``): no ``p`` tile; the scores' float32 tile
 stays in shared memory, which the rows' statistics read.
 
+With ``FlashConfig(form="fragments")`` the rows' statistics are in each warp's registers
+too: the masked, scaled scores ``x`` a 16 x 16 tensor intrinsic per tile
+(``cuda.mma_flash_x_*``, the masks as above), the rows' ``m`` and ``l`` row tiles (each
+row's value in its 16 columns, two registers a lane per 16 rows) carried across the key
+loop, updated per step by :data:`FRAGMENT_STEP`'s intrinsics (``Stage._lockstep`` with
+``fragments``: the row maximum and sum across each quad of lanes, the factor
+``exp(lse_old - lse_new)`` as a row tile), the accumulators multiplied by it
+(``cuda.mma_mul_f32``), ``p = exp(x - lse)`` from the row tiles' logsumexp
+(``cuda.mma_rows_lse_f32``, ``cuda.mma_exp_diff_or_zero_f32``); ``m`` and ``l`` are
+stored to global memory once, after the loop, for the logsumexp.  No scores tile, no
+statistics in memory inside the loop: three barriers a key tile (one with a ring).
+
 With ``FlashConfig(stages=2)`` (or more) the key and value tiles are copied together at
 the top of each step, with ``cp.async`` into rings of ``stages`` tiles, ``stages - 1``
 steps ahead (:meth:`~tecomp.schedule.schedule.Stage.double_buffer`): the copies are in
@@ -59,13 +71,15 @@ from ...ir import op as _op
 from ...ir.expr import Const as _Const, Mul, ProducerLoad
 from ...ir.functor import collect, substitute
 from ...errors import TecompError
-from ...nn.attention import FLASH_DTYPES, FLASH_MAX_DIM, _flash_forward, _key_mask
+from ...nn.attention import (FLASH_DTYPES, FLASH_MAX_DIM, _flash_forward, _key_mask,
+                              _online_softmax)
 from ...schedule.relations import _with_body
 from ...schedule.schedule import Schedule, Stage, create_schedule
 from ... import te as _te
 from ...te.tensor import PlaceholderOp, Tensor, compute_ops
 from ...te.intrin_cuda import TC_DTYPES
-from ...te.intrin_mma import flash_p as _flash_p, flash_p_value as _flash_p_value
+from ...te.intrin_mma import (flash_p as _flash_p, flash_p_value as _flash_p_value,
+                               flash_x as _flash_x, flash_x_value as _flash_x_value)
 from ...te.tensor_intrin import decl_tensor_intrin, tensor_intrin
 from .._common import _cint, _has_tag
 from ..cpu.attention import _attention_parts
@@ -121,7 +135,9 @@ class FlashConfig:
     #: keys, ``-inf`` past them; with ``causal``, the rows' and keys' positions) and
     #: converted into the A operand of ``p v`` (``cuda.mma_acc_to_a_*``): no ``p`` tile
     #: (the scores tile stays, which the rows' statistics read; a padding mask is read as
-    #: the keys' vector).  The backward ignores it
+    #: the keys' vector); or ``"fragments"``, ``"registers"`` with the rows' statistics
+    #: ``m`` and ``l`` in each warp's registers too (:data:`FRAGMENT_STEP`: no scores
+    #: tile).  The backward ignores it
     form: str = "shared"
 
     @property
@@ -138,15 +154,22 @@ def shared_bytes(cfg: FlashConfig, d: int, dv: int, dtype: str = "float16") -> i
     tiles, ``p`` and the output (16-bit, rows padded by 16 bytes; the key and value
     tiles ``stages`` times), the scores' float32 tile (rows padded by
     :func:`scores_pad`) and the rows' logsumexp; with ``form="registers"`` no ``p``
-    tile, and the keys' bias and positions and the rows' positions (4 bytes each)."""
+    tile, and the keys' bias and positions and the rows' positions (4 bytes each); with
+    ``form="fragments"`` no scores tile and no logsumexp either (the keys' vectors
+    ``stages`` times)."""
     e = _dt.nbytes(dtype)
     pad = 16 // e
     bq, bk = cfg.block_q, cfg.block_kv
-    p_tile, masks = ((bq * (bk + pad), 0) if cfg.form != "registers"
+    p_tile, masks = ((bq * (bk + pad), 0) if cfg.form == "shared"
                      else (0, 2 * bk + bq))
+    # (form="fragments": the statistics in registers, no scores tile nor rows' logsumexp;
+    # the keys' vectors in rings with the key tiles)
+    if cfg.form == "fragments":
+        masks += 2 * bk * (max(1, cfg.stages) - 1)
+    stats = bq * (bk + scores_pad(d, dv)) + bq if cfg.form != "fragments" else 0
     return ((bq * (d + pad) + (bk * (d + pad) + bk * (dv + pad)) * max(1, cfg.stages)
              + p_tile + bq * (dv + pad)) * e
-            + (bq * (bk + scores_pad(d, dv)) + bq + masks) * 4)
+            + (stats + masks) * 4)
 
 
 def scores_pad(d: int, dv: int) -> int:
@@ -419,25 +442,53 @@ def _rescale(old, new):
 _P_INTRINS: dict = {}
 
 
-def _p_intrin(scale: float, causal: bool):
-    """The tensor intrinsic of :func:`tecomp.te.intrin_mma.flash_p` for ``scale``,
-    declared once per ``(scale, causal)``."""
-    key = (scale, causal)
+def _p_intrin(scale: float, causal: bool, what: str = "p"):
+    """The tensor intrinsic of :func:`tecomp.te.intrin_mma.flash_p` (``what="x"``:
+    :func:`~tecomp.te.intrin_mma.flash_x`) for ``scale``, declared once per ``(scale,
+    causal, what)``."""
+    key = (scale, causal, what)
     if key not in _P_INTRINS:
-        op, emit = _flash_p(scale, causal)
+        op, emit = (_flash_p if what == "p" else _flash_x)(scale, causal)
         _P_INTRINS[key] = decl_tensor_intrin(
             op, cuda=emit, dense=False,
-            name=f"cuda.mma_flash_p_f32_{'causal_' if causal else ''}{scale:.9g}")
+            name=f"cuda.mma_flash_{what}_f32_{'causal_' if causal else ''}{scale:.9g}")
     return _P_INTRINS[key]
 
 
-def _p_in_registers(s: Schedule, t: dict, causal: bool) -> dict:
+#: ``FlashConfig(form="fragments")``'s online softmax (``Stage._lockstep`` with
+#: ``fragments``): the rows' ``m`` and ``l`` as row tiles in each warp's registers, and
+#: per step, on each 16-row tile with ``x`` its masked, scaled scores (a 16 x 16 tile per
+#: 16 keys): ``m_new = max(m, rowmax x)``; ``f = exp(m - m_new)`` (0 while the row has no
+#: key), ``l *= f``; ``l += rowsum exp(x - m_new)``; the accumulator's factor ``f = l_old
+#: exp(m - m_new) / l_new`` (``exp(lse_old - lse_new)``, 0 where ``l_new`` is 0), as
+#: :func:`_rescale`; the state stored once the key tiles are done (each row by one lane)
+FRAGMENT_STEP = dict(
+    state=("m", "l"),
+    init=("cuda.mma_fill_neg_inf_f32", "cuda.mma_fill_f32"),
+    step=((False, (("cuda.mma_rows_copy_f32", "m_old", {"a": "m"}),)),
+          (True, (("cuda.mma_row_max_f32", "m", {"c": "x"}),)),
+          (False, (("cuda.mma_rows_exp_diff_or_zero_f32", "f", {"a": "m_old", "b": "m"}),
+                   ("cuda.mma_rows_mul_f32", "l", {"a": "l", "b": "f"}),
+                   ("cuda.mma_rows_copy_f32", "f", {"a": "l"}))),
+          (True, (("cuda.mma_exp_diff_or_zero_f32", "e", {"a": "x", "b": "m"}),
+                  ("cuda.mma_row_sum_f32", "l", {"c": "e"}))),
+          (False, (("cuda.mma_rows_div_or_zero_f32", "f", {"a": "f", "b": "l"}),))),
+    factor="f",
+    store="cuda.mma_store_rows_f32")
+
+
+def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False) -> dict:
     """``FlashConfig(form="registers")``: ``p`` recomputed as the cast of a float32
     ``p32`` whose masks are data (what :func:`_p_intrin` computes on a tile in
     registers): ``kbias`` (the padding mask's value, or 0, for the keys; ``-inf`` past
     them) and, with ``causal``, the rows' and keys' positions ``qpos``, ``kpos``; the
-    same values as the ``p`` of ``tecomp.nn.flash_attention``.  Returns the new tensors by role (stages inserted
-    before ``p``'s)."""
+    same values as the ``p`` of ``tecomp.nn.flash_attention``.  With ``fragments``
+    (``form="fragments"``): the masked, scaled scores ``x`` a compute of their own, which
+    the statistics reduce (their body rewritten to read it: the same values), and ``p32
+    = exp(x - lse)`` (0 where ``lse`` is ``-inf``) with ``lse`` the rows' logsumexp at
+    each key (``lse_rows``, computed from the statistics' row tiles).  Returns the new
+    tensors by role (stages inserted before ``p``'s; with ``fragments``, ``x`` and its
+    masks before the statistics')."""
     p, sc, lse_p = t["p"], t["s"], t["lse_p"]
     attrs = t["out"].op.attrs
     B, H, Lqp, Lkp = (_cint(e) for e in p.shape)
@@ -457,22 +508,57 @@ def _p_in_registers(s: Schedule, t: dict, causal: bool) -> dict:
     qpos = _te.compute((Lqp,), lambda i: i, name=f"{base}.qpos")
     kpos = _te.compute((Lkp,), lambda j: j, name=f"{base}.kpos")
     scale = float(attrs["scale"])
-    p32 = _te.compute(tuple(p.shape), lambda b, h, i, j: _flash_p_value(
-        sc[b, h, i, j], kbias[b, j] if masks else kbias[j], lse_p[b, h, i], qpos[i],
-        kpos[j], scale, causal),
-        name=f"{base}.p32")
+    if fragments:
+        x = _te.compute(tuple(p.shape), lambda b, h, i, j: _flash_x_value(
+            sc[b, h, i, j], kbias[b, j] if masks else kbias[j], qpos[i], kpos[j], scale,
+            causal), name=f"{base}.x")
+        lrow = _te.compute(tuple(p.shape), lambda b, h, i, j: lse_p[b, h, i],
+                           name=f"{base}.lse_rows")
+        p32 = _te.compute(tuple(p.shape), lambda b, h, i, j: _te.if_then_else(
+            lrow[b, h, i, j] > ninf, _te.fast_exp(x[b, h, i, j] - lrow[b, h, i, j]), zero),
+            name=f"{base}.p32")
+        _reduce_x(s, t, x)
+    else:
+        p32 = _te.compute(tuple(p.shape), lambda b, h, i, j: _flash_p_value(
+            sc[b, h, i, j], kbias[b, j] if masks else kbias[j], lse_p[b, h, i], qpos[i],
+            kpos[j], scale, causal),
+            name=f"{base}.p32")
     # (p's own axes: its stage's loops stay)
     new = _with_body(p.op, p32[tuple(iv.var for iv in p.op.axis)].astype(p.dtype))
     new.tag, new.attrs = p.op.tag, dict(p.op.attrs)
     st = s[p]
     s._replace_op(st, new)
     stages = [Stage(op, s) for op in _new_ops([p32], s._stage_of)]
-    at = s.stages.index(st)
-    s.stages[at:at] = stages
-    for x in stages:
-        s._stage_of[id(x.op)] = x
-    return dict(p32=p32, kbias=kbias, qpos=qpos if causal else None,
-                kpos=kpos if causal else None, intrin=_p_intrin(scale, causal))
+    late = [y for y in stages if not fragments or y.op is lrow.op or y.op is p32.op]
+    # (with fragments, x before the statistics, which read it, and its masks before the
+    # key tile's copy: copied with it, before its barrier)
+    xs = [y for y in stages if fragments and y.op is x.op]
+    for group, before in ((late, st), (xs, s[t["m"]]),
+                          ([y for y in stages if y not in late and y not in xs], s[t["k"]])):
+        at = s.stages.index(before)
+        s.stages[at:at] = group
+    for y in stages:
+        s._stage_of[id(y.op)] = y
+    out = dict(p32=p32, kbias=kbias, qpos=qpos if causal else None,
+               kpos=kpos if causal else None, intrin=_p_intrin(scale, causal))
+    if fragments:
+        out.update(x=x, lse_rows=lrow, x_intrin=_p_intrin(scale, causal, "x"),
+                   intrin=tensor_intrin("cuda.mma_exp_diff_or_zero_f32"))
+    return out
+
+
+def _reduce_x(s: Schedule, t: dict, x: Tensor) -> None:
+    """The statistics' stage (``m``, ``l``) rewritten to reduce ``x`` (the masked, scaled
+    scores its body computed itself: the same values), over the same axes."""
+    st = s[t["m"]]
+    old = st.op
+    rj = old.reduce_axis[0]
+    new = _te.compute(tuple(old.output(0).shape), lambda b, h, i: _online_softmax()(
+        (x[b, h, i, rj], _te.const(1.0, "float32")), axis=rj), name=old.name)
+    axes = {a.var: b.var for a, b in zip(new[0].op.axis, old.axis)}
+    op = _with_body(old, tuple(substitute(b, axes) for b in new[0].op.bodies))
+    op.tag, op.attrs = old.tag, dict(old.attrs)
+    s._replace_op(st, op)
 
 
 def _forward_into(s: Schedule, t: dict, cfg: FlashConfig, target="cuda") -> None:
@@ -480,10 +566,13 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig, target="cuda") -> None
     q = t["q"]
     k = _Kernels(s, cfg, q.dtype, _cint(q.shape[2]), _cint(t["k"].shape[2]))
     causal = bool(t["out"].op.attrs.get("causal"))
-    regs = _p_in_registers(s, t, causal) if cfg.form == "registers" else None
-    # the rows' logsumexp, for p: a shared copy per key tile; the output's: its own kernel
-    # reading the statistics the output kernel leaves in global memory
-    ls = s.cache_read(t["lse_p"], "shared", [regs["p32"] if regs else t["p"]])
+    frag = cfg.form == "fragments"
+    regs = _p_in_registers(s, t, causal, frag) if cfg.form != "shared" else None
+    # the rows' logsumexp, for p: a shared copy per key tile (with fragments: from the
+    # statistics' row tiles in registers); the output's: read from the statistics the
+    # output kernel leaves in global memory
+    ls = None if frag else s.cache_read(t["lse_p"], "shared",
+                                        [regs["p32"] if regs else t["p"]])
     s[t["lse_p"]].compute_inline()
 
     # the output: per key tile the scores (tensor cores), the rows' statistics updated
@@ -511,8 +600,8 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig, target="cuda") -> None
     k.shared_copy(t["v"], pf, ko, step=True)
     if regs:
         # the scores in each warp's registers at the key loop (read by p there), stored
-        # to the shared tile the statistics read
-        k.scores_in_registers(t["s"], t["q"], t["k"], pf, ko, [t["m"]], pad)
+        # to the shared tile the statistics read (with fragments, none: they read x)
+        k.scores_in_registers(t["s"], t["q"], t["k"], pf, ko, [] if frag else [t["m"]], pad)
     else:
         k.scores(t["s"], t["q"], t["k"], pf, ko, pad=pad)
     k.shared_copy(t["k"], pf, ko, step=True)
@@ -524,14 +613,22 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig, target="cuda") -> None
         s.stages.insert(s.stages.index(kt) + 1, vt)
         kt.double_buffer(cfg.stages)
         vt.double_buffer(cfg.stages)
+        if frag:   # (the keys' vectors: copied with the key tile, so in rings too)
+            for x in (regs["kbias"], regs["kpos"]):
+                if x is not None:
+                    s[x].double_buffer(cfg.stages)
     st = s[t["m"]]
     st.compute_at(pf, ko)
     _cooperative_copy(st, k.threads, cfg.block_q)
-    st._lockstep(cfg.block_kv, _rescale)
-    lt = s[ls]
-    lt.set_scope("shared")
-    lt.compute_at(pf, ko)
-    _cooperative_copy(lt, k.threads, cfg.block_q)
+    st._lockstep(cfg.block_kv, _rescale, FRAGMENT_STEP if frag else None)
+    if frag:
+        # p's logsumexp of the rows, from the statistics' row tiles
+        s[regs["lse_rows"]]._lockstep_view(st, "cuda.mma_rows_lse_f32", {"a": "m", "b": "l"})
+    else:
+        lt = s[ls]
+        lt.set_scope("shared")
+        lt.compute_at(pf, ko)
+        _cooperative_copy(lt, k.threads, cfg.block_q)
     if t["lse"] is not None:
         # the logsumexp: written by the same kernel once the key tiles are done, a
         # thread per row of the block
@@ -566,9 +663,10 @@ class _Kernels:
                 not 1 <= cfg.stages <= 8:
             raise ScheduleError(f"{cfg}: stages is 1 (the key and value tiles copied where "
                                 "they are read) or 2 to 8 (a ring of cp.async tiles)")
-        if cfg.form not in ("shared", "registers"):
-            raise ScheduleError(f"{cfg}: form is 'shared' (p in a shared tile) or "
-                                "'registers' (p in each warp's registers)")
+        if cfg.form not in ("shared", "registers", "fragments"):
+            raise ScheduleError(f"{cfg}: form is 'shared' (p in a shared tile), "
+                                "'registers' (p in each warp's registers) or 'fragments' "
+                                "(p and the rows' statistics in each warp's registers)")
         self.s, self.cfg = s, cfg
         self.names = family_intrinsics("mma", dtype)
         self.per16 = 16 // _dt.nbytes(dtype)
@@ -639,7 +737,7 @@ class _Kernels:
         ``axis`` (an ``mma.accumulator`` of the warp's rows), and their float32 tile in
         shared memory for ``readers``, each warp storing its rows."""
         s, names, cfg = self.s, self.names, self.cfg
-        TS = s.cache_read(S, "shared", readers)
+        TS = s.cache_read(S, "shared", readers) if readers else None
         sf = s[S]
         sf.set_scope("mma.accumulator")
         sf.compute_at(at, axis)
@@ -652,6 +750,8 @@ class _Kernels:
             ro, r = fs.split(r, factor=FRAG)
             fs.reorder(ro, r, c)
             fs.tensorize(r, tensor_intrin(intrin))
+        if TS is None:
+            return
         ts = s[TS]
         ts.compute_at(at, axis)
         _, _, i, j = ts.op.axis
@@ -667,7 +767,9 @@ class _Kernels:
         """``FlashConfig(form="registers")``'s ``p`` (:func:`_p_in_registers`) at the
         accumulator's 16-key loop: ``p32`` on each 16 x 16 tile of the warp's scores in
         registers (its masks' vectors in shared memory: the keys' per key tile, the rows'
-        per block), cast into the A operand of ``p v`` (``cuda.mma_acc_to_a_*``)."""
+        per block), cast into the A operand of ``p v`` (``cuda.mma_acc_to_a_*``).  With
+        ``form="fragments"`` the masks are applied by ``x`` at the key loop, and ``p32``
+        is ``exp(x - lse)`` (``cuda.mma_exp_diff_or_zero_f32``)."""
         s, cfg = self.s, self.cfg
         for x, at, axis, n in ((regs["kbias"], pf, ko, cfg.block_kv),
                                (regs["kpos"], pf, ko, cfg.block_kv),
@@ -687,6 +789,20 @@ class _Kernels:
             io, i = st.split(i, factor=FRAG)
             st.reorder(io, i, j)
             st.tensorize(i, intrin)
+        if "x" in regs:
+            # (form="fragments") the masked scores at the key loop, whose tiles the
+            # statistics and p read; the rows' logsumexp at p's loop, from the statistics
+            st = s[regs["x"]]
+            st.set_scope("mma.accumulator")
+            st.compute_at(pf, ko)
+            _, _, i, j = st.op.axis
+            io, i = st.split(i, factor=FRAG)
+            jo, j = st.split(j, factor=FRAG)
+            st.reorder(io, jo, i, j)
+            st.tensorize(i, regs["x_intrin"])
+            st = s[regs["lse_rows"]]
+            st.set_scope("mma.accumulator")
+            st.compute_at(pf, self.kf)
 
     def tile16(self, T, at, axis) -> None:
         """The elementwise 16-bit tile ``T`` (``p``, ``dS``) in shared memory at ``at``'s
