@@ -6,6 +6,7 @@ GPU needed, nvcc and a disassembler (nvdisasm or cuobjdump on PATH; the
     python benchmarks/flash_sass.py --d 64 --causal --arch sm_90a
     python benchmarks/flash_sass.py --form registers     # p in each warp's registers
     python benchmarks/flash_sass.py --form fragments     # p, m and l in each warp's registers
+    python benchmarks/flash_sass.py --form fragments --stages 2   # with the K/V ring
 
 For each kernel: ptxas's registers and spills, then each loop that holds the HMMAs (a
 causal kernel at head dim 64 has two: the whole tiles and the diagonal ones), its static
@@ -28,11 +29,13 @@ from tecomp.testing.gpu_resources import parse_ptxas, ptxas_build
 KINDS = ("HMMA", "LDSM", "LDS", "STS", "LDG", "STG", "BAR", "SHFL", "F2FP", "BRA", "MUFU.EX2")
 
 
-def source(d: int, causal: bool, arch: str, form: str = "shared") -> str:
+def source(d: int, causal: bool, arch: str, form: str = "shared", stages: int = 0) -> str:
     q, k, v = (tc.placeholder((4, 16, 2048, d), "float16", name=n) for n in "qkv")
     out, lse = tc.nn.flash_attention(q, k, v, causal=causal)
     tgt = f"cuda -arch={arch}"
     cfg = dataclasses.replace(flash_config(d, d, "float16", max_shared_bytes(tgt)), form=form)
+    if stages:
+        cfg = dataclasses.replace(cfg, stages=stages)
     return tc.build(schedule_flash_attention([out, lse], target=tgt, config=cfg),
                     [q, k, v, out, lse], target=tgt).get_source()
 
@@ -100,10 +103,12 @@ def main(argv=None) -> int:
     ap.add_argument("--form", default="shared", choices=("shared", "registers", "fragments"),
                     help="FlashConfig.form: p in a shared tile (default), in registers, or p "
                     "and the rows' statistics in registers")
+    ap.add_argument("--stages", type=int, default=0,
+                    help="FlashConfig.stages (default: the tiling's own)")
     a = ap.parse_args(argv)
     for d in a.d or (64, 128):
         for causal in ((True,) if a.causal else (False, True)):
-            report_text, sass = ptxas_build(source(d, causal, a.arch, a.form), a.arch,
+            report_text, sass = ptxas_build(source(d, causal, a.arch, a.form, a.stages), a.arch,
                                             sass=True)
             use = parse_ptxas(report_text)
             print(f"d{d}{' causal' if causal else ''} ({a.arch}): "

@@ -157,10 +157,12 @@ def test_the_fragment_form_keeps_the_statistics_in_registers():
         assert f"allocate flash.stats.{tile}: float32[32, 16] (mma.accumulator)" in text
     assert "allocate flash.x: float32[1, 1, 32, 16] (mma.accumulator)" in text
     for intrin in ("mma_flash_x_f32_causal_0.125", "mma_row_max_f32", "mma_row_sum_f32",
-                   "mma_rows_div_or_zero_f32", "mma_rows_lse_f32", "mma_exp_diff_or_zero_f32",
-                   "mma_acc_to_a_f16", "mma_store_rows_f32"):
+                   "mma_rows_rcp_or_zero_f32", "mma_exp_diff_or_zero_f32", "mma_acc_to_a_f16",
+                   "mma_store_rows_f32"):
         assert f"tensorize cuda.{intrin} " in text, intrin
     assert "in b: flash.stats.f[i.outer_2*16 + x0, x1]" in text    # (the rescaling)
+    # p: the step's exp(x - m) (one exp an element) times 1 / l, at each 16-key tile
+    assert "flash.p32[0, 0, i_9, j_9] = flash.stats.e[i_9, j_9]*flash.stats.r[i_9, j_9]" in text
     for gone in ("flash.scores.shared", "flash.lse_padded", "flash.stats.rescale",
                  "mma_scale_rows_f32", "mma_flash_p_f32"):
         assert gone not in text, gone
@@ -179,9 +181,10 @@ def test_the_fragment_form_keeps_the_statistics_in_registers():
 @needs_cxx
 def test_a_fragment_step_without_its_factor_is_caught(monkeypatch):
     """The fragment step's accumulator factor is ``l_old exp(m_old - m_new) / l_new``:
-    left undivided (the step's last group dropped), the output differs from float64's
-    (the emulation test can fail)."""
-    bad = dict(flash_template.FRAGMENT_STEP, step=flash_template.FRAGMENT_STEP["step"][:-1])
+    left undivided (the last group's multiply by ``1 / l_new`` dropped), the output
+    differs from float64's (the emulation test can fail)."""
+    step = flash_template.FRAGMENT_STEP["step"]
+    bad = dict(flash_template.FRAGMENT_STEP, step=step[:-1] + ((False, step[-1][1][:1]),))
     monkeypatch.setattr(flash_template, "FRAGMENT_STEP", bad)
     B, H, L, D = 1, 1, 40, 64
     args = flash(B, H, L, L, D, "float16", False)

@@ -683,8 +683,11 @@ class LowerContext:
             raise InternalError(f"{what}: not the form the online softmax in fragments takes "
                                 "(a tecomp bug: the FlashAttention template made it)")
         names = list(spec["state"]) + [out for _, ops in spec["step"] for _, out, _ in ops]
+        # (the tiles spec["columns"] names: one per 16 x 16 tile of x, [rows, the step])
+        cols = Const(st.lockstep[0], rows.dtype)
         self.lockstep_fragments[st] = {
-            n: Buffer(f"{st.name}.{n}", (rows, Const(16, rows.dtype)), "float32",
+            n: Buffer(f"{st.name}.{n}", (rows, cols if n in spec.get("columns", ())
+                                         else Const(16, rows.dtype)), "float32",
                       scope="mma.accumulator") for n in dict.fromkeys(names)}
 
     def _check_atomic(self, st: Stage) -> None:
@@ -780,12 +783,14 @@ class LowerContext:
                                 tuple(tic.base(0)) * 2 + tuple(rows), coefs, False, fallback)
         return self._loops(st, outside, call, attach=False)
 
-    def _row_tile(self, st: Stage, name: str, row) -> tuple:
-        """The region ``(buffer, base, coefs)`` of the 16 x 16 row tile ``name`` of the
-        ``_lockstep`` stage ``st`` (fragments) whose first row is ``row``."""
+    def _row_tile(self, st: Stage, name: str, row, col=0) -> tuple:
+        """The region ``(buffer, base, coefs)`` of the 16 x 16 tile ``name`` of the
+        ``_lockstep`` stage ``st`` (fragments) whose first row is ``row`` (a row tile; or
+        of a tile of ``spec["columns"]``, at column ``col``)."""
         buf = self.lockstep_fragments[st][name]
         dt = buf.shape[0].dtype
-        return buf, (_in_dtype(row, dt), Const(0, dt)), ((1, 0), (0, 1))
+        return buf, (_in_dtype(row, dt), _in_dtype(col, dt) if isinstance(col, Expr)
+                     else Const(col, dt)), ((1, 0), (0, 1))
 
     @staticmethod
     def _tile(buf: Buffer, row: int, col: int) -> tuple:
@@ -818,13 +823,13 @@ class LowerContext:
                                           self._row_tile(st, name, Const(r, "int32")), {}))
             for per_column, ops in spec["step"]:
                 for c in (range(0, cols, 16) if per_column else (None,)):
+                    tiles = {n: self._tile(x, r, c) if n == "x" else self._row_tile(
+                        st, n, Const(r, "int32"), c if n in spec.get("columns", ()) else 0)
+                        for _, out, ins in ops for n in (out, *ins.values())}
                     for intrin, out, ins in ops:
                         f = tensor_intrin(intrin)
-                        regions = {ph: self._tile(x, r, c) if n == "x" else
-                                   self._row_tile(st, n, Const(r, "int32"))
-                                   for ph, n in ins.items()}
-                        step.append(declared_call(f, st.name, self._row_tile(
-                            st, out, Const(r, "int32")), regions, reduce=f.reduce))
+                        step.append(declared_call(f, st.name, tiles[out], {
+                            ph: tiles[n] for ph, n in ins.items()}, reduce=f.reduce))
             for name, buf in zip(spec["state"], self.info[st].buffers):
                 nd = len(buf.shape)
                 base = tuple(first[:-1]) + (_op.add(first[-1], Const(r, first[-1].dtype)),)
@@ -838,19 +843,31 @@ class LowerContext:
 
     def _lockstep_view_nest(self, st: Stage):
         """A ``_lockstep_view`` stage: its intrinsic on each 16 x 16 tile of its fragment,
-        from the row tiles of the state that hold the tile's rows."""
+        from the step's tiles that hold the tile's rows (the row tiles; a tile of
+        ``spec["columns"]``: the one of the tile's columns, whose offset in the step is
+        the stage's first column modulo the step's)."""
         lock, intrin, operands = st.lockstep_view
         buf = self.info[st].buffer
         if lock not in self.lockstep_fragments or buf.scope != "mma.accumulator":
             raise InternalError(f"_lockstep_view of {st.name}: not a fragment read from a "
                                 "_lockstep stage's row tiles (a tecomp bug: the FlashAttention "
                                 "template made it)")
+        columns = lock.lockstep[2].get("columns", ())
+        ref = next(iter(self.lockstep_fragments[lock].values()))
+        steps = self.lockstep_fragments[lock][columns[0]].shape[-1] if columns else None
+        zero = {iv.var: Const(0, iv.var.dtype) for iv in st.leaf_iter_vars}
+        first = _simplify(_op.floormod(substitute(self.root_value(st, st.op.axis[-1]), zero),
+                                       _in_dtype(steps, st.op.axis[-1].var.dtype)),
+                          self.leaf_ranges(st)) if columns else 0
         f = tensor_intrin(intrin)
         calls = []
         for r in range(0, int(buf.shape[-2].value), 16):
             for c in range(0, int(buf.shape[-1].value), 16):
+                col = _op.add(first, Const(c, first.dtype)) if columns else 0
                 calls.append(declared_call(f, st.name, self._tile(buf, r, c), {
-                    ph: self._row_tile(lock, n, Const(r, "int32")) for ph, n in operands.items()}))
+                    ph: self._row_tile(lock, n, Const(r, ref.shape[0].dtype),
+                                       col if n in columns else 0)
+                    for ph, n in operands.items()}))
         return seq(*calls)
 
     def _region_bounds(self, st: Stage) -> List[Tuple[Expr, Expr]]:

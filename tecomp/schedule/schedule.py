@@ -444,6 +444,7 @@ class Stage(TracedStage):
         groups ``(per_column, ops)``, each op ``(intrinsic, output tile, {placeholder:
         tile})``; ``"x"`` is the stage's one input, an ``mma.accumulator`` stage computed
         at the same loop, whose 16 x 16 tiles a group with ``per_column`` runs over),
+        ``columns`` (the tiles kept per 16 x 16 tile of ``x``, written by such a group),
         ``factor`` (the tile the accumulator's tiles are multiplied by, ``cuda.mma_mul_f32``)
         and ``store`` (the intrinsic that writes the state tiles to the stage's buffers
         once the loop is done: what readers after the loop read).  Readers inside the
@@ -463,10 +464,12 @@ class Stage(TracedStage):
         """FlashAttention-2's online softmax with its state in registers (:meth:`_lockstep`
         with ``fragments``): not a schedule primitive (untraced).  This stage, an
         ``mma.accumulator`` stage computed inside the loop of the ``_lockstep`` stage
-        ``lock`` that reads only ``lock``'s outputs (a function of the rows' running
-        state, broadcast along its last axis), is computed from the state's row tiles by
-        the tensor intrinsic ``intrin`` on each of its 16 x 16 tiles, its placeholders
-        given the state tiles ``operands`` names (``{placeholder: tile}``)."""
+        ``lock`` whose value is a function of the step's tiles (FlashAttention's ``p =
+        exp(x - lse)``: the step's ``exp(x - m)`` times ``1 / l``), is computed from them
+        by the tensor intrinsic ``intrin`` on each of its 16 x 16 tiles, its placeholders
+        given the tiles ``operands`` names (``{placeholder: tile}``: a row tile, or a tile
+        of the step's ``columns``, the one of the same keys).  Right where that function
+        is the stage's compute (the template answers for it)."""
         self.lockstep_view = (lock, intrin, dict(operands))
         tr = self.schedule.trace
         if tr.problem is None:

@@ -57,9 +57,8 @@ floats, ``C[g][8h+2t:8h+2t+2]`` and ``C[g+8][8h+2t:8h+2t+2]``.
   running result (their inits: ``cuda.mma_fill_neg_inf_f32`` and ``cuda.mma_fill_f32``),
   which is a row tile, read from each lane's registers 0 and 2 (rows ``g`` and ``g +
   8``).  The maximum propagates NaN, as ``tc.max``;
-* ``cuda.mma_rows_copy_f32``, ``_rows_mul_f32``, ``_rows_exp_diff_or_zero_f32``,
-  ``_rows_div_or_zero_f32`` (``a / b`` where ``b > 0``, else 0: ``__fdividef``) and
-  ``_rows_lse_f32`` (``a + log(b)`` where ``b > 0``, else ``-inf``: ``__logf``) --
+* ``cuda.mma_rows_copy_f32``, ``_rows_mul_f32``, ``_rows_exp_diff_or_zero_f32`` and
+  ``_rows_rcp_or_zero_f32`` (``1 / a`` where ``a > 0``, else 0: ``__fdividef``) --
   elementwise on row tiles (every operand one): each lane computes its two rows' values
   once, from its registers 0 and 2, into all four registers of each row, so that a row
   tile carried across a loop is two values a lane (FlashAttention-2's ``m`` and ``l``
@@ -103,7 +102,7 @@ import struct
 from ..errors import BuildError
 from .intrin_cuda import TC_DTYPES, _copy, _fill, _leading_dim, _memory, _mma
 from .reduce import max as _max, sum as _sum
-from .intrin import fast_exp, if_then_else, log
+from .intrin import fast_exp, if_then_else
 from .tensor import compute, const, placeholder, reduce_axis
 
 #: the C text of a lane's index in its warp (the renderer requires blockDim.x to be a
@@ -348,10 +347,9 @@ _ELEMENTWISE_C = {
     # unconditionally instead of in a branch)
     "exp_diff_or_zero": "__expf(({y} > -INFINITY) ? ({x} - {y}) : -INFINITY)",
     "mul": "{x} * {y}",
-    # (the row tiles' own: fast, a reciprocal and a multiply, 2 ulp; a fast log)
-    "div_or_zero": "({y} > 0.0f) ? __fdividef({x}, {y}) : 0.0f",
-    "lse": "({y} > 0.0f) ? {x} + __logf({y}) : -INFINITY",
+    # (the row tiles' own; the reciprocal fast: 2 ulp)
     "copy": "{x}",
+    "rcp_or_zero": "({x} > 0.0f) ? __fdividef(1.0f, {x}) : 0.0f",
 }
 
 
@@ -375,14 +373,14 @@ def _rows(kind: str):
     f32, ninf = "float32", const(float("-inf"), "float32")
     if kind == "copy":
         return compute((16, 16), lambda i, j: a[i, j], name="c")
+    if kind == "rcp_or_zero":
+        return compute((16, 16), lambda i, j: if_then_else(
+            a[i, j] > const(0.0, f32), const(1.0, f32) / a[i, j], const(0.0, f32)), name="c")
     b = placeholder((16, 16), "float32", name="b")
     return compute((16, 16), lambda i, j: {
         "exp_diff_or_zero": lambda: if_then_else(b[i, j] > ninf, fast_exp(a[i, j] - b[i, j]),
                                                  const(0.0, f32)),
         "mul": lambda: a[i, j] * b[i, j],
-        "div_or_zero": lambda: if_then_else(b[i, j] > const(0.0, f32), a[i, j] / b[i, j],
-                                            const(0.0, f32)),
-        "lse": lambda: if_then_else(b[i, j] > const(0.0, f32), a[i, j] + log(b[i, j]), ninf),
     }[kind](), name="c")
 
 
@@ -394,9 +392,9 @@ def _rows_emit(name: str, kind: str):
     def emit(cb, ins, outs):
         c = _fragment(name, outs[0], "mma.accumulator")
         by = {v.name: _fragment(name, v, "mma.accumulator") for v in ins}
-        for half in range(2):
-            cb.emit(f"const float tc_v{half} = " + _ELEMENTWISE_C[kind].format(
-                x=f"{by['a']}[{2 * half}]", y=f"{by.get('b', '')}[{2 * half}]") + ";")
+        for half in range(2):   # (b: the second operand, where the kind has one)
+            x, y = (f"{by[n]}[{2 * half}]" if n in by else None for n in ("a", "b"))
+            cb.emit(f"const float tc_v{half} = " + _ELEMENTWISE_C[kind].format(x=x, y=y) + ";")
         for reg in range(8):
             cb.emit(f"{c}[{reg}] = tc_v{(reg >> 1) & 1};")
     return emit
@@ -636,7 +634,7 @@ def declarations():
                 "cuda.mma_fill_neg_inf_f32", False, None))
     out.append((_rows("copy"), _store_rows_emit("cuda.mma_store_rows_f32"),
                 "cuda.mma_store_rows_f32", False, None))
-    for kind in ("copy", "exp_diff_or_zero", "mul", "div_or_zero", "lse"):
+    for kind in ("copy", "exp_diff_or_zero", "mul", "rcp_or_zero"):
         name = f"cuda.mma_rows_{kind}_f32"
         out.append((_rows(kind), _rows_emit(name, kind), name, False, None))
     for kind in ("exp_diff", "exp_diff_or_zero", "mul"):

@@ -37,9 +37,9 @@ row's value in its 16 columns, two registers a lane per 16 rows) carried across 
 loop, updated per step by :data:`FRAGMENT_STEP`'s intrinsics (``Stage._lockstep`` with
 ``fragments``: the row maximum and sum across each quad of lanes, the factor
 ``exp(lse_old - lse_new)`` as a row tile), the accumulators multiplied by it
-(``cuda.mma_mul_f32``), ``p = exp(x - lse)`` from the row tiles' logsumexp
-(``cuda.mma_rows_lse_f32``, ``cuda.mma_exp_diff_or_zero_f32``); ``m`` and ``l`` are
-stored to global memory once, after the loop, for the logsumexp.  No scores tile, no
+(``cuda.mma_mul_f32``), ``p = exp(x - lse)`` as the step's ``exp(x - m)`` times its ``1 /
+l`` (:data:`P_FROM_STEP`: one exp an element); ``m`` and ``l`` are stored to global
+memory once, after the loop, for the logsumexp.  No scores tile, no
 statistics in memory inside the loop: three barriers a key tile (one with a ring).
 
 With ``FlashConfig(stages=2)`` (or more) the key and value tiles are copied together at
@@ -459,12 +459,15 @@ def _p_intrin(scale: float, causal: bool, what: str = "p"):
 #: ``fragments``): the rows' ``m`` and ``l`` as row tiles in each warp's registers, and
 #: per step, on each 16-row tile with ``x`` its masked, scaled scores (a 16 x 16 tile per
 #: 16 keys): ``m_new = max(m, rowmax x)``; ``f = exp(m - m_new)`` (0 while the row has no
-#: key), ``l *= f``; ``l += rowsum exp(x - m_new)``; the accumulator's factor ``f = l_old
-#: exp(m - m_new) / l_new`` (``exp(lse_old - lse_new)``, 0 where ``l_new`` is 0), as
-#: :func:`_rescale`; the state stored once the key tiles are done (each row by one lane)
+#: key), ``l *= f``; ``e = exp(x - m_new)`` (a tile per 16 keys, kept for ``p``) and ``l
+#: += rowsum e``; ``r = 1 / l_new`` (0 where ``l_new`` is 0) and the accumulator's factor
+#: ``f = l_old exp(m - m_new) r`` (``exp(lse_old - lse_new)``), as :func:`_rescale`;
+#: ``p = e r`` (:data:`P_FROM_STEP`: ``exp(x - lse_new)``, one exp an element); the
+#: state stored once the key tiles are done (each row by one lane)
 FRAGMENT_STEP = dict(
     state=("m", "l"),
     init=("cuda.mma_fill_neg_inf_f32", "cuda.mma_fill_f32"),
+    columns=("e",),
     step=((False, (("cuda.mma_rows_copy_f32", "m_old", {"a": "m"}),)),
           (True, (("cuda.mma_row_max_f32", "m", {"c": "x"}),)),
           (False, (("cuda.mma_rows_exp_diff_or_zero_f32", "f", {"a": "m_old", "b": "m"}),
@@ -472,9 +475,15 @@ FRAGMENT_STEP = dict(
                    ("cuda.mma_rows_copy_f32", "f", {"a": "l"}))),
           (True, (("cuda.mma_exp_diff_or_zero_f32", "e", {"a": "x", "b": "m"}),
                   ("cuda.mma_row_sum_f32", "l", {"c": "e"}))),
-          (False, (("cuda.mma_rows_div_or_zero_f32", "f", {"a": "f", "b": "l"}),))),
+          (False, (("cuda.mma_rows_rcp_or_zero_f32", "r", {"a": "l"}),
+                   ("cuda.mma_rows_mul_f32", "f", {"a": "f", "b": "r"})))),
     factor="f",
     store="cuda.mma_store_rows_f32")
+
+#: ``form="fragments"``'s ``p = exp(x - lse)`` at each 16-key tile, as
+#: ``Stage._lockstep_view``: the step's ``e = exp(x - m)`` times its ``r = 1 / l``
+#: (``cuda.mma_mul_f32``; 0 where the row has no key)
+P_FROM_STEP = ("cuda.mma_mul_f32", {"a": "e", "b": "r"})
 
 
 def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False) -> dict:
@@ -485,10 +494,10 @@ def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False)
     same values as the ``p`` of ``tecomp.nn.flash_attention``.  With ``fragments``
     (``form="fragments"``): the masked, scaled scores ``x`` a compute of their own, which
     the statistics reduce (their body rewritten to read it: the same values), and ``p32
-    = exp(x - lse)`` (0 where ``lse`` is ``-inf``) with ``lse`` the rows' logsumexp at
-    each key (``lse_rows``, computed from the statistics' row tiles).  Returns the new
-    tensors by role (stages inserted before ``p``'s; with ``fragments``, ``x`` and its
-    masks before the statistics')."""
+    = exp(x - lse)`` (0 where ``lse`` is ``-inf``; computed from the statistics' step,
+    :data:`P_FROM_STEP`).  Returns the new tensors by role (stages inserted before
+    ``p``'s; with ``fragments``, ``x`` before the statistics' and its masks before the key
+    tile's copy)."""
     p, sc, lse_p = t["p"], t["s"], t["lse_p"]
     attrs = t["out"].op.attrs
     B, H, Lqp, Lkp = (_cint(e) for e in p.shape)
@@ -512,10 +521,8 @@ def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False)
         x = _te.compute(tuple(p.shape), lambda b, h, i, j: _flash_x_value(
             sc[b, h, i, j], kbias[b, j] if masks else kbias[j], qpos[i], kpos[j], scale,
             causal), name=f"{base}.x")
-        lrow = _te.compute(tuple(p.shape), lambda b, h, i, j: lse_p[b, h, i],
-                           name=f"{base}.lse_rows")
         p32 = _te.compute(tuple(p.shape), lambda b, h, i, j: _te.if_then_else(
-            lrow[b, h, i, j] > ninf, _te.fast_exp(x[b, h, i, j] - lrow[b, h, i, j]), zero),
+            lse_p[b, h, i] > ninf, _te.fast_exp(x[b, h, i, j] - lse_p[b, h, i]), zero),
             name=f"{base}.p32")
         _reduce_x(s, t, x)
     else:
@@ -529,7 +536,7 @@ def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False)
     st = s[p]
     s._replace_op(st, new)
     stages = [Stage(op, s) for op in _new_ops([p32], s._stage_of)]
-    late = [y for y in stages if not fragments or y.op is lrow.op or y.op is p32.op]
+    late = [y for y in stages if not fragments or y.op is p32.op]
     # (with fragments, x before the statistics, which read it, and its masks before the
     # key tile's copy: copied with it, before its barrier)
     xs = [y for y in stages if fragments and y.op is x.op]
@@ -542,8 +549,7 @@ def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False)
     out = dict(p32=p32, kbias=kbias, qpos=qpos if causal else None,
                kpos=kpos if causal else None, intrin=_p_intrin(scale, causal))
     if fragments:
-        out.update(x=x, lse_rows=lrow, x_intrin=_p_intrin(scale, causal, "x"),
-                   intrin=tensor_intrin("cuda.mma_exp_diff_or_zero_f32"))
+        out.update(x=x, x_intrin=_p_intrin(scale, causal, "x"), intrin=None)
     return out
 
 
@@ -622,8 +628,8 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig, target="cuda") -> None
     _cooperative_copy(st, k.threads, cfg.block_q)
     st._lockstep(cfg.block_kv, _rescale, FRAGMENT_STEP if frag else None)
     if frag:
-        # p's logsumexp of the rows, from the statistics' row tiles
-        s[regs["lse_rows"]]._lockstep_view(st, "cuda.mma_rows_lse_f32", {"a": "m", "b": "l"})
+        # p from the statistics' step (its exp(x - m) and 1 / l) at each 16-key tile
+        s[regs["p32"]]._lockstep_view(st, *P_FROM_STEP)
     else:
         lt = s[ls]
         lt.set_scope("shared")
@@ -769,7 +775,7 @@ class _Kernels:
         registers (its masks' vectors in shared memory: the keys' per key tile, the rows'
         per block), cast into the A operand of ``p v`` (``cuda.mma_acc_to_a_*``).  With
         ``form="fragments"`` the masks are applied by ``x`` at the key loop, and ``p32``
-        is ``exp(x - lse)`` (``cuda.mma_exp_diff_or_zero_f32``)."""
+        is a view of the statistics' step (:data:`P_FROM_STEP`)."""
         s, cfg = self.s, self.cfg
         for x, at, axis, n in ((regs["kbias"], pf, ko, cfg.block_kv),
                                (regs["kpos"], pf, ko, cfg.block_kv),
@@ -785,13 +791,15 @@ class _Kernels:
             st = s[x]
             st.set_scope("mma.matrix_a" if x is P else "mma.accumulator")
             st.compute_at(pf, self.kf)
+            if intrin is None:   # (form="fragments": p32 from the statistics' step)
+                continue
             _, _, i, j = st.op.axis
             io, i = st.split(i, factor=FRAG)
             st.reorder(io, i, j)
             st.tensorize(i, intrin)
         if "x" in regs:
             # (form="fragments") the masked scores at the key loop, whose tiles the
-            # statistics and p read; the rows' logsumexp at p's loop, from the statistics
+            # statistics read
             st = s[regs["x"]]
             st.set_scope("mma.accumulator")
             st.compute_at(pf, ko)
@@ -800,9 +808,6 @@ class _Kernels:
             jo, j = st.split(j, factor=FRAG)
             st.reorder(io, jo, i, j)
             st.tensorize(i, regs["x_intrin"])
-            st = s[regs["lse_rows"]]
-            st.set_scope("mma.accumulator")
-            st.compute_at(pf, self.kf)
 
     def tile16(self, T, at, axis) -> None:
         """The elementwise 16-bit tile ``T`` (``p``, ``dS``) in shared memory at ``at``'s
