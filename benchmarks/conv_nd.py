@@ -8,8 +8,10 @@ ms; ratio = PyTorch's time over tecomp's.  Each result is checked against PyTorc
 first.  ``--knobs JSON`` (repeatable) adds a tecomp row per shape scheduled with those
 knobs of the rules (``--knobs '{"template.phases.interleave": "rules"}'``: the
 transposed convolutions' interleave as the rules vectorize it), interleaved with the
-others.  ``--ab [SWITCH,...]``: each 3-d convolution also built with the module switches
-named (comma-separated; by default all of them) off, timed in the same turns ("before"):
+others.  ``--ab [SWITCH,...]``: each 1-d and 3-d convolution also built with the module
+switches named (comma-separated; by default all of them) off, timed in the same turns
+("before"): ``LEAST_ROW_TAIL`` (``tecomp.strategy.cpu.conv_nd``: the conv1d_ncw wide
+block always 6 vectors along the row, as before it took 5 where they pad the row less),
 ``SKIP_PADDED_COLUMNS`` (``tecomp.nn.conv_nd``: the columns' taps on the zero padding
 computed, as before they were left out of NCDHW's sum) and ``TRANSPOSED_WEIGHT_COPY``
 (``tecomp.strategy.cpu.conv3d``: the template's weight copy a gather per vector, as
@@ -50,9 +52,10 @@ CONV3D = [
 ]
 
 
-#: the module switches ``--ab`` turns off (the 3-d convolutions'), and their modules
+#: the module switches ``--ab`` turns off (the 1-d and 3-d convolutions'), and their modules
 AB_SWITCHES = {"SKIP_PADDED_COLUMNS": "tecomp.nn.conv_nd",
-               "TRANSPOSED_WEIGHT_COPY": "tecomp.strategy.cpu.conv3d"}
+               "TRANSPOSED_WEIGHT_COPY": "tecomp.strategy.cpu.conv3d",
+               "LEAST_ROW_TAIL": "tecomp.strategy.cpu.conv_nd"}
 
 
 def main() -> None:
@@ -132,7 +135,7 @@ def main() -> None:
         for name, N, C, O, L, K, s, p in CONV1D:
             add(f"conv1d {name}", lambda X, W, s=s, p=p: nn.conv1d_ncw(X, W, s, p),
                 lambda a, b, s=s, p=p: F.conv1d(a, b, stride=s, padding=p),
-                (N, C, L), (O, C, K))
+                (N, C, L), (O, C, K), ab=True)
     if "conv3d" in only:
         for name, N, C, O, S, K, s, p in CONV3D:
             add(f"conv3d {name}", lambda X, W, s=s, p=p: nn.conv3d_ncdhw(X, W, s, p),

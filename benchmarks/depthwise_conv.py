@@ -34,7 +34,10 @@ batch, as before the tasks of a block of groups over the plane at small ones),
 ``SHARE_TAP_BROADCASTS`` (those groups: a broadcast per FMA, as before the window's
 columns went inside the input channel).  Of ``tecomp.nn.winograd`` (grouped rows):
 ``GROUPED_WINOGRAD`` (``algorithm="auto"`` keeps every grouped convolution direct, as
-before it weighed F(2x2) for them).  Of
+before it weighed F(2x2) for them), ``GROUPED_WINOGRAD_F4`` (F(2x2) or direct, as before
+it weighed F(4x4) too).  Of ``tecomp.strategy.cpu.winograd``: ``GROUP_TASKS`` (a
+grouped Winograd convolution's tasks are (image, group) pairs, as before the tasks of a
+group over every image where the transformed weights outgrow L2).  Of
 ``tecomp.strategy.cpu.depthwise`` (depthwise rows): ``FMA`` (a multiply and an add per
 tap), ``STREAM_OUTPUT`` (every output store through the cache) and
 ``STRIDED_MASKED_LOADS`` (NCHW with a stride: a gather per padded tap, as before the
@@ -58,9 +61,12 @@ GROUPS = 32
 #: the module switches ``--ab`` turns off: tecomp.strategy.cpu.grouped's, depthwise's
 GROUPED_SWITCHES = ["INTERLEAVE_WHOLE_VECTORS", "COPY_NCHW_INPUT", "NCHW_TRANSPOSE_OUT",
                     "NCHW_TRANSPOSE_ROOM", "ROWS_FMA", "PLANE_TASKS_ONE_VECTOR",
-                    "SHARE_TAP_BROADCASTS", "GROUPED_WINOGRAD"]
-#: the switch of tecomp.nn.winograd (read when the graph is built, not scheduled)
-GRAPH_SWITCHES = ["GROUPED_WINOGRAD"]
+                    "SHARE_TAP_BROADCASTS", "GROUPED_WINOGRAD", "GROUPED_WINOGRAD_F4",
+                    "GROUP_TASKS"]
+#: the switches of tecomp.nn.winograd (read when the graph is built, not scheduled)
+GRAPH_SWITCHES = ["GROUPED_WINOGRAD", "GROUPED_WINOGRAD_F4"]
+#: the switch of tecomp.strategy.cpu.winograd (the Winograd stages' schedule)
+WINOGRAD_SWITCHES = ["GROUP_TASKS"]
 DEPTHWISE_SWITCHES = ["FMA", "STREAM_OUTPUT", "STRIDED_MASKED_LOADS"]
 #: the depthwise module's switches that the grouped NCHW rows blocking reads too
 SHARED_SWITCHES = ["STRIDED_MASKED_LOADS"]
@@ -91,6 +97,7 @@ def main() -> None:
     from tecomp.strategy.cpu import depthwise as depthwise_mod
     from tecomp.nn import winograd as winograd_mod
     from tecomp.strategy.cpu import grouped as grouped_mod
+    from tecomp.strategy.cpu import winograd as cpu_winograd_mod
     for name in switches:
         if name not in GROUPED_SWITCHES + DEPTHWISE_SWITCHES:
             raise SystemExit(f"--ab {name}: not one of "
@@ -143,6 +150,7 @@ def main() -> None:
                 nbytes = 4 * (x.size + w.size + batch * C * OH * OH)
                 # (the grouped NCHW rows are the depthwise module's blocking)
                 mods = {n: winograd_mod if n in GRAPH_SWITCHES else
+                        cpu_winograd_mod if n in WINOGRAD_SWITCHES else
                         grouped_mod if n in GROUPED_SWITCHES else depthwise_mod
                         for n in switches
                         if n in (GROUPED_SWITCHES + SHARED_SWITCHES if kind == "grouped"

@@ -52,9 +52,10 @@ CACHED = 1.5
 #: ``--ab``: the switches of ``tecomp.strategy.cpu.pool`` that give its template of the
 #: morning of 2026-11-30 (each row strided along the data, one half vector's sums a
 #: global row, max pooling's rows in the output, a global plane by rows, short padded
-#: rows with their tests and gathers)
+#: rows with their tests and gathers), and channels last 4 vectors a step (as before
+#: 2026-12-01's ``WHOLE_PIXELS``)
 BEFORE = {"ROWS_THEN_WINDOWS": False, "HALF_VECTOR_ROWS": True, "MAX_IN_A_LOCAL": False,
-          "WHOLE_PLANES": False, "SHORT_ROW_VECTORS": 0}
+          "WHOLE_PLANES": False, "SHORT_ROW_VECTORS": 0, "WHOLE_PIXELS": False}
 
 
 def workloads(nn):

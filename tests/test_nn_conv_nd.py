@@ -16,7 +16,8 @@ from tecomp.strategy import Knobs, apply_rules
 from tecomp.nn._check import Args
 from tecomp.nn.conv_grad import _phase_taps
 from tecomp.strategy.cpu.conv3d import _conv3d_template
-from tecomp.strategy.cpu.conv_nd import _conv1d_template, _interleave_by_phase
+from tecomp.strategy.cpu import conv_nd as conv_nd_template
+from tecomp.strategy.cpu.conv_nd import _conv1d_template, _interleave_by_phase, _row_vectors
 from tecomp.target import cpu_model
 
 torch = pytest.importorskip("torch")
@@ -869,7 +870,7 @@ def test_conv3d_ncdhw_short_reduction_ir():
 ], ids=["s2_chunks", "dilated_chunks", "batch3"])
 def test_conv1d_ncw_wide_block_in_channel_chunks(shape, k, stride, padding, dilation):
     """The conv1d_ncw template's wide block (4 output channels x 6 vectors along the
-    row, AVX-512) with the input channels in chunks whose data rows fit in L1 (the
+    row, AVX-512; 5 where they pad the row less: the first and last cases) with the input channels in chunks whose data rows fit in L1 (the
     accumulators of the task's output channels kept in a local buffer across the
     chunks); right against PyTorch, and the narrow block (knob
     ``template.conv1d_ncw.block``) too."""
@@ -890,6 +891,21 @@ def test_conv1d_ncw_wide_block_in_channel_chunks(shape, k, stride, padding, dila
         y = np.empty(want.shape, "float32")
         tc.build(s, [X, W, Y], target=target)(x.astype("float32"), w.astype("float32"), y)
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4, err_msg=block)
+
+
+def test_conv1d_ncw_wide_block_vectors_by_the_row_tail(monkeypatch):
+    """The wide block's vectors along the row (16 lanes given, not the host's): 6, or 5
+    where 5-vector blocks compute fewer outputs past the row's end (wav2vec2's 1599: 20
+    blocks of 80 against 17 of 96; in test_conv1d_ncw_wide_block_in_channel_chunks 211
+    and 148 outputs take 5, 329 keeps 6); a tie keeps 6; the switch off, 6."""
+    assert _row_vectors(1599, 16) == 5
+    assert _row_vectors(1024, 16) == 5
+    assert _row_vectors(211, 16) == 5 and _row_vectors(148, 16) == 5
+    assert _row_vectors(329, 16) == 6
+    assert _row_vectors(480, 16) == 6        # 5 x 96 = 6 x 80
+    assert _row_vectors(96 * 3, 16) == 6
+    monkeypatch.setattr(conv_nd_template, "LEAST_ROW_TAIL", False)
+    assert _row_vectors(1599, 16) == 6
 
 
 @pytest.mark.parametrize("nchw", [True, False], ids=["nchw", "nhwc"])

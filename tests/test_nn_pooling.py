@@ -16,7 +16,8 @@ import tecomp as tc
 from tecomp import autodiff as ad
 from tecomp import nn
 from tecomp.strategy import cpu as sc
-from tecomp.strategy.cpu.pool import _tiles_rows
+from tecomp.strategy.cpu import pool
+from tecomp.strategy.cpu.pool import VECTORS, _channel_vectors, _tiles_rows
 
 rng = np.random.default_rng(52)
 
@@ -298,6 +299,20 @@ def test_auto_schedule_uses_the_pooling_template(build):
     np.testing.assert_allclose(run([X], Y, [x], schedule=mine), ref, rtol=1e-6, atol=1e-6)
 
 
+def _template_against_plain(build, shape) -> str:
+    """The pooling template of ``build(X)`` (the auto-scheduler's too) against the plain
+    schedule, float32; its lowered text."""
+    X = tc.placeholder(shape, name="X")
+    Y = build(X)
+    s = sc.schedule_pool(Y)
+    text = str(tc.lower(s, [X, Y]))
+    assert str(tc.lower(tc.auto_schedule([X, Y], trials=0), [X, Y])) == text
+    x = rng.standard_normal(shape).astype("float32")
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    np.testing.assert_allclose(run([X], Y, [x], schedule=s), ref, rtol=1e-5, atol=1e-5)
+    return text
+
+
 @pytest.mark.parametrize("build,shape", [
     (nn.global_avg_pool2d, (2, 8, 56, 56)),     # rows of 56: the row, 3.5 vectors
     (nn.global_max_pool2d, (2, 8, 64, 64)),     # rows of 64: four vectors
@@ -315,14 +330,7 @@ def test_large_windows_over_narrow_rows(build, shape):
     """A window over an output row narrower than a vector, channels first (global
     pooling): reduced along the data in vector partial results, the vectors as wide
     as the data row up to a vector (the row of a 7x7 map: 7 lanes, not one)."""
-    X = tc.placeholder(shape, name="X")
-    Y = build(X)
-    s = sc.schedule_pool(Y)
-    text = str(tc.lower(s, [X, Y]))
-    assert str(tc.lower(tc.auto_schedule([X, Y], trials=0), [X, Y])) == text
-    x = rng.standard_normal(shape).astype("float32")
-    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
-    np.testing.assert_allclose(run([X], Y, [x], schedule=s), ref, rtol=1e-5, atol=1e-5)
+    text = _template_against_plain(build, shape)
     lanes = [int(v) for v in re.findall(r"vectorized \([\w.]+, 0, (\d+)\)", text)]
     assert ".rf[" in text and max(lanes) >= min(shape[-1], 8), text
 
@@ -644,3 +652,55 @@ def test_short_padded_rows(case):
     else:
         ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
     np.testing.assert_allclose(run([X], Y, [x], schedule=s), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_channel_vectors_per_step(monkeypatch):
+    """Vectors of the output row a step (machine facts given, not the host's): up to
+    ``VECTORS``; channels last, a pixel's channels up to half the vector registers, past
+    that the most that divide them (the average's sums need a constant region), else
+    ``VECTORS``; with ``WHOLE_PIXELS`` off, ``VECTORS`` as before."""
+    assert _channel_vectors(None, 16, 32, False) == 1
+    assert _channel_vectors(256, 16, 32, True) == VECTORS          # channels first
+    assert _channel_vectors(256, 16, 32, False) == 16              # a pixel of 256
+    assert _channel_vectors(200, 16, 32, False) == 13              # 12.5 vectors
+    assert _channel_vectors(256, 8, 16, False) == 8                # 32 vectors: 8 divide
+    assert _channel_vectors(2048, 16, 32, False) == 16
+    assert _channel_vectors(300, 16, 32, False) == VECTORS         # 19 vectors, no divisor
+    assert _channel_vectors(48, 16, 32, False) == 3
+    monkeypatch.setattr(pool, "WHOLE_PIXELS", False)
+    assert _channel_vectors(256, 16, 32, False) == VECTORS
+
+
+@pytest.mark.parametrize("build,shape", [
+    (lambda X: nn.avg_pool2d(X, 2, layout="NHWC"), (2, 8, 6, 256)),
+    (lambda X: nn.avg_pool2d(X, 3, 2, 1, False, layout="NHWC"), (1, 7, 9, 200)),
+    (lambda X: nn.max_pool2d(X, 3, 2, 1, layout="NHWC"), (2, 7, 7, 264)),
+    (lambda X: nn.avg_pool2d(X, 2, 1, (0, 1, 1, 0), layout="NHWC"), (1, 5, 5, 300)),
+    (lambda X: nn.global_avg_pool2d(X, layout="NHWC"), (2, 3, 3, 1040)),
+    (lambda X: nn.avg_pool3d(X, 2, layout="NDHWC"), (1, 4, 4, 4, 160)),
+], ids=["avg2d_256", "avg2d_200_p1", "max2d_264_p1", "avg2d_300_asym", "global_1040",
+        "avg3d_160"])
+def test_channels_last_whole_pixels(build, shape):
+    """Channels last, rows of several vectors: a step's vectors cover the pixel's
+    channels (up to half the registers; odd counts a partial vector or fewer vectors a
+    step), against the plain schedule; the auto-scheduler takes the template."""
+    _template_against_plain(build, shape)
+
+
+def test_channels_last_whole_pixels_symbolic_batch_and_half():
+    """The same with a symbolic batch (float32) and in float16 (sums in float32)."""
+    n = tc.var("n")
+    X = tc.placeholder((n, 6, 6, 192), name="X")
+    Y = nn.avg_pool2d(X, 2, layout="NHWC")
+    f = tc.build(tc.auto_schedule([X, Y]), [X, Y])
+    for b in (1, 3):
+        x = rng.standard_normal((b, 6, 6, 192)).astype("float32")
+        out = np.zeros((b, 3, 3, 192), "float32")
+        f(x, out)
+        want = x.reshape(b, 3, 2, 3, 2, 192).mean(axis=(2, 4))
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    x = rng.standard_normal((1, 6, 6, 192)).astype(np.float16)
+    H = tc.placeholder(x.shape, "float16", name="H")
+    got = run([H], nn.avg_pool2d(H, 2, layout="NHWC"), [x]).astype(np.float64)
+    want = x.astype(np.float32).reshape(1, 3, 2, 3, 2, 192).mean(axis=(2, 4))
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)

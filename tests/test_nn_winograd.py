@@ -5,6 +5,8 @@ planes that tiles do not divide, paddings 0/1/2, groups, both layouts, the weigh
 transform run apart, ``algorithm="auto"``'s choice, the gradient, and the calls it
 refuses.  Correctness only, never speed.  Shapes are tiny: a Winograd kernel unrolls its
 transforms' points, a build of about a second each."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -14,6 +16,7 @@ from tecomp.errors import ShapeError
 from tecomp.nn.winograd import winograd_matrices
 from tecomp.nn.winograd import winograd_tile
 import tecomp.nn.winograd as winograd
+from tecomp.strategy.cpu import winograd as cpu_winograd
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -112,9 +115,11 @@ def test_algorithm_winograd_in_conv2d_and_auto_choice():
 def test_grouped_auto_choice_reads_the_machine_model(monkeypatch):
     """algorithm="auto" on grouped convolutions: F(2x2) for ResNeXt's 512x14x14 (16
     channels a group) in NHWC where the FMA units are half the vector's width (Zen 4's
-    model), direct with full-width ones (Zen 5's), direct for 1024x7x7 (7 of its 16
-    2x2 tiles reach past the 7x7 plane's edge), for NCHW (gathers), for groups of 4 and 8
-    channels, and with the switch off.  The machine models are named, not the host's."""
+    model), F(4x4) for 1024x7x7 (32 a group, 4 tiles of 4x4) there from batch 4 (at
+    batch 1 the weight transform outweighs the products saved), direct with full-width
+    ones (Zen 5's), for NCHW (gathers), for groups of 4 and 8 channels, and with the
+    switch off; F(4x4)'s switch off leaves 1024x7x7 direct (F(2x2) computes 64 outputs
+    for 49 there).  The machine models are named, not the host's."""
     half, full = "llvm -mcpu=znver4", "llvm -mcpu=znver5"
     assert tc.target.cpu_model(half).fma_lanes * 2 == tc.target.cpu_model(half).lanes
     assert tc.target.cpu_model(full).fma_lanes == tc.target.cpu_model(full).lanes
@@ -128,10 +133,16 @@ def test_grouped_auto_choice_reads_the_machine_model(monkeypatch):
         assert tile(False, n, 512, 14, half) == 2
         assert tile(False, n, 512, 14, full) == 0
         assert tile(True, n, 512, 14, half) == 0
+        assert tile(False, n, 1024, 7, half) == (4 if n == 8 else 0)
+        assert tile(True, n, 1024, 7, half) == 0
+        assert tile(False, n, 1024, 7, full) == 0
         for target in (half, full):
-            assert tile(False, n, 1024, 7, target) == 0
             assert tile(False, n, 128, 56, target) == 0    # 4 channels a group
             assert tile(False, n, 256, 28, target) == 0    # 8
+    assert tile(False, 4, 1024, 7, half) == 4
+    monkeypatch.setattr(winograd, "GROUPED_WINOGRAD_F4", False)
+    assert tile(False, 8, 1024, 7, half) == 0
+    assert tile(False, 8, 512, 14, half) == 2
     monkeypatch.setattr(winograd, "GROUPED_WINOGRAD", False)
     assert tile(False, 8, 512, 14, half) == 0
     # a stride of 2 is no Winograd convolution: "auto" builds it direct on any host
@@ -158,6 +169,48 @@ def test_grouped_auto_matches_torch():
       out)
     want = want.transpose(0, 2, 3, 1)
     assert np.abs(out - want).max() <= 1e-4 * np.abs(want).max()
+
+
+# (layout, [N, C, H, W], padding, groups, tile, the model's L2 in KB): the transformed
+# weights of the 8 groups outgrow that L2 and one group's fit in a quarter of it, so the
+# tasks are groups, each transforming its weights
+@pytest.mark.parametrize("case", [(False, (2, 64, 7, 5), 1, 8, 4, 80),
+                                  (True, (3, 64, 6, 7), 1, 8, 2, 60),
+                                  (False, (2, 64, 5, 5), 0, 8, 2, 40)],
+                         ids=["nhwc-F4", "nchw-F2", "nhwc-p0-F2"])
+def test_grouped_tasks_of_a_group_transform_its_weights(case, monkeypatch):
+    """A grouped Winograd convolution whose transformed weights outgrow L2 (the machine
+    model here: 40-80 KB, one thread, so the decision does not depend on the host) runs a
+    task per group over every image, the group's weight transform inside it (attached to
+    the output's group loop), against PyTorch in float64; at batch 1, or with
+    ``GROUP_TASKS`` off, the weight transform is a stage of its own."""
+    nchw, (N, C, H, W), pad, groups, m, l2 = case
+    x = RNG.standard_normal((N, C, H, W))
+    w = RNG.standard_normal((C, C // groups, 3, 3))
+    want = F.conv2d(torch.tensor(x), torch.tensor(w), padding=pad, groups=groups).numpy()
+    if not nchw:
+        x, w, want = x.transpose(0, 2, 3, 1), w.transpose(2, 3, 1, 0), want.transpose(0, 2, 3, 1)
+    x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
+    info = dataclasses.replace(tc.target.cpu_model(), l2_bytes=l2 * 1024, threads=1)
+
+    def scheduled(x, on=True):
+        X = tc.placeholder(x.shape, "float64", name="X")
+        Wt = tc.placeholder(w.shape, "float64", name="W")
+        layout = "NCHW" if nchw else "NHWC"
+        U = nn.winograd_weight_transform(Wt, layout, m, groups)
+        Y = nn.conv2d_winograd(X, U, layout, pad, groups=groups)
+        s = tc.create_schedule(Y.op)
+        monkeypatch.setattr(cpu_winograd, "GROUP_TASKS", on)
+        cpu_winograd.winograd_into(s, [Y], info)
+        return s, s[U].attach_type, [X, Wt, Y]
+
+    s, attach, args = scheduled(x)
+    assert attach == "scope"
+    out = np.zeros(want.shape)
+    tc.build(s, args)(x, w, out)
+    np.testing.assert_allclose(out, want, rtol=1e-9, atol=1e-9)
+    assert scheduled(x, on=False)[1] == "root"
+    assert scheduled(x[:1])[1] == "root"
 
 
 def _stage_tags(ts):

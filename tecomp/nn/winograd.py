@@ -415,9 +415,18 @@ GROUPED_WINOGRAD = True
 
 #: vector operations per value that a grouped Winograd convolution's transforms make in
 #: its cache (each value of ``V`` and ``M``: the transform's additions, its store, the
-#: next stage's load), one a cycle: fitted to Zen 4's ResNeXt 512x14x14 (F(2x2) 1.25x
-#: and 1.41x faster than direct at batch 8 and 1, one thread) and 1024x7x7 (1.00x)
-GROUPED_TRANSFORM_OPS = 5
+#: next stage's load), one a cycle, by tile size ``m``.  F(2x2): fitted to Zen 4's
+#: ResNeXt 512x14x14 (F(2x2) 1.25x and 1.41x faster than direct at batch 8 and 1, one
+#: thread) and 1024x7x7 (1.00x).  F(4x4) (6-point transforms, about 3 operations per
+#: value and dimension where F(2x2)'s take 1): fitted to Zen 4's 1024x7x7 at batch 8
+#: (1.10-1.41x faster than direct over 7 runs under load, one thread: 9.5-16 operations)
+#: and 512x14x14 at batch 8 (1.05x, F(2x2) 1.35x: 12.7)
+GROUPED_TRANSFORM_OPS = {2: 5, 4: 12}
+
+#: whether ``algorithm="auto"`` weighs F(4x4) for grouped convolutions beside F(2x2)
+#: (:func:`_grouped_tile`); off, F(2x2) or direct, as before
+#: (``benchmarks/depthwise_conv.py --ab GROUPED_WINOGRAD_F4``)
+GROUPED_WINOGRAD_F4 = True
 
 #: how much faster than the direct convolution the model must expect a grouped
 #: Winograd convolution to be before ``algorithm="auto"`` takes it
@@ -426,33 +435,39 @@ GROUPED_GAIN = 1.15
 
 def _grouped_tile(nchw: bool, N: int, C: int, O: int, groups: int, out_hw, info,
                   skipped: float) -> int:
-    """:func:`winograd_tile` for ``groups > 1``: 2 (F(2x2)) or 0 (direct).  A group's
-    GEMM per point is small (``C / groups`` input channels), and the stages run per
-    group with their transforms in cache, so the rule weighs time in cycles: the direct
-    sum's products (less the ``skipped`` share on the padding, which the direct
-    template leaves out) at the FMA rate (``fma_ports x fma_lanes``) against F(2x2)'s
-    products at that rate plus its transforms, :data:`GROUPED_TRANSFORM_OPS` vector
-    operations (``lanes`` wide, one a cycle) per value of ``V`` and ``M`` (``16`` per
-    tile and channel), and the weight transform; Winograd where it comes out
-    :data:`GROUPED_GAIN` times faster.  Half-width FMA units (Zen 4: 8 of 16 lanes) make
-    the products twice as dear as the transforms: there ResNeXt's 512x14x14 (16
-    channels a group) takes F(2x2) and 1024x7x7 (32 a group, its 7x7 plane in 16 tiles
-    of 2x2: 64 outputs computed for 49) stays direct; with full-width ones (Zen 5: F(2x2)
-    0.97x and 0.81x the direct template there) both stay direct.  F(4x4) ran slower
-    than F(2x2) on every grouped layer measured (Zen 4 and 5), and NCHW's transforms
-    gather across the channel planes (0.44-0.52x the direct template on Zen 4): only
-    NHWC's F(2x2) is weighed."""
+    """:func:`winograd_tile` for ``groups > 1``: 4 (F(4x4)), 2 (F(2x2)) or 0 (direct).
+    A group's GEMM per point is small (``C / groups`` input channels), and the stages
+    run per group with their transforms in cache, so the rule weighs time in cycles:
+    the direct sum's products (less the ``skipped`` share on the padding, which the
+    direct template leaves out) at the FMA rate (``fma_ports x fma_lanes``) against
+    each tile's products at that rate plus its transforms,
+    :data:`GROUPED_TRANSFORM_OPS` vector operations (``lanes`` wide, one a cycle) per
+    value of ``V`` and ``M`` (``a^2`` per tile and channel), and the weight transform;
+    the faster tile where it comes out :data:`GROUPED_GAIN` times faster than direct.
+    Half-width FMA units (Zen 4: 8 of 16 lanes) make the products twice as dear as the
+    transforms: there ResNeXt's 512x14x14 (16 channels a group) takes F(2x2) and
+    1024x7x7 at batch 8 (32 a group, its 7x7 plane in 4 tiles of 4x4: 144 products
+    per channel pair where the direct sum makes 361 on the taps inside) F(4x4); at batch
+    1 the weight transform (36 values per channel pair, every call) outweighs the
+    products saved and 1024x7x7 stays direct.  With full-width FMAs (Zen 5: F(2x2) 0.97x
+    and 0.81x the direct template there) every grouped convolution stays direct.
+    NCHW's transforms gather across the channel planes (0.44-0.52x the direct template
+    on Zen 4): only NHWC is weighed."""
     if nchw or not GROUPED_WINOGRAD or C % groups or O % groups:
         return 0
     fma_per_cycle = info.fma_ports * info.fma_lanes
     pairs = (C // groups) * (O // groups) * groups
     direct = 9 * N * out_hw[0] * out_hw[1] * pairs * (1 - skipped) / fma_per_cycle
-    m, al = 2, 4
-    tiles = N * (-(-out_hw[0] // m)) * (-(-out_hw[1] // m))
-    winograd = (al * al * tiles * pairs / fma_per_cycle
-                + GROUPED_TRANSFORM_OPS * al * al * tiles * (C + O) / info.lanes
-                + al * al * 6 * pairs / fma_per_cycle)
-    return m if direct >= GROUPED_GAIN * winograd else 0
+    best, best_cycles = 0, direct / GROUPED_GAIN
+    for m in (2, 4) if GROUPED_WINOGRAD_F4 else (2,):
+        al = m + 2
+        tiles = N * (-(-out_hw[0] // m)) * (-(-out_hw[1] // m))
+        cycles = (al * al * tiles * pairs / fma_per_cycle
+                  + GROUPED_TRANSFORM_OPS[m] * al * al * tiles * (C + O) / info.lanes
+                  + al * al * 6 * pairs / fma_per_cycle)
+        if cycles <= best_cycles:
+            best, best_cycles = m, cycles
+    return best
 
 
 def winograd_tile(nchw: bool, N: int, C: int, O: int, groups: int, out_hw,

@@ -245,10 +245,11 @@ def _conv1d_ncw_into(s: Schedule, conv, info: CpuModel, wide: bool = True):
     xvecs, kblock = 2, C
     if wide and info.vregs >= 32 and OX >= WIDE_ROW_VECTORS * L:
         sx, dx = conv.op.attrs["conv"][0][0], conv.op.attrs["conv"][2][0]
-        row_bytes = (WIDE_ROW_VECTORS * L * sx + (K - 1) * dx + 1) * _dt.bits(conv.dtype) // 8
+        v = _row_vectors(OX, L)
+        row_bytes = (v * L * sx + (K - 1) * dx + 1) * _dt.bits(conv.dtype) // 8
         kb = _largest_divisor_at_most(C, max(1, info.l1_bytes // row_bytes))
         if kb < C:
-            xvecs, kblock = WIDE_ROW_VECTORS, kb
+            xvecs, kblock = v, kb
     xb = xvecs * L if OX >= xvecs * L else L
     budget = max(1, (info.vregs - 4) // (xb // L))   # accumulator rows
     ob = _largest_divisor_at_most(O, budget)
@@ -307,6 +308,26 @@ def _conv1d_ncw_into(s: Schedule, conv, info: CpuModel, wide: bool = True):
 #: the vectors along the row of the conv1d_ncw template's wide register block (with 32
 #: registers): 4 output channels x 6 vectors, 24 accumulators
 WIDE_ROW_VECTORS = 6
+
+#: whether the wide block takes one vector less where its blocks then cover the row
+#: with fewer outputs past its end (:func:`_row_vectors`); off, always
+#: :data:`WIDE_ROW_VECTORS`, as before.  Zen 4, one thread, CPU time, under load (load
+#: average 14-16), 7 rounds, two runs, ms, 6 / 5 vectors: wav2vec2's second layer (1599
+#: outputs: 17 blocks of 96 = 1632, 20 of 80 = 1600) 26.58 / 25.85 and 26.39 / 25.39,
+#: PyTorch 25.66 and 25.15; 256 -> 256 k3, 1024 outputs (1056 / 1040) 30.99 / 31.09 and
+#: 30.30 / 30.56; 128 -> 128 k5, 2048 outputs (2112 / 2080) 25.44 / 25.20 and 25.24 /
+#: 24.93
+LEAST_ROW_TAIL = True
+
+
+def _row_vectors(OX: int, lanes: int) -> int:
+    """The wide block's vectors along a row of ``OX`` outputs: :data:`WIDE_ROW_VECTORS`,
+    or one less where its blocks cover the row with fewer outputs computed past its end
+    (:data:`LEAST_ROW_TAIL`; ties keep the wider block, 4 FMAs per load more)."""
+    def covered(v):
+        return -(-OX // (v * lanes)) * v * lanes
+    v = WIDE_ROW_VECTORS
+    return v - 1 if LEAST_ROW_TAIL and v > 1 and covered(v - 1) < covered(v) else v
 
 
 def _unrolled_vectors(st, rows, vec, lanes: int) -> None:

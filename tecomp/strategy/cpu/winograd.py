@@ -17,6 +17,11 @@ The stages, each a parallel loop of its own:
   channels in vectors (the loads of ``M`` contiguous; NCHW's stores scattered across
   the output's channel planes).
 
+A grouped convolution whose stages fit in L2 per group runs them fused, per (image,
+group) task; where its transformed weights outgrow L2 too (ResNeXt's 1024x7x7 at F(4x4):
+4.7 MB), a task is a group over every image, its weight transform first
+(:data:`GROUP_TASKS`).
+
 NCHW's transforms on vectors against one channel at a time (``NCHW_VECTORS``), F(4x4),
 one thread, CPU time, Zen 5 under load: ResNet's 64x56 1.26 -> 0.65 ms (batch 1), 37.1
 -> 8.8 ms (batch 8); 128x28 0.77 -> 0.54, 18.3 -> 5.3; 256x14 2.59 -> 1.82, 13.7 ->
@@ -36,6 +41,15 @@ from ...target import CpuModel, cpu_model
 #: NCHW's transforms on vectors of channels (gathers across the input's channel planes,
 #: stores across the output's); False: one channel at a time (kept to measure against)
 NCHW_VECTORS = True
+
+#: whether a grouped Winograd convolution whose transformed weights outgrow L2 runs a task
+#: per group over every image, transforming the group's weights first (they stay in L2
+#: for the images), where its tasks were (image, group) pairs reading every group's
+#: weights back from memory for each image.  Zen 4, ResNeXt's 1024x7x7 in NHWC at batch
+#: 8, F(4x4) (4.7 MB of transformed weights), one thread, CPU time, under load (load
+#: average 9): 1.97 -> 1.52 ms and 2.00 -> 1.59 ms, the direct template 2.08 / 2.09 ms.
+#: Off: (image, group) tasks, as before (``benchmarks/depthwise_conv.py --ab GROUP_TASKS``)
+GROUP_TASKS = True
 
 
 def _nchw_vectors(channels: int, L: int) -> bool:
@@ -96,13 +110,12 @@ def winograd_into(s: Schedule, outs, info: CpuModel) -> None:
                 hasattr(t.op, "body"):
             s[t].compute_inline()
     # the weight transform (when it is a stage of the DAG)
-    if "winograd_weight" in _op_tags(U.op):
-        su = s[U]
+    su = s[U] if "winograd_weight" in _op_tags(U.op) else None
+    if su is not None:
         xi, nu, g, c, k = su.op.axis
         ko, ki = _vec(su, k, kg, L)
         su.reorder(g, c, *([ko] if ko is not None else []), xi, nu, ki)
         _unfold(su, xi, nu)
-        _par(su, [g, c], info)
     # per (image, group) where a group's blocks fit in L2 (a grouped convolution: each
     # group's GEMM is small, its transforms as much work, and three passes over memory
     # cost more than the products saved); three passes otherwise
@@ -117,14 +130,29 @@ def winograd_into(s: Schedule, outs, info: CpuModel) -> None:
         n, y, x, o = sy.op.axis
     yo, yi = sy.split(y, factor=m)
     xo, xi_ = sy.split(x, factor=m)
+    # tasks of a group over every image, each transforming its group's weights first,
+    # where the transformed weights outgrow L2 (read back from memory by every image's
+    # task otherwise) and a group's fit in a quarter of it, with 4 tasks per thread
+    # (GROUP_TASKS)
+    wbytes = al * al * (C // G) * kg * (_dt.bits(U.dtype) // 8)
+    per_group = (fused and su is not None and GROUP_TASKS and N is not None and N > 1
+                 and G >= 4 * max(1, info.threads) and G * wbytes > info.l2_bytes
+                 and wbytes <= info.l2_bytes // 4)
     if fused:
         og, ok = sy.split(o, factor=kg)
+        first = [og, n] if per_group else [n, og]
         if nchw:
-            sy.reorder(n, og, ok, yo, xo, yi, xi_)
+            sy.reorder(*first, ok, yo, xo, yi, xi_)
         else:
             oo, oi = _vec(sy, ok, kg, L)
-            sy.reorder(n, og, yo, xo, *([oo] if oo is not None else []), yi, xi_, oi)
-        at = _par(sy, [n, og], info)
+            sy.reorder(*first, yo, xo, *([oo] if oo is not None else []), yi, xi_, oi)
+        if per_group:
+            if info.threads > 1:
+                sy.parallel(og)
+            su.compute_at(sy, og)
+            at = n
+        else:
+            at = _par(sy, [n, og], info)
     elif nchw and _nchw_vectors(G * kg, L):
         # the output channels in vectors: contiguous loads of M, each of the m x m
         # outputs a store across L channel planes
@@ -138,6 +166,8 @@ def winograd_into(s: Schedule, outs, info: CpuModel) -> None:
         oo, oi = _vec(sy, o, G * kg, L)
         sy.reorder(n, yo, xo, *([oo] if oo is not None else []), yi, xi_, oi)
         at = _par(sy, [n, yo], info)
+    if su is not None and not per_group:
+        _par(su, [su.op.axis[2], su.op.axis[3]], info)
     _unfold(sy, yi, xi_)
     # the input transform: per tile, channels in vectors (NHWC), the points unrolled
     sv = s[V]
