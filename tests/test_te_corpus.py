@@ -1,11 +1,14 @@
 """The plain-TE corpus (``tecomp.testing.te_corpus``): every operator right under the
 default schedule (``tc.auto_schedule``, trials=0) and under the trivial one
-(``tecomp.strategy.trivial``), against numpy.  Speed is in ``benchmarks/te_corpus.py``,
-not here."""
+(``tecomp.strategy.trivial``), against numpy; and the rules and the code generator's
+choices its timings led to (a reduction vectorized along its output where every operand
+is broadcast there).
+Speed is in ``benchmarks/te_corpus.py``, not here."""
 import numpy as np
 import pytest
 
 import tecomp as tc
+from tecomp.strategy import rules
 from tecomp.strategy.trivial import trivial_schedule
 from tecomp.testing import te_corpus
 
@@ -30,3 +33,58 @@ def test_corpus_against_numpy(name, kind):
 
 def test_corpus_is_the_size_the_brief_asks():
     assert 25 <= len(te_corpus.names()) <= 45
+
+
+def _cumsum(M=8, N=48, dtype="float32"):
+    X = tc.placeholder((M, N), dtype, name="x")
+    k = tc.reduce_axis(N, name="k")
+    Y = tc.compute((M, N), lambda i, j: tc.sum(tc.if_then_else(k <= j, X[i, k], 0), axis=k),
+                   name="y")
+    return X, Y
+
+
+def test_masked_reduction_is_vectorized_along_its_output():
+    """A cumulative sum written as ``sum(where(k <= j, x[i, k], 0))``: every operand is
+    broadcast along ``j``, so ``j`` takes the lanes (no reduction across lanes); with
+    VECTOR_OUTPUTS off, the row reduction as before.  Both right."""
+    X, Y = _cumsum()
+    x = np.random.default_rng(1).standard_normal((8, 48)).astype(np.float32)
+    s = tc.auto_schedule([X, Y])
+    text = str(tc.lower(s, [X, Y]))
+    assert "vectorized (j" in text and ".rf" not in text
+    y = np.zeros_like(x)
+    tc.build(s, [X, Y])(x, y)
+    np.testing.assert_allclose(y, np.cumsum(x, 1), rtol=1e-5, atol=1e-5)
+    old = rules.VECTOR_OUTPUTS
+    rules.VECTOR_OUTPUTS = False
+    try:
+        s2 = tc.auto_schedule([X, Y])
+    finally:
+        rules.VECTOR_OUTPUTS = old
+    assert ".rf" in str(tc.lower(s2, [X, Y]))
+    y2 = np.zeros_like(x)
+    tc.build(s2, [X, Y])(x, y2)
+    np.testing.assert_allclose(y2, np.cumsum(x, 1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("N", [16, 40, 64, 100])
+def test_vector_output_rows_of_any_length(N):
+    """Rows of one vector, of a vector and a tail, of four vectors, of six and a tail
+    (int32: exact)."""
+    X, Y = _cumsum(5, N, "int32")
+    x = np.random.default_rng(N).integers(-50, 50, (5, N)).astype(np.int32)
+    s = tc.auto_schedule([X, Y])
+    assert "vectorized (j" in str(tc.lower(s, [X, Y]))
+    y = np.zeros_like(x)
+    tc.build(s, [X, Y])(x, y)
+    np.testing.assert_array_equal(y, np.cumsum(x, 1))
+
+
+def test_row_reductions_keep_their_vectors():
+    """A row sum (its operand moves along its output with a stride) and a matrix-vector
+    product keep the reduction's vectors: only operands broadcast along the output
+    move the lanes."""
+    c = te_corpus.make("row_sum_odd")
+    assert ".rf" in str(tc.lower(tc.auto_schedule(c.args), c.args))
+    c = te_corpus.make("matvec_odd")
+    assert ".rf" in str(tc.lower(tc.auto_schedule(c.args), c.args))

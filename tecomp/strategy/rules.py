@@ -57,6 +57,9 @@ in spirit):
    **Split reductions**: a reduction to fewer values than threads (every axis reduced)
    or a column reduction of too few tiles has its first reduce axis cut into chunks,
    ``rfactor``-ed into parallel partial results (:meth:`_Rules.split_reduction`).
+   **Vector outputs**: a reduction whose operands are all broadcast along its innermost
+   output axis (a cumulative sum written as ``sum(where(k <= j, x[i, k], 0))``) takes
+   its lanes along that axis (:meth:`_Rules.vector_output_reduction`).
 5. **Elementwise outputs**: innermost axis vectorized (four vectors a step where they
    divide a constant row), outer axes fused and parallel; a row with a vector tail fused
    with the axis before it where every read takes both whole (a 7x7 map); a division by
@@ -139,6 +142,12 @@ STREAM_OUTPUTS = True
 #: where its inputs and output take more than half the last-level cache (the knob
 #: ``stream.<stage>``; :meth:`_Rules._streams`)
 STREAM_ROWS = True
+
+#: whether a reduction whose operands are all broadcast along its innermost output axis
+#: (a cumulative sum written as a masked reduction, ``sum(where(k <= j, x[i, k], 0))``)
+#: is vectorized along that axis instead of along its reduction
+#: (:meth:`_Rules._lanes_along_output`)
+VECTOR_OUTPUTS = True
 
 #: the rows a column reduction reads per pass over its tile (the last reduce axis split
 #: by it, unrolled inside the tile's vectors): each accumulator is loaded and stored once
@@ -783,6 +792,10 @@ class _Rules(BlockRules):
             cache = self.s.cache_write(op.output(0), "local")
             self.tile_reduction(self.s[cache], st, cache.op, origin=op)
             return
+        if self._lanes_along_output(op) and \
+                self.k.choose(f"{op.name}.vector_output", [True, False], True):
+            self.vector_output_reduction(st)
+            return
         if self._row_reducible(op) and op.axis:
             self.row_reduction_root(st)
             return
@@ -1144,6 +1157,61 @@ class _Rules(BlockRules):
             rf.reorder(*(list(rf.op.axis[:-1]) + list(rf.op.reduce_axis) + [rki]))
             rf.vectorize(rki)
             self.done.add(id(rf.op))
+
+    def _lanes_along_output(self, op) -> bool:
+        """Whether reduction ``op`` is better vectorized along its innermost output axis
+        ``v`` than along its reduction (:data:`VECTOR_OUTPUTS`): ``v`` a constant extent
+        of at least a vector, no register block (:meth:`_plan_block`: no operand moves
+        along ``v``), every load broadcast along ``v`` (the same element for every
+        lane), and the body reading ``v`` (a mask, ``k <= j``: a cumulative sum written
+        as a reduction).  Per output value, the lanes of ``v`` cost ``K / L`` vector
+        steps (a broadcast element each) for ``K`` reduction steps and ``L`` lanes,
+        the reduction's vectors ``ceil(K / L)`` vector steps and a reduction across the
+        lanes besides: never more, and the lanes' sum needs no reassociation."""
+        if not VECTOR_OUTPUTS or not op.axis or len(op.bodies) != 1 or \
+                not isinstance(op.body, Reduce) or self._plan_block(op) is not None:
+            return False
+        v = op.axis[-1]
+        ev = _cint(v.dom.extent)
+        if ev is None or ev < self.L:
+            return False
+        if any(_stride_along(ld.indices, v.var) != "bcast" for ld in _loads(op.body)):
+            return False
+        return uses_var(op.body, v.var)
+
+    def vector_output_reduction(self, st: Stage):
+        """A reduction vectorized along its innermost output axis
+        (:meth:`_lanes_along_output`): accumulated in a ``local`` buffer of four vectors
+        of outputs where they divide the axis (four independent chains), else one, the
+        reduction outside its lanes; the outer axes and the vectors' loop fused and
+        parallel."""
+        s, L = self.s, self.L
+        op = st.op
+        cache = s.cache_write(op.output(0), "local")
+        st = s[op.output(0)]
+        axes = list(st.op.axis)
+        ev = _cint(axes[-1].dom.extent)
+        f = self.k.choose(f"vec.{op.name}", [L, 4 * L], 4 * L if ev % (4 * L) == 0 else L)
+        vo, vi = st.split(axes[-1], factor=f)
+        outer = axes[:-1] + [vo]
+        row = self.parallel(st, outer, [self.ext(self._leaf_extent(st, a)) for a in outer])
+        at = vo if vo in st.leaf_iter_vars else row
+        cs = s[cache]
+        cs.compute_at(st, at)
+        # (split by the lanes even for one vector: at a tail the buffer's extent is
+        # symbolic, a min, and only a constant one is vectorized)
+        cvo, cvl = cs.split(cs.op.axis[-1], factor=L)
+        cs.reorder(*cs.op.reduce_axis, cvo, cvl)
+        if f > L:
+            cs.unroll(cvo)
+        cs.vectorize(cvl)
+        if f > L:
+            svo, svl = st.split(vi, factor=L)
+            st.unroll(svo)
+            st.vectorize(svl)
+        else:
+            st.vectorize(vi)
+        self.done.add(id(cache.op))
 
     def fallback(self, st: Stage):
         """Neither blocked nor a row reduction: the outer axes in parallel, the
