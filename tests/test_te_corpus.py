@@ -2,7 +2,7 @@
 default schedule (``tc.auto_schedule``, trials=0) and under the trivial one
 (``tecomp.strategy.trivial``), against numpy; and the rules and the code generator's
 choices its timings led to (a reduction vectorized along its output where every operand
-is broadcast there).
+is broadcast there, a masked store into a function's own stack buffer as a blend).
 Speed is in ``benchmarks/te_corpus.py``, not here."""
 import numpy as np
 import pytest
@@ -88,3 +88,50 @@ def test_row_reductions_keep_their_vectors():
     assert ".rf" in str(tc.lower(tc.auto_schedule(c.args), c.args))
     c = te_corpus.make("matvec_odd")
     assert ".rf" in str(tc.lower(tc.auto_schedule(c.args), c.args))
+
+
+def _row_max(M=3, N=300):
+    X = tc.placeholder((M, N), "int32", name="x")
+    k = tc.reduce_axis(N, name="k")
+    Y = tc.compute((M,), lambda i: tc.max(X[i, k], axis=k), name="y")
+    return X, Y
+
+
+def test_tail_of_a_row_reduction_blends_its_partial_results():
+    """The masked tail step of a row reduction (300 steps: no whole number of four
+    vectors at any width, 4 x 64 + 44 with AVX-512) updates its partial
+    results on the stack with a blend and a plain store, not ``llvm.masked.store``
+    (which kept them in memory); the lanes off keep their values: each row's maximum
+    in a lane the tail leaves off (lane 50 of 64 with AVX-512), in the tail's last
+    element, in its first."""
+    X, Y = _row_max()
+    f = tc.build(tc.auto_schedule([X, Y]), [X, Y])
+    assert "llvm.masked.store" not in f.get_source("llvm")
+    x = np.zeros((3, 300), np.int32) - 5
+    x[0, 50] = 7          # a lane the tail leaves off
+    x[1, 299] = 9         # the tail's last lane
+    x[2, 256] = 4         # the tail's first lane
+    x[2, 40] = 3
+    y = np.zeros(3, np.int32)
+    f(x, y)
+    np.testing.assert_array_equal(y, x.max(1))
+    x = np.random.default_rng(3).integers(-10 ** 9, 10 ** 9, (3, 300)).astype(np.int32)
+    f(x, y)
+    np.testing.assert_array_equal(y, x.max(1))
+
+
+def test_masked_store_into_an_output_stays_masked():
+    """A vectorized loop's tail storing into an argument (another thread's memory, or
+    past the array's end) keeps ``llvm.masked.store``: only a function's own stack
+    buffers are blended."""
+    X = tc.placeholder((5, 40), name="x")
+    Y = tc.compute((5, 40), lambda i, j: X[i, j] * 2.0, name="y")
+    s = tc.create_schedule(Y.op)
+    jo, ji = s[Y].split(Y.op.axis[1], factor=64)
+    s[Y].vectorize(ji)
+    f = tc.build(s, [X, Y])
+    assert "llvm.masked.store" in f.get_source("llvm")
+    x = np.arange(200, dtype=np.float32).reshape(5, 40)
+    y = np.full((5, 40), -1, np.float32)
+    f(x, y)
+    np.testing.assert_array_equal(y, x * 2)
