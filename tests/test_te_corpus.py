@@ -135,3 +135,33 @@ def test_masked_store_into_an_output_stays_masked():
     y = np.full((5, 40), -1, np.float32)
     f(x, y)
     np.testing.assert_array_equal(y, x * 2)
+
+
+def _vector_step(s, args):
+    """The split lines of ``s``'s trace (the vector steps' factors among them)."""
+    return [ln for ln in s.trace.python(args).splitlines() if ".split(" in ln]
+
+
+def test_a_row_cut_per_row_is_one_vector_a_step():
+    """A causal mask fill (``j <= i``: loop partitioning cuts each row where it moves)
+    steps one vector at a time; a concatenation's select (``j < 300``: the same cut in
+    every row) and a plain row keep four vectors a step."""
+    four = f"factor={4 * tc.target.cpu_model().lanes})"
+    c = te_corpus.make("causal_mask_fill")
+    assert rules._Rules._cut_per_row(c.out.op)
+    assert [ln for ln in _vector_step(tc.auto_schedule(c.args), c.args)
+            if four in ln] == []
+    for name in ("concat_select", "float16_affine"):
+        c = te_corpus.make(name)
+        assert not rules._Rules._cut_per_row(c.out.op)
+    c = te_corpus.make("float16_affine")
+    assert any(four in ln for ln in _vector_step(tc.auto_schedule(c.args), c.args))
+    old = rules.VECTOR_STEP_CUTS
+    rules.VECTOR_STEP_CUTS = False
+    try:
+        c = te_corpus.make("causal_mask_fill")
+        s = tc.auto_schedule(c.args)
+    finally:
+        rules.VECTOR_STEP_CUTS = old
+    assert any(four in ln for ln in _vector_step(s, c.args))
+    np.testing.assert_array_equal(_run(c, s), c.want)

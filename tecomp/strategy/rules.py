@@ -61,7 +61,8 @@ in spirit):
    output axis (a cumulative sum written as ``sum(where(k <= j, x[i, k], 0))``) takes
    its lanes along that axis (:meth:`_Rules.vector_output_reduction`).
 5. **Elementwise outputs**: innermost axis vectorized (four vectors a step where they
-   divide a constant row), outer axes fused and parallel; a row with a vector tail fused
+   divide a constant row, one where the row is cut at a point that moves from row to
+   row: :meth:`_Rules._cut_per_row`), outer axes fused and parallel; a row with a vector tail fused
    with the axis before it where every read takes both whole (a 7x7 map); a division by
    a value constant along the row (a softmax's ``e / sum``) one reciprocal per row,
    multiplied (``pragma fp_reciprocal``); an output no other stage reads, in runs of
@@ -83,7 +84,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import AutoScheduleError
 from ..ir import dtype as _dt
-from ..ir.expr import Const, Div, Reduce, Var, same_as
+from ..ir.expr import CmpOp, Const, Div, Reduce, Var, same_as
 from ..ir.functor import collect, uses_var
 from ..ir.simplify import simplify
 from ..lower.schedule_ops import expand_inlined
@@ -148,6 +149,11 @@ STREAM_ROWS = True
 #: is vectorized along that axis instead of along its reduction
 #: (:meth:`_Rules._lanes_along_output`)
 VECTOR_OUTPUTS = True
+
+#: whether an elementwise row cut at a point that moves from row to row (a causal mask,
+#: :meth:`_Rules._cut_per_row`) is vectorized one vector a step (else four where they
+#: divide the row, as any row)
+VECTOR_STEP_CUTS = True
 
 #: the rows a column reduction reads per pass over its tile (the last reduce axis split
 #: by it, unrolled inside the tile's vectors): each accumulator is loaded and stored once
@@ -423,9 +429,13 @@ class _Rules(BlockRules):
         # four vectors a step where they divide the row (LLVM's own vectorizer
         # interleaves so too): more loads in flight (benchmarks/DECISIONS.md, "Rules:
         # elementwise rows four vectors a step")
+        # (one where the row is cut at a point that moves from row to row, a causal
+        # mask's ``j <= i``: loop partitioning's part around the cut would be a step of
+        # four vectors with bounds of its own)
+        four = ce is not None and ce % (4 * L) == 0 and ce > 0 and \
+            not self._cut_per_row(op)
         vec_f = self.k.choose(f"vec.{op.name}", [1, L, 2 * L, 4 * L],
-                              4 * L if ce is not None and ce % (4 * L) == 0 and ce > 0 else
-                              L if ie is None or ie >= L else 1)
+                              4 * L if four else L if ie is None or ie >= L else 1)
         outer_axes = axes[:-1]
         if vec_f > 1 and ce is not None and ce <= vec_f:
             if ce > 1:
@@ -489,6 +499,22 @@ class _Rules(BlockRules):
         n = _elems(op.output(0), self.shapes)
         return STREAM_OUTPUTS and n is not None and \
             _streams_past_cache(n * _dt.nbytes(dtype), run, dtype, self.info)
+
+    @staticmethod
+    def _cut_per_row(op) -> bool:
+        """Whether a comparison of index arithmetic alone (no load) in ``op``'s body
+        relates its last axis to another of its axes (``j <= i``: a causal mask, a
+        triangle), which loop partitioning cuts each row at: a point that moves with the
+        row.  A causal mask fill of 1024 x 1024 float32 ran 5% slower in steps of four
+        vectors than of one (87.8 against 83.3 us, one thread, AMD EPYC Zen 4 VM, under
+        load; ``benchmarks/te_corpus.py``)."""
+        if not VECTOR_STEP_CUTS or len(op.axis) < 2:
+            return False
+        last = op.axis[-1].var
+        others = [a.var for a in op.axis[:-1]]
+        return any(collect(b, lambda n: isinstance(n, CmpOp) and not _loads(n) and
+                           uses_var(n, last) and any(uses_var(n, v) for v in others))
+                   for b in op.bodies)
 
     @staticmethod
     def _divides_by_row_values(op) -> bool:
