@@ -6,7 +6,8 @@ divide), a log-softmax as three, a layer norm as five (row sum, centred values, 
 squares, ``rsqrt``, the affine output) and a softmax with a temperature written
 differently (an ``(M, 1)`` row max, a multiply by a per-row reciprocal); and a causal
 depthwise conv1d, 4 x 1536 x 1024 with 4 taps (``y[b, c, t] = sum_k x[b, c, t - k] *
-w[c, k]``).  Each also against the trivial schedule (:func:`trivial_schedule`: every
+w[c, k]``).  Each also against the trivial schedule
+(:func:`tecomp.strategy.trivial.trivial_schedule`: every
 stage's outer axes fused and parallel, its last one vectorized), the floor the
 default should never fall below.  Against
 PyTorch's fused operators (``softmax``, ``log_softmax``, ``layer_norm``, with
@@ -42,26 +43,6 @@ AB_SWITCHES = (("tecomp.lower.prefetch", "WIDE_STREAMS"),
                ("tecomp.strategy.blocks", "STREAM_ALONE"))
 
 
-def trivial_schedule(tc, out, lanes: int):
-    """The trivial schedule of the DAG computing ``out``: every stage at its own root,
-    its axes but the last fused and parallel, the last split by ``lanes`` and
-    vectorized (a stage of one axis: split, the outer part parallel; a reduction to
-    one axis: that axis parallel)."""
-    s = tc.create_schedule(out.op)
-    for st in s.stages:
-        axes = list(st.op.axis)
-        if len(axes) >= 2:
-            st.parallel(st.fuse(*axes[:-1]) if len(axes) > 2 else axes[0])
-            st.vectorize(st.split(axes[-1], factor=lanes)[1])
-        elif st.op.reduce_axis:
-            st.parallel(axes[0])
-        else:
-            vo, vi = st.split(axes[0], factor=lanes)
-            st.parallel(vo)
-            st.vectorize(vi)
-    return s
-
-
 def _build_with(tc, targs, on: bool, only=None):
     """``tc.build(tc.auto_schedule(targs), targs)`` with every switch of
     :data:`AB_SWITCHES` (or those whose flag is in ``only``) set to ``on``."""
@@ -90,6 +71,7 @@ def main() -> None:
 
     import tecomp as tc
     import tecomp.nn as nn
+    from tecomp.strategy.trivial import trivial_schedule
 
     torch = torch_or_none(args.threads)
     M, N = 4096, 1024
@@ -183,7 +165,7 @@ def main() -> None:
             only = None if args.ab == "all" else set(args.ab.split(","))
             add("before " + name, _build_with(tc, targs, False, only), arrays, o, name)
             peers[name].append("before " + name)
-        add("trivial " + name, tc.build(trivial_schedule(tc, targs[-1], lanes), targs),
+        add("trivial " + name, tc.build(trivial_schedule(targs, lanes), targs),
             arrays, o, name)
         peers[name].append("trivial " + name)
     # tecomp's templates

@@ -13,6 +13,8 @@ machine model (:attr:`tecomp.Target.machine`):
                        a knob (:class:`Knobs`) the search can change
 :mod:`.cuda_rules`     the generic GPU rules
 :mod:`.rows`           row reductions computed at their readers' rows (softmax, norms)
+:mod:`.trivial`        the trivial schedule (outer axes parallel, the innermost vectorized),
+                       the floor the rules are measured against
 :mod:`.tensorize`      int8 GEMMs on the target's dot-product instructions
 :mod:`.backward`       :func:`schedule_backward`, a default CPU schedule for gradients
 =====================  ===================================================================

@@ -57,8 +57,12 @@ in spirit):
    **Split reductions**: a reduction to fewer values than threads (every axis reduced)
    or a column reduction of too few tiles has its first reduce axis cut into chunks,
    ``rfactor``-ed into parallel partial results (:meth:`_Rules.split_reduction`).
+   **Vector outputs**: a reduction whose operands are all broadcast along its innermost
+   output axis (a cumulative sum written as ``sum(where(k <= j, x[i, k], 0))``) takes
+   its lanes along that axis (:meth:`_Rules.vector_output_reduction`).
 5. **Elementwise outputs**: innermost axis vectorized (four vectors a step where they
-   divide a constant row), outer axes fused and parallel; a row with a vector tail fused
+   divide a constant row, one where the row is cut at a point that moves from row to
+   row: :meth:`_Rules._cut_per_row`), outer axes fused and parallel; a row with a vector tail fused
    with the axis before it where every read takes both whole (a 7x7 map); a division by
    a value constant along the row (a softmax's ``e / sum``) one reciprocal per row,
    multiplied (``pragma fp_reciprocal``); an output no other stage reads, in runs of
@@ -80,7 +84,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import AutoScheduleError
 from ..ir import dtype as _dt
-from ..ir.expr import Const, Div, Reduce, Var, same_as
+from ..ir.expr import CmpOp, Const, Div, Reduce, Var, same_as
 from ..ir.functor import collect, uses_var
 from ..ir.simplify import simplify
 from ..lower.schedule_ops import expand_inlined
@@ -139,6 +143,17 @@ STREAM_OUTPUTS = True
 #: where its inputs and output take more than half the last-level cache (the knob
 #: ``stream.<stage>``; :meth:`_Rules._streams`)
 STREAM_ROWS = True
+
+#: whether a reduction whose operands are all broadcast along its innermost output axis
+#: (a cumulative sum written as a masked reduction, ``sum(where(k <= j, x[i, k], 0))``)
+#: is vectorized along that axis instead of along its reduction
+#: (:meth:`_Rules._lanes_along_output`)
+VECTOR_OUTPUTS = True
+
+#: whether an elementwise row cut at a point that moves from row to row (a causal mask,
+#: :meth:`_Rules._cut_per_row`) is vectorized one vector a step (else four where they
+#: divide the row, as any row)
+VECTOR_STEP_CUTS = True
 
 #: the rows a column reduction reads per pass over its tile (the last reduce axis split
 #: by it, unrolled inside the tile's vectors): each accumulator is loaded and stored once
@@ -414,9 +429,13 @@ class _Rules(BlockRules):
         # four vectors a step where they divide the row (LLVM's own vectorizer
         # interleaves so too): more loads in flight (benchmarks/DECISIONS.md, "Rules:
         # elementwise rows four vectors a step")
+        # (one where the row is cut at a point that moves from row to row, a causal
+        # mask's ``j <= i``: loop partitioning's part around the cut would be a step of
+        # four vectors with bounds of its own)
+        four = ce is not None and ce % (4 * L) == 0 and ce > 0 and \
+            not self._cut_per_row(op)
         vec_f = self.k.choose(f"vec.{op.name}", [1, L, 2 * L, 4 * L],
-                              4 * L if ce is not None and ce % (4 * L) == 0 and ce > 0 else
-                              L if ie is None or ie >= L else 1)
+                              4 * L if four else L if ie is None or ie >= L else 1)
         outer_axes = axes[:-1]
         if vec_f > 1 and ce is not None and ce <= vec_f:
             if ce > 1:
@@ -480,6 +499,22 @@ class _Rules(BlockRules):
         n = _elems(op.output(0), self.shapes)
         return STREAM_OUTPUTS and n is not None and \
             _streams_past_cache(n * _dt.nbytes(dtype), run, dtype, self.info)
+
+    @staticmethod
+    def _cut_per_row(op) -> bool:
+        """Whether a comparison of index arithmetic alone (no load) in ``op``'s body
+        relates its last axis to another of its axes (``j <= i``: a causal mask, a
+        triangle), which loop partitioning cuts each row at: a point that moves with the
+        row.  A causal mask fill of 1024 x 1024 float32 ran 5% slower in steps of four
+        vectors than of one (87.8 against 83.3 us, one thread, AMD EPYC Zen 4 VM, under
+        load; ``benchmarks/te_corpus.py``)."""
+        if not VECTOR_STEP_CUTS or len(op.axis) < 2:
+            return False
+        last = op.axis[-1].var
+        others = [a.var for a in op.axis[:-1]]
+        return any(collect(b, lambda n: isinstance(n, CmpOp) and not _loads(n) and
+                           uses_var(n, last) and any(uses_var(n, v) for v in others))
+                   for b in op.bodies)
 
     @staticmethod
     def _divides_by_row_values(op) -> bool:
@@ -782,6 +817,10 @@ class _Rules(BlockRules):
         if plan is not None:
             cache = self.s.cache_write(op.output(0), "local")
             self.tile_reduction(self.s[cache], st, cache.op, origin=op)
+            return
+        if self._lanes_along_output(op) and \
+                self.k.choose(f"{op.name}.vector_output", [True, False], True):
+            self.vector_output_reduction(st)
             return
         if self._row_reducible(op) and op.axis:
             self.row_reduction_root(st)
@@ -1144,6 +1183,61 @@ class _Rules(BlockRules):
             rf.reorder(*(list(rf.op.axis[:-1]) + list(rf.op.reduce_axis) + [rki]))
             rf.vectorize(rki)
             self.done.add(id(rf.op))
+
+    def _lanes_along_output(self, op) -> bool:
+        """Whether reduction ``op`` is better vectorized along its innermost output axis
+        ``v`` than along its reduction (:data:`VECTOR_OUTPUTS`): ``v`` a constant extent
+        of at least a vector, no register block (:meth:`_plan_block`: no operand moves
+        along ``v``), every load broadcast along ``v`` (the same element for every
+        lane), and the body reading ``v`` (a mask, ``k <= j``: a cumulative sum written
+        as a reduction).  Per output value, the lanes of ``v`` cost ``K / L`` vector
+        steps (a broadcast element each) for ``K`` reduction steps and ``L`` lanes,
+        the reduction's vectors ``ceil(K / L)`` vector steps and a reduction across the
+        lanes besides: never more, and the lanes' sum needs no reassociation."""
+        if not VECTOR_OUTPUTS or not op.axis or len(op.bodies) != 1 or \
+                not isinstance(op.body, Reduce) or self._plan_block(op) is not None:
+            return False
+        v = op.axis[-1]
+        ev = _cint(v.dom.extent)
+        if ev is None or ev < self.L:
+            return False
+        if any(_stride_along(ld.indices, v.var) != "bcast" for ld in _loads(op.body)):
+            return False
+        return uses_var(op.body, v.var)
+
+    def vector_output_reduction(self, st: Stage):
+        """A reduction vectorized along its innermost output axis
+        (:meth:`_lanes_along_output`): accumulated in a ``local`` buffer of four vectors
+        of outputs where they divide the axis (four independent chains), else one, the
+        reduction outside its lanes; the outer axes and the vectors' loop fused and
+        parallel."""
+        s, L = self.s, self.L
+        op = st.op
+        cache = s.cache_write(op.output(0), "local")
+        st = s[op.output(0)]
+        axes = list(st.op.axis)
+        ev = _cint(axes[-1].dom.extent)
+        f = self.k.choose(f"vec.{op.name}", [L, 4 * L], 4 * L if ev % (4 * L) == 0 else L)
+        vo, vi = st.split(axes[-1], factor=f)
+        outer = axes[:-1] + [vo]
+        row = self.parallel(st, outer, [self.ext(self._leaf_extent(st, a)) for a in outer])
+        at = vo if vo in st.leaf_iter_vars else row
+        cs = s[cache]
+        cs.compute_at(st, at)
+        # (split by the lanes even for one vector: at a tail the buffer's extent is
+        # symbolic, a min, and only a constant one is vectorized)
+        cvo, cvl = cs.split(cs.op.axis[-1], factor=L)
+        cs.reorder(*cs.op.reduce_axis, cvo, cvl)
+        if f > L:
+            cs.unroll(cvo)
+        cs.vectorize(cvl)
+        if f > L:
+            svo, svl = st.split(vi, factor=L)
+            st.unroll(svo)
+            st.vectorize(svl)
+        else:
+            st.vectorize(vi)
+        self.done.add(id(cache.op))
 
     def fallback(self, st: Stage):
         """Neither blocked nor a row reduction: the outer axes in parallel, the

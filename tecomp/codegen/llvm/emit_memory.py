@@ -696,6 +696,13 @@ class _MemoryEmitter:
                 self._nontemporal_store(bi, node.indices, x, p, align)
             elif self.mask is None:
                 self._tag(b.store(x, p, align=align), bi)
+            elif self._blends(bi, off):
+                # this function's own stack buffer, the whole vector inside it: the
+                # lanes off keep the values they had (a reduction's partial results
+                # under a tail's mask stay in registers, where a masked store kept
+                # them in memory)
+                old = self._tag(b.load(p, typ=vty, align=align), bi)
+                self._tag(b.store(b.select(self.mask, x, old), p, align=align), bi)
             else:
                 f = self.mb.intrinsic("llvm.masked.store", ir.VoidType(),
                                       [vty, _PTR, _I32, self.vtype(_I1)], [vty, _PTR])
@@ -709,6 +716,15 @@ class _MemoryEmitter:
                                   [vty, pty, _I32, self.vtype(_I1)], [vty, pty])
             m = self.mask if self.mask is not None else self.all_true()
             self._tag(b.call(f, [x, ptrs, ir.Constant(_I32, align), m]), bi)
+
+    def _blends(self, bi: _Buf, off: Val) -> bool:
+        """Whether a masked vector store at the constant element offset ``off`` of
+        ``bi`` may be a plain store of the old values blended with the new: ``bi`` is
+        this function's own stack buffer (:attr:`private_bufs`; no other thread writes
+        it) and the whole vector lies inside it."""
+        n = self.private_bufs.get(bi.buffer)
+        return n is not None and _is_const(off.s) and \
+            0 <= off.s.constant and off.s.constant + self.lanes <= n
 
     def e_load(self, e: BufferLoad) -> Val:
         return self.load(e)
@@ -753,10 +769,14 @@ class _MemoryEmitter:
                 self.spill_bytes += size
                 self.spill_names.append(buf.name)
             self.bufs[buf] = _Buf(buf, ptr, strides, extents)
+            private = buf not in self.heap_first and isinstance(ptr, ir.AllocaInstr)
+            if private:
+                self.private_bufs[buf] = count.constant
             try:
                 self.stmt(s.body)
             finally:
                 del self.bufs[buf]
+                self.private_bufs.pop(buf, None)
             return
         b = self.b
         slot = self.alloca(_PTR, name=name + ".slot", align=8)

@@ -257,6 +257,10 @@ class _FnEmitter(_MemoryEmitter, _ControlEmitter, _ExprEmitter, _MathEmitter,
         #: workspace for the frame's budget (:func:`frame_overflow`; set by the caller)
         self.stack_used = 0
         self.heap_first: set = set()
+        #: this function's own stack buffers (no other task sees them) -> their element
+        #: count: a masked vector store into one is a blend and a plain store
+        #: (:meth:`_MemoryEmitter.store`)
+        self.private_bufs: Dict[Buffer, int] = {}
         #: the buffers past the budget: one workspace block per call (its pointer in
         #: ``spill_slot``), each buffer at its offset in it
         self.spill_slot = None
