@@ -584,10 +584,13 @@ def test_max_gradient_with_minus_inf_data_matches_pytorch(name, nan):
     it to its last NaN (PyTorch's rules)."""
     _, op, top, shape, _ = next(c for c in GRAD_CASES if c[0] == name)
     last = "nhwc" in name
-    x = rng.standard_normal(shape)
-    x[rng.random(shape) < 0.7] = -np.inf
+    # its own generator: the module's one draws what the tests run before it left, and
+    # a dilated window can miss every NaN of some draws (the check below needs one)
+    gen = np.random.default_rng(581)
+    x = gen.standard_normal(shape)
+    x[gen.random(shape) < 0.7] = -np.inf
     if nan:
-        x[rng.random(shape) < 0.1] = np.nan
+        x[gen.random(shape) < 0.1] = np.nan
     y, g, want_y, want_g = _grad_against_torch(op, top, x, last)
     np.testing.assert_array_equal(y, want_y)
     assert not nan or np.isnan(want_y).any()
