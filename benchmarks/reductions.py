@@ -18,7 +18,8 @@ its stores past the cache as every elementwise output over half the last-level c
 counting its read and its write).  Every result is checked against PyTorch's first.
 
     python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...] [--rules-off]
-        [--new-off] [--select-off] [--stream-off]
+        [--new-off] [--select-off] [--seed-off] [--steps-off]
+        [--minmax-off] [--stream-off]
 """
 from __future__ import annotations
 
@@ -195,6 +196,39 @@ def select_off(tc, sig, ins):
     return flags_off(tc, sig, ins, [(vectorize, "SELECTION_REDUCTIONS")])
 
 
+def seed_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` built with every selection's accumulator started at
+    the identity (``tecomp.lower.schedule_ops.SEED_SELECTIONS`` False: an argmax tests
+    per vector that its running index is not the identity's -1), as before session 19."""
+    from tecomp.lower import schedule_ops
+    return flags_off(tc, sig, ins, [(schedule_ops, "SEED_SELECTIONS")])
+
+
+def steps_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` scheduled with the steps of session 18: a
+    selection's row reduction taking four vectors of partial pairs a step wherever its
+    row has two such steps (``tecomp.strategy.rules.SELECTION_WIDE_STEPS`` 2; 8 now), a
+    column reduction of several values reading four rows a pass (``COLUMN_STEPS_TUPLE``
+    4; 8 now)."""
+    from tecomp.strategy import rules
+    old = rules.SELECTION_WIDE_STEPS, rules.COLUMN_STEPS_TUPLE
+    rules.SELECTION_WIDE_STEPS, rules.COLUMN_STEPS_TUPLE = 2, rules.COLUMN_STEPS
+    try:
+        f = tc.build(tc.auto_schedule(sig), sig)
+    finally:
+        rules.SELECTION_WIDE_STEPS, rules.COLUMN_STEPS_TUPLE = old
+    out = tc.empty(tuple(int(e.value) for e in sig[-1].shape), sig[-1].dtype)
+    return lambda: f(*ins, out)
+
+
+def minmax_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` scheduled and built with a float max or min
+    reduced over the lanes in order after a fold to one vector
+    (``tecomp.lower.vectorize.FLOAT_MINMAX_REDUCTIONS`` False), as before session 19."""
+    from tecomp.lower import vectorize
+    return flags_off(tc, sig, ins, [(vectorize, "FLOAT_MINMAX_REDUCTIONS")])
+
+
 def stream_off(tc, sig, ins):
     """A call of the kernel of ``sig`` scheduled with every store through the cache (no
     ``pragma nontemporal`` on an elementwise output over half the last-level cache:
@@ -229,6 +263,18 @@ def main() -> None:
     ap.add_argument("--select-off", action="store_true", help="also time each reduction "
                     "built without the reduce plan of selections (an argmax's lanes "
                     "combined in steps), in the same turns")
+    ap.add_argument("--seed-off", action="store_true", help="also time each reduction "
+                    "built with a selection's accumulator started at the identity, not at "
+                    "its first element (an argmax's index tested per vector), in the same "
+                    "turns")
+    ap.add_argument("--steps-off", action="store_true", help="also time each reduction "
+                    "scheduled with a selection's row taking four vectors of partial pairs "
+                    "a step wherever it has two such steps (not only where it has eight) "
+                    "and a column reduction of several values reading four rows a pass "
+                    "(not eight), in the same turns")
+    ap.add_argument("--minmax-off", action="store_true", help="also time each reduction "
+                    "built with a float max or min folded to one vector and its lanes "
+                    "reduced in order (not as a tree of halves), in the same turns")
     ap.add_argument("--stream-off", action="store_true", help="also time each elementwise "
                     "operator scheduled with its output stored through the cache (no "
                     "non-temporal stores), in the same turns")
@@ -329,6 +375,12 @@ def main() -> None:
             fns["new_off"] = new_off(tc, sig, ins)
         if args.select_off and family == "reduce":
             fns["select_off"] = select_off(tc, sig, ins)
+        if args.seed_off and family == "reduce":
+            fns["seed_off"] = seed_off(tc, sig, ins)
+        if args.steps_off and family == "reduce":
+            fns["steps_off"] = steps_off(tc, sig, ins)
+        if args.minmax_off and family == "reduce":
+            fns["minmax_off"] = minmax_off(tc, sig, ins)
         if args.stream_off and family == "elem":
             fns["stream_off"] = stream_off(tc, sig, ins)
         t = interleaved_turns(fns, args.rounds)
@@ -347,6 +399,12 @@ def main() -> None:
                  f"({t['new_off'] / t['tecomp']:5.2f}x)" if "new_off" in t else "")
               + (f" | select off {t['select_off'] * 1e3:7.3f} ms "
                  f"({t['select_off'] / t['tecomp']:5.2f}x)" if "select_off" in t else "")
+              + (f" | seed off {t['seed_off'] * 1e3:7.3f} ms "
+                 f"({t['seed_off'] / t['tecomp']:5.2f}x)" if "seed_off" in t else "")
+              + (f" | steps off {t['steps_off'] * 1e3:7.3f} ms "
+                 f"({t['steps_off'] / t['tecomp']:5.2f}x)" if "steps_off" in t else "")
+              + (f" | minmax off {t['minmax_off'] * 1e3:7.3f} ms "
+                 f"({t['minmax_off'] / t['tecomp']:5.2f}x)" if "minmax_off" in t else "")
               + (f" | stream off {t['stream_off'] * 1e3:7.3f} ms "
                  f"({t['stream_off'] / t['tecomp']:5.2f}x)" if "stream_off" in t else ""),
               flush=True)

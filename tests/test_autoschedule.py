@@ -1035,7 +1035,9 @@ def test_plane_reductions_are_vectorized_per_output(shape):
     steps = [st[0] for st in s.trace.to_json()]
     assert steps.count("rfactor") == 2 and "vectorize" in steps, steps
     code = str(tc.lower(s, [X, S, M]))
-    assert "S.rf" in code and "M.rf" in code
+    # (M's partials: a float max is exact in any order, so its row reduction keeps them
+    # in a cache of the output, M.local.rf, reduced across the lanes at the end)
+    assert "S.rf" in code and ("M.rf" in code or "M.local.rf" in code), code
     f = tc.build(s, [X, S, M], target="llvm -mcpu=skylake-avx512") if \
         tc.Target("llvm").has_feature("avx512f") else tc.build(tc.auto_schedule([X, S, M]),
                                                                [X, S, M])

@@ -12,11 +12,13 @@ import pytest
 
 import tecomp as tc
 from tecomp import nn
-from tecomp.lower import vectorize
+from tecomp.lower import schedule_ops, vectorize
 from tecomp.nn import reduction
 from tecomp.schedule.relations import reduce_in_order
 from tecomp.strategy.cpu import apply_rules, cpu_model
+from tecomp.strategy import rules
 from tecomp.strategy.rules import Knobs
+from tecomp.te.reduce import Reducer
 
 rng = np.random.default_rng(1552)
 
@@ -277,6 +279,43 @@ def test_float_row_sums_keep_their_order():
     assert "vector_plan = reduce" not in ir and "vector_plan = widen" in ir, ir
 
 
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("n", [2, 3, 5, 7, 64, 300])
+def test_float_max_rows_reduce_their_lanes_as_a_tree(op, n):
+    """A float max or min is exact in any order (NaN propagates): the last lanes of its
+    row reduction are one vector reduced as a tree of halves (an odd lane out joined at
+    the end), not folded to one vector and reduced in order; numpy's answers: a NaN in
+    the first, the last or the middle lane, rows all of the identity's value, a row of
+    one extreme, odd extents, keepdims."""
+    x = rng.standard_normal((6, n)).astype("float32")
+    x[0, -1] = np.nan
+    x[1, 0] = np.nan
+    x[2, :] = -np.inf if op == "max" else np.inf
+    x[3, n // 2] = np.nan
+    x[4, n // 2] = np.inf if op == "max" else -np.inf
+    for keep in (False, True):
+        X = tc.placeholder(x.shape, "float32", name="X")
+        Y = getattr(nn, op)(X, axis=-1, keepdims=keep)
+        if n < 16:   # (a row too short for the rules' partials: its own accumulator)
+            s = tc.create_schedule(Y.op)
+            acc = s.cache_write(Y, "local")
+            s[acc].compute_at(s[Y], s[Y].op.axis[0])
+        else:
+            s, _ = schedule([X, Y])
+        ir = str(tc.lower(s, [X, Y], phase="codegen"))
+        assert re.search(rf"vector_plan = reduce \d+ lanes \({op}\)", ir), ir
+        got = np.full((6, 1) if keep else (6,), 7, "float32")
+        tc.build(s, [X, Y])(x, got)
+        np.testing.assert_array_equal(got, getattr(np, op)(x, axis=-1, keepdims=keep))
+    old = vectorize.FLOAT_MINMAX_REDUCTIONS
+    vectorize.FLOAT_MINMAX_REDUCTIONS = False
+    try:
+        ir = str(tc.lower(s, [X, Y], phase="codegen"))
+    finally:
+        vectorize.FLOAT_MINMAX_REDUCTIONS = old
+    assert "vector_plan = reduce" not in ir, ir
+
+
 def test_reduce_plan_only_for_a_buffer_the_function_allocates():
     """A reduction written straight into an argument (no rule, no cache_write) stays a
     serial loop: another argument could alias it."""
@@ -334,6 +373,160 @@ def test_argmax_combines_elements_in_order_without_index_tests(op, axis, keepdim
             if ax is None:
                 want = flat.size - 1 - getattr(np, op)(flat[::-1])
         np.testing.assert_array_equal(got, want)
+
+
+#: an argmax's test that its running index is not the identity's -1
+IDENTITY_TEST = re.compile(r"\.v0(_\d+)?\[[^\]]*\] (>= 0|< 0)\b")
+
+
+def _data_stage(ir):
+    """The lines of the stage that reads the elements: its updates and its start."""
+    lines = ir.splitlines()
+    return ([ln for ln in lines if "= select(" in ln and "X[" in ln],
+            [ln.strip() for ln in lines if "X[" in ln and "= select(" not in ln])
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("shape,axis,keepdims,dtype", [
+    ((7, 300), 1, False, "int32"), ((7, 300), -1, True, "int64"), ((7, 256), -1, False,
+                                                                    "int32"),
+    ((300, 7), 0, False, "int64"), ((7, 300), (0, 1), False, "int32"),
+    ((3, 4, 6, 50), (-2, -1), True, "int64"), ((5, 37), -1, False, "int32"),
+    ((6, 1), -1, False, "int64"), ((1, 9), 0, True, "int32")])
+def test_argmax_starts_at_its_first_element(op, shape, axis, keepdims, dtype):
+    """The stage that reads the elements in order starts its accumulator at the first
+    element (not the identity), so its combine drops the test that the running index is
+    the identity's -1; numpy's answers (first NaN, ties, the last index with
+    ``select_last_index``, rows all of the identity's value, odd extents and tails,
+    extent 1, keepdims, negative axes, int64 positions), and the same as without the
+    start (``SEED_SELECTIONS`` off)."""
+    x = np.resize(_arg_rows(op), shape).astype("float32")
+    if shape == (300, 7):
+        x = np.ascontiguousarray(_arg_rows(op).T)
+    for last in (False, True):
+        X = tc.placeholder(shape, name="X")
+        Y = getattr(nn, op)(X, axis=axis, keepdims=keepdims, dtype=dtype,
+                            select_last_index=last)
+        oshape = tuple(int(e.value) for e in Y.shape)
+        outs = []
+        for seed in (True, False):
+            old = schedule_ops.SEED_SELECTIONS
+            schedule_ops.SEED_SELECTIONS = seed
+            try:
+                s, _ = schedule([X, Y])
+                ir = str(tc.lower(s, [X, Y]))
+                f = tc.build(s, [X, Y])
+            finally:
+                schedule_ops.SEED_SELECTIONS = old
+            updates, starts = _data_stage(ir)
+            if seed and max(shape[d] for d in
+                            (axis if isinstance(axis, tuple) else (axis,))) > 1:
+                assert updates and not any(IDENTITY_TEST.search(ln) for ln in updates), ir
+                assert any(ln.startswith(f"{op}") and ".v1[" in ln for ln in starts), ir
+            elif not seed:
+                assert any(IDENTITY_TEST.search(ln) for ln in updates), ir
+            got = np.full(oshape, -7, dtype)
+            f(x, got)
+            outs.append(got)
+        if isinstance(axis, tuple) and len(axis) == 2 and len(shape) == 4:
+            x2 = x.reshape(shape[0], shape[1], -1)
+            want = _arg_want(op, x2, 2, False, last).reshape(oshape) if not last else \
+                (x2.shape[2] - 1 - getattr(np, op)(x2[..., ::-1], axis=2)).reshape(oshape)
+        else:
+            want = _arg_want(op, x, axis, keepdims, last)
+        np.testing.assert_array_equal(outs[0], want)
+        np.testing.assert_array_equal(outs[1], want)
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+def test_integer_argmax_starts_at_its_first_element(op):
+    """Integer values: rows of the identity's value (the dtype's lowest, or highest),
+    ties, odd extents; started at the first element, numpy's answers."""
+    x = rng.integers(-3, 4, (5, 300)).astype("int32")
+    x[0, :] = np.iinfo(np.int32).min if op == "argmax" else np.iinfo(np.int32).max
+    x[1, [7, 150, 299]] = 9 if op == "argmax" else -9
+    X = tc.placeholder(x.shape, "int32", name="X")
+    Y = getattr(nn, op)(X, axis=-1, dtype="int64")
+    s, _ = schedule([X, Y])
+    updates, _ = _data_stage(str(tc.lower(s, [X, Y])))
+    assert updates and not any(IDENTITY_TEST.search(ln) for ln in updates), updates
+    got = np.full(5, -7, "int64")
+    tc.build(s, [X, Y])(x, got)
+    np.testing.assert_array_equal(got, getattr(np, op)(x, axis=-1))
+
+
+def test_argmax_starts_at_the_identity_where_its_first_point_is_no_element():
+    """A selection whose ``where=`` leaves out its first point (an argmax-like reducer
+    over the columns from 3 on): its accumulator starts at the identity, its index
+    tested; rows all -inf there answer 3, a NaN at 2 is not an element."""
+    def wins(p, q):   # whether p = (index, value) is kept, p's elements before q's
+        return (q[0] < 0) | ((p[0] >= 0) & ((p[1] >= q[1]) | (p[1] != p[1])))
+
+    def combine(p, q):
+        c = (q[0] < 0) | ((p[0] >= 0) & ((p[1] > q[1]) | (p[1] == q[1]) & (p[0] < q[0])))
+        return tc.if_then_else(c, p[0], q[0]), tc.if_then_else(c, p[1], q[1])
+
+    def in_order(p, q):
+        c = wins(p, q)
+        return tc.if_then_else(c, p[0], q[0]), tc.if_then_else(c, p[1], q[1])
+
+    pick = Reducer("pick", combine, lambda ti, tv: (tc.const(-1, ti), tc.min_value(tv)),
+                   fcombine_in_order=in_order)
+    x = np.full((3, 9), -np.inf, "float32")
+    x[:, 2] = np.nan
+    x[1, 6] = 2.0
+    X = tc.placeholder(x.shape, name="X")
+    k = tc.reduce_axis((0, 9), name="k")
+    idx, _ = tc.compute((3,), lambda i: pick((k.var, X[i, k]), axis=k, where=k >= 3),
+                        name="argmax")
+    s = tc.create_schedule(idx.op)
+    ir = str(tc.lower(s, [X, idx]))
+    updates, _ = _data_stage(ir)
+    assert updates and all(IDENTITY_TEST.search(ln) for ln in updates), ir
+    got = np.full(3, -7, "int32")
+    tc.build(s, [X, idx])(x, got)
+    np.testing.assert_array_equal(got, [3, 6, 3])
+    # the same reducer without where=: started at its first element, tests dropped
+    idx, _ = tc.compute((3,), lambda i: pick((k.var, X[i, k]), axis=k), name="argmax")
+    s = tc.create_schedule(idx.op)
+    updates, _ = _data_stage(str(tc.lower(s, [X, idx])))
+    assert updates and not any(IDENTITY_TEST.search(ln) for ln in updates), updates
+    got = np.full(3, -7, "int32")
+    tc.build(s, [X, idx])(x, got)
+    np.testing.assert_array_equal(got, [2, 2, 2])
+
+
+def test_seeded_argmax_blends_its_index_without_branches():
+    """The seeded stage's index update ``select(value test, acc index, position)`` no
+    longer evaluates the index in its condition; the index accumulator is read where the
+    condition reads the value accumulator (a buffer of the same shape), so the select is
+    one blend, not branches on whether every lane keeps its index."""
+    X = tc.placeholder((64, 256), name="X")
+    Y = nn.argmax(X, axis=-1)
+    s, _ = schedule([X, Y])
+    ll = tc.build(s, [X, Y]).get_source("ll")
+    assert "sel.all" not in ll and "sel.none" not in ll, ll
+
+
+@pytest.mark.parametrize("k", [40, 256, 300, 1024])
+def test_argmax_rows_take_four_vectors_a_step_only_over_long_rows(k):
+    """An argmax along rows keeps four vectors of partial pairs only where its row has
+    ``SELECTION_WIDE_STEPS`` steps of them (the tree over the lanes at the row's end
+    costs a few steps), two where it has eight vectors, else one; by the model's lanes,
+    so on any CPU; numpy's answers."""
+    L = info2().lanes
+    want = 4 * L if k >= 4 * L * rules.SELECTION_WIDE_STEPS else 2 * L if k >= 8 * L else L
+    x = np.resize(_arg_rows("argmax"), (6, k)).astype("float32")
+    X = tc.placeholder(x.shape, name="X")
+    Y = nn.argmax(X, axis=-1)
+    s, knobs = schedule([X, Y])
+    assert knobs.values.get("argmax.tuple_rows") is True, knobs.values
+    ir = str(tc.lower(s, [X, Y]))
+    m = re.search(r"allocate argmax\.rf\.v0: int32\[(?:\d+, )*(\d+)\]", ir)
+    assert m and int(m.group(1)) == want, ir
+    got = np.zeros(6, "int32")
+    tc.build(s, [X, Y])(x, got)
+    np.testing.assert_array_equal(got, np.argmax(x, axis=-1))
 
 
 def test_argmax_over_reordered_reduce_loops_keeps_the_index_tests():
@@ -598,11 +791,13 @@ def test_tuple_reductions_that_compute_are_not_combined_across_lanes(monkeypatch
 
 @pytest.mark.parametrize("op,dtype,c,steps", [("all", "bool", 24, 8), ("any", "bool", 12, 4),
                                               ("max", "int8", 16, 8), ("sum", "float32", 16, 4),
-                                              ("any", "bool", 10, 1)])
+                                              ("any", "bool", 10, 1), ("argmax", "float32", 16, 8),
+                                              ("argmin", "float32", 12, 4)])
 def test_column_reductions_of_bytes_take_eight_steps_a_pass(op, dtype, c, steps):
     """A column reduction of one-byte values (packed lanes) reads eight rows a pass where
-    they divide the reduce axis (else four, else one); wider values four; numpy's
-    answers, keepdims and a negative axis."""
+    they divide the reduce axis (else four, else one); wider values four, but a
+    reduction of several values at once (an argmax's index and value: two accumulators)
+    eight; numpy's answers, keepdims and a negative axis."""
     x = data((3, c, 4, 80), dtype, op)
     X = tc.placeholder(x.shape, dtype=dtype, name="X")
     Y = getattr(nn, op)(X, axis=-3, keepdims=True)

@@ -41,7 +41,7 @@ from ..ir import op as _op
 from ..ir.arith import Interval, prove
 from ..ir.expr import (
     GE, GT, LE, LT, And, Buffer, BufferLoad, Call, Cast, Const, Expr, IterVar, Max, Min, Not, Or,
-    ProducerLoad, Range, Reduce, Var, as_index,
+    ProducerLoad, Range, Reduce, TupleCommReducer, Var, as_index, same_as,
 )
 from ..ir.functor import Mutator, Visitor, collect, free_vars, map_combiner, substitute, uses_var
 from ..ir.names import display
@@ -64,6 +64,13 @@ from .tensorize import declared_call, tensorize_call
 from ..te.tensor_intrin import tensor_intrin
 from ..te.reduce import ZERO_WHERE
 from .hoist_guards import conjuncts
+from .vectorize import selects_only
+
+#: whether a tuple reduction that only selects (an argmax), whose first point is an
+#: element wherever it runs, starts its accumulator at that element and drops the
+#: combine's tests that an index is the identity's (:meth:`LowerContext._seeded_selection`;
+#: off: it starts at the identity; benchmarks/reductions.py --seed-off)
+SEED_SELECTIONS = True
 
 #: whether a tuple reduction whose stage visits its reduce loops in their order combines
 #: with its reducer's ``in_order`` result (an argmax's ties without index compares);
@@ -250,6 +257,8 @@ class LowerContext:
         self.scan_of_state: Dict[int, Stage] = {
             id(st.op.state.op): st for st in self.stages if isinstance(st.op, ScanOp)}
         self.params = []
+        #: stage -> its _seeded_selection (None: not seeded), decided once
+        self._seeds: Dict[Stage, Optional[tuple]] = {}
         #: (expr, use): splits with disable_predication that must divide (expr >= 0)
         self.unpredicated: List[tuple] = []
         self._bind_args(args)
@@ -1512,11 +1521,7 @@ class LowerContext:
         leaves = st.leaf_iter_vars
         body = inf.bodies[0]
         if isinstance(body, Reduce):
-            # (a user reducer's combiner and identity may read the indices too)
-            comb = map_combiner(body.combiner, lambda e: self.lower_expr(substitute(e, vmap)))
-            srcs = [self.lower_expr(substitute(b.source, vmap)) for b in inf.bodies]
-            cond = _kept_terms(st, self.lower_expr(substitute(body.condition, vmap)),
-                               self._tensorized_at(st) is not None)
+            comb, srcs, cond = self._reduce_parts(st)
             if len(bufs) == 1:
                 buf = bufs[0]
                 cur = BufferLoad(buf, store_idx, buf.dtype)
@@ -1537,9 +1542,15 @@ class LowerContext:
                     self._tensorized_at(st) is None and \
                     not any(iv.kind == "reduce" and _thread_tag(st, iv) for iv in leaves) \
                     and reduce_in_order(op, st.relations, leaves)
+                seeded = self._seeded_selection(st)
+                if seeded is not None:   # (the accumulator starts at the first element)
+                    comb, first, _ = seeded
+                    init = seq(*[BufferStore(b, x, store_idx) for b, x in zip(bufs, first)])
+                else:
+                    init = seq(*[BufferStore(b, x, store_idx)
+                                 for b, x in zip(bufs, comb.identity)])
                 new = comb.combine(curs, tuple(x if v is None else v for v, x in bound),
                                    in_order=ordered)
-                init = seq(*[BufferStore(b, x, store_idx) for b, x in zip(bufs, comb.identity)])
                 if comb.independent:
                     update = seq(*[BufferStore(b, v, store_idx) for b, v in zip(bufs, new)])
                 else:
@@ -1621,6 +1632,107 @@ class LowerContext:
                 tic = dataclasses.replace(tic, intrin=tensor_intrin("cuda.mma_atomic_add_f32"))
             return self._loops(st, leaves[:t], _guard(tic, inf.guards))
         return self._loops(st, leaves, _guard(store, inf.guards))
+
+    def _reduce_parts(self, st: Stage):
+        """``(combiner, sources, condition)`` of the reduction stage ``st``, lowered: in
+        its leaf loop counters, the condition as its loops test it."""
+        inf = self.info[st]
+        op = st.op
+        vmap = {iv.var: self.root_value(st, iv) for iv in list(op.axis) + list(op.reduce_axis)}
+        body = inf.bodies[0]
+        # (a user reducer's combiner and identity may read the indices too)
+        comb = map_combiner(body.combiner, lambda e: self.lower_expr(substitute(e, vmap)))
+        srcs = [self.lower_expr(substitute(b.source, vmap)) for b in inf.bodies]
+        cond = _kept_terms(st, self.lower_expr(substitute(body.condition, vmap)),
+                           self._tensorized_at(st) is not None)
+        return comb, srcs, cond
+
+    def _seeded_selection(self, st: Stage):
+        """``(combiner, first, ranges)`` for a tuple reduction stage ``st`` that only
+        selects (:func:`~tecomp.lower.vectorize.selects_only`: an argmax) whose first
+        point is an element wherever its update runs (the condition and every guard that
+        reads a reduce loop proved there; every reduce loop a constant extent of at least
+        1, no stage computed inside them, no lockstep, intrinsic or thread-bound reduce
+        loop): its accumulator starts at that point's element ``first`` instead of the
+        identity (exact: ``combine(identity, e) == e``, and combining that element again
+        changes nothing), so each of its integer elements always holds one of the values
+        its element takes (a selection computes nothing): ``ranges`` maps each buffer of
+        the stage to that range, or None.  The element's range is its expression's over
+        the loops, or that of the buffer it reads when the stage that writes the buffer
+        is seeded too (the lanes an argmax's row was split into).  The combiner's results
+        are simplified knowing both sides in those ranges: an argmax's test that an index
+        is the identity's -1 drops out.  None when that simplifies nothing (or
+        :data:`SEED_SELECTIONS` is off).  Decided once per stage."""
+        if st in self._seeds:
+            return self._seeds[st]
+        self._seeds[st] = None   # (while deciding: a cycle through the buffers is none)
+        out = self._seed(st) if SEED_SELECTIONS else None
+        self._seeds[st] = out
+        return out
+
+    def _seed(self, st: Stage):
+        inf = self.info[st]
+        if not isinstance(inf.bodies[0], Reduce) or len(inf.buffers) < 2 or \
+                st.lockstep is not None or self._tensorized_at(st) is not None:
+            return None
+        comb, srcs, cond = self._reduce_parts(st)
+        if not selects_only(comb):
+            return None
+        leaves = st.leaf_iter_vars
+        p = next(i for i, iv in enumerate(leaves) if iv.kind == "reduce")
+        inner = set(leaves[p:])
+        if any(x.attach_type == "scope" and x.attach_stage is st and x.attach_ivar in inner
+               for x in self.stages):
+            return None
+        red = [iv for iv in leaves[p:] if iv.kind == "reduce"]
+        if any(_thread_tag(st, iv) for iv in red) or \
+                not all(isinstance(inf.extent[iv], Const) and int(inf.extent[iv].value) >= 1
+                        for iv in red):
+            return None
+        # (the loops of the stages it is computed at too: a source's root value reads them)
+        ranges = {iv.var: _range0(self.info[x].extent[iv])
+                  for x, iv in self._loops_around(st, st.leaf_iter_vars)
+                  if iv in self.info[x].extent}
+        at_first = {iv.var: Const(0, iv.var.dtype) for iv in red}
+        # the first point is an element wherever the update runs: the condition and the
+        # guards that read a reduce loop hold there (a split's tail past the extent, a
+        # lane past a short axis: no element to start from)
+        tests = [g for g in inf.guards if _uses_reduce(g, st, inf)]
+        if not (isinstance(cond, Const) and cond.value is True):
+            tests.append(cond)
+        if not all(prove(substitute(g, at_first), ranges) for g in tests):
+            return None
+        known, held = {}, {}
+        for x, y, e, buf in zip(comb.lhs, comb.rhs, srcs, inf.buffers):
+            if not _dt.is_int(e.dtype):
+                continue
+            r = self._held_range(e) if isinstance(e, BufferLoad) else None
+            if r is None:
+                lo, hi = arith.const_interval(e, ranges)
+                if lo is None or hi is None:
+                    continue
+                r = Range(Const(lo, e.dtype), Const(hi - lo + 1, e.dtype))
+            known[x] = known[y] = held[buf] = r
+        if not known:
+            return None
+        result = tuple(_simplify(r, known) for r in comb.result)
+        order = tuple(_simplify(r, known) for r in comb.in_order) \
+            if comb.in_order is not None else None
+        if all(same_as(a, b) for a, b in zip(result + (order or ()),
+                                              comb.result + (comb.in_order or ()))):
+            return None
+        first = tuple(_simplify(substitute(e, at_first)) for e in srcs)
+        return TupleCommReducer(comb.name, comb.lhs, comb.rhs, result, comb.identity,
+                                order), first, held
+
+    def _held_range(self, load: BufferLoad):
+        """The range of the values in ``load``'s buffer, where a seeded selection stage
+        (:meth:`_seeded_selection`) writes it; else None."""
+        for x in self.stages:
+            if load.buffer in self.info[x].buffers:
+                seed = self._seeded_selection(x)
+                return seed[2].get(load.buffer) if seed is not None else None
+        return None
 
     @staticmethod
     def _tensorized_at(st: Stage):

@@ -25,10 +25,12 @@ how the code generator emits it; the code generator only follows the plan:
 * ``reduce``: a *serial* loop of a constant ``L <= MAX_REDUCE_LANES`` iterations whose
   body is one update ``acc[I] = acc[I] op e(k)`` of a buffer the function allocates,
   at a lane-invariant address, where ``op`` gives the same result in any order (``||``
-  and ``&&`` of bools; ``+``, ``max``, ``min`` of integers): ``e`` over the ``L`` lanes
-  as one vector, reduced across its lanes (``llvm.vector.reduce.*``), then combined with
-  ``acc`` once (:func:`horizontal_reduction`; the last lanes of a row reduction of bools
-  or integers).  A float sum keeps its order (docs/numerics.md): it is not planned.
+  and ``&&`` of bools; ``+`` of integers; ``max``, ``min`` of integers and floats): ``e``
+  over the ``L`` lanes as one vector, reduced across its lanes (``llvm.vector.reduce.*``;
+  a float max or min as a tree of halves, each step the max itself), then combined with
+  ``acc`` once (:func:`horizontal_reduction`; the last lanes of a row reduction of bools,
+  integers or float maxima).  A float sum keeps its order (docs/numerics.md): it is not
+  planned.
   Also (reason ``select``) a loop that updates several accumulators at once by choosing
   each new value among its old one and one element (an argmax's index and value pair):
   the elements as vectors, their lanes combined pairwise as a tree of neighbours, the
@@ -250,9 +252,10 @@ HORIZONTAL_REDUCTIONS = True
 SELECTION_REDUCTIONS = True
 
 #: the operators a serial reduction loop may run across vector lanes, by dtype kind:
-#: exact in any order (integer sums wrap)
+#: exact in any order (integer sums wrap; a float max or min propagates NaN, and which
+#: zero ``max(0.0, -0.0)`` gives is unspecified: :class:`~tecomp.ir.expr.Max`)
 _HORIZONTAL = {Or: ("or", "bool"), And: ("and", "bool"), Add: ("add", "int"),
-               Max: ("max", "int"), Min: ("min", "int")}
+               Max: ("max", "number"), Min: ("min", "number")}
 
 
 def exact_in_any_order(op_type, dtype: str) -> Optional[str]:
@@ -262,8 +265,15 @@ def exact_in_any_order(op_type, dtype: str) -> Optional[str]:
     if spec is None:
         return None
     name, kind = spec
-    ok = _dt.is_bool(dtype) if kind == "bool" else _dt.is_int(dtype)
+    ok = _dt.is_bool(dtype) if kind == "bool" else _dt.is_int(dtype) or (
+        kind == "number" and _dt.is_float(dtype) and FLOAT_MINMAX_REDUCTIONS)
     return name if ok else None
+
+
+#: whether a float max or min is reduced across vector lanes too (a tree of halves, each
+#: step the max itself; off: its row reductions fold to one vector and reduce the lanes
+#: in order, as before session 19)
+FLOAT_MINMAX_REDUCTIONS = True
 
 
 def _reads(e, buf: Buffer) -> bool:
@@ -416,13 +426,19 @@ def selection_reduction(loop: For, allocated) -> Optional[SelectionReduction]:
 
 def selection_reducer(comb) -> bool:
     """Whether ``comb`` is a tuple reducer (a :class:`~tecomp.ir.expr.TupleCommReducer`)
-    that only selects: each element of its result (and of its in-order result) a tree of
-    selects whose leaves are that element of ``lhs`` or of ``rhs`` (an argmax), so that
-    a serial loop of its combines can be planned ``reduce``
-    (:func:`selection_reduction`) when :data:`HORIZONTAL_REDUCTIONS` and
-    :data:`SELECTION_REDUCTIONS` are on."""
-    if not (HORIZONTAL_REDUCTIONS and SELECTION_REDUCTIONS) or \
-            not isinstance(comb, TupleCommReducer):
+    that only selects (:func:`selects_only`: an argmax), so that a serial loop of its
+    combines can be planned ``reduce`` (:func:`selection_reduction`) when
+    :data:`HORIZONTAL_REDUCTIONS` and :data:`SELECTION_REDUCTIONS` are on."""
+    return HORIZONTAL_REDUCTIONS and SELECTION_REDUCTIONS and selects_only(comb)
+
+
+def selects_only(comb) -> bool:
+    """Whether ``comb`` is a tuple reducer (a :class:`~tecomp.ir.expr.TupleCommReducer`)
+    whose every element of its result (and of its in-order result) is a tree of selects
+    whose leaves are that element of ``lhs`` or of ``rhs``: a combine that computes no
+    value, only chooses (so ``combine(a, a) == a``, and each element of an accumulator
+    is always one of the elements combined into it)."""
+    if not isinstance(comb, TupleCommReducer):
         return False   # (a single reducer: horizontal_reduction's)
     for res in (comb.result, comb.in_order or comb.result):
         for j, r in enumerate(res):

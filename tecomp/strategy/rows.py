@@ -17,7 +17,8 @@ def row_reduce_at(s: Schedule, red: Tensor, st: Stage, axis, lanes: int):
     reduction vectorized: ``rfactor`` into ``4 x lanes`` partial results (four vector
     accumulators, so four independent add/max chains), those folded into one vector
     (a second ``rfactor``), then the lanes reduced in order.  A reduction whose result
-    does not depend on the order (bool ``any``/``all``, integer sums) skips the fold: its
+    does not depend on the order (bool ``any``/``all``, integer sums, maxima and minima)
+    skips the fold: its
     ``4 x lanes`` partials are reduced across the lanes of one vector by the code
     generator (``tecomp.lower.vectorize.horizontal_reduction``)."""
     rs = s[red]
@@ -36,9 +37,9 @@ def row_reduce_at(s: Schedule, red: Tensor, st: Stage, axis, lanes: int):
 
 def reorderable(op) -> bool:
     """Whether every body of ``op`` is a reduction exact in any order (bool ``any`` and
-    ``all``, integer sums, maxima and minima), which the code generator may reduce
-    across vector lanes; False with ``tecomp.lower.vectorize.HORIZONTAL_REDUCTIONS``
-    off."""
+    ``all``, integer sums, integer and float maxima and minima), which the code generator
+    may reduce across vector lanes; False with
+    ``tecomp.lower.vectorize.HORIZONTAL_REDUCTIONS`` off."""
     if not _vec.HORIZONTAL_REDUCTIONS:
         return False
     return all(isinstance(b, Reduce) and

@@ -167,6 +167,13 @@ COLUMN_STEPS = 4
 #: AMD EPYC Zen 4 VM under load 15; benchmarks/history/2026-12-01.md, "h17-reduce")
 COLUMN_STEPS_PACKED = 8
 
+#: the same for a reduction of several values at once (an argmax's index and value: two
+#: accumulators loaded and stored a pass for each element read).  argmax over the middle
+#: axis of 8x64x128x256: 3.38 -> 2.95 ms (one thread, CPU time, medians of 21, Zen 4 VM
+#: under load 15); a float sum over the same axis stays best at COLUMN_STEPS (2.35 ms
+#: against 2.61 with 8)
+COLUMN_STEPS_TUPLE = 8
+
 
 # ---------------------------------------------------------------------------------------
 # knobs
@@ -254,6 +261,14 @@ def schedule_stages(s: Schedule, outs, info, only=None, knobs: Optional[Knobs] =
     the stages they have no template for."""
     _Rules(s, list(outs), knobs or Knobs(), info, shapes or {}, only, parts).run()
     return s
+
+
+#: a selection's row reduction (an argmax along contiguous memory) takes four vectors of
+#: partial pairs a step where its row has at least this many such steps, else two (the
+#: tree that combines the lanes at the row's end costs about as much as four steps of
+#: four vectors: argmax over rows of 256 float32, 64 lanes 3.51 ms, 32 lanes 2.93, one
+#: thread, Zen 4 under load; rows of 1024 the same either way)
+SELECTION_WIDE_STEPS = 8
 
 
 class _Rules(BlockRules):
@@ -1005,7 +1020,8 @@ class _Rules(BlockRules):
         # several reduction steps a pass (unrolled, inside the tile's vectors): each
         # accumulator is loaded and stored once per ``steps`` rows read
         r_last = self.ext(op.reduce_axis[-1].dom.extent)
-        want = COLUMN_STEPS_PACKED if lanes >= 4 * self.L else COLUMN_STEPS
+        want = COLUMN_STEPS_PACKED if lanes >= 4 * self.L else \
+            COLUMN_STEPS_TUPLE if len(op.bodies) > 1 else COLUMN_STEPS
         steps = self.k.choose(f"{op.name}.steps", [1, 2, 4, 8],
                               want if r_last is not None and r_last % want == 0 else
                               COLUMN_STEPS if r_last is not None
@@ -1152,8 +1168,11 @@ class _Rules(BlockRules):
             # vectors, a tree of neighbouring lanes (lower.vectorize.selection_reduction):
             # no steps in between.  Those (4L -> L -> 4 -> 1, each a chain of dependent
             # combines through the stack) took more instructions than the 16 vectors
-            # of a row of 256 (asm of argmax over 8x64x128x256's last axis)
-            steps = steps[:1]
+            # of a row of 256 (asm of argmax over 8x64x128x256's last axis).  The tree
+            # over 4L lanes costs about what a few steps of four vectors do, so four
+            # vectors a step only where the row has SELECTION_WIDE_STEPS of them, else two
+            steps = [4 * L if K >= 4 * L * SELECTION_WIDE_STEPS else 2 * L
+                     if K >= 8 * L else L]
         for F in steps:
             rs = s[op.output(0)]
             _, ki = rs.split(rs.op.reduce_axis[-1], factor=F)

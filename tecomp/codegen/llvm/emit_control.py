@@ -16,7 +16,7 @@ import llvmlite.ir as ir
 from ...errors import BuildError, InternalError
 from ...ir import dtype as _dt
 from ...ir.arith import Analyzer
-from ...ir.expr import BufferLoad, Const, Expr
+from ...ir.expr import BufferLoad, Const, Expr, Max, Min, Var
 from ...ir.stmt import AssertStmt, BufferStore, For, IfThenElse, LetStmt, SeqStmt
 from ...lower import parallel as _par
 from ...lower import vectorize as _vec
@@ -341,6 +341,9 @@ class _ControlEmitter:
             self.lanes, self.mask = old
         v = got[0]
         ety = v.type.element
+        if _dt.is_float(e.dtype):   # (max or min: a tree of halves, each step the max)
+            self.store(s.body, self._minmax_tree(op, acc_load, e.dtype, v, plan.lanes))
+            return
         signed = not _dt.is_uint(e.dtype)
         name = {"or": "or", "and": "and", "add": "add",
                 "max": "smax" if signed else "umax", "min": "smin" if signed else "umin"}[op]
@@ -357,6 +360,59 @@ class _ControlEmitter:
             cmp = b.icmp_signed if signed else b.icmp_unsigned
             out = b.select(cmp(">" if op == "max" else "<", acc, r), acc, r)
         self.store(s.body, Val(out))
+
+    def _bound_exprs(self, env: dict, lanes: int, exprs) -> list:
+        """``exprs`` evaluated over ``lanes`` lanes (no mask) with the variables of
+        ``env`` bound to its Vals: vector register values where ``lanes > 1``, else
+        scalar Vals."""
+        saved = [(v, self.env.get(v)) for v in env]
+        old = (self.lanes, self.mask)
+        self.lanes, self.mask = lanes, None
+        try:
+            self.env.update(env)
+            out = [self.expr(e) for e in exprs]
+            return [self.vec(x) for x in out] if lanes > 1 else out
+        finally:
+            self.lanes, self.mask = old
+            for v, x in saved:
+                if x is None:
+                    self.env.pop(v, None)
+                else:
+                    self.env[v] = x
+
+    def _minmax_tree(self, op: str, acc_load, dtype: str, v, n: int) -> Val:
+        """``acc op`` the ``n`` lanes of the vector ``v``, a float max or min: lanes
+        ``0..h`` against ``h..2h`` (``h = n // 2``), and so on to one lane, each step the
+        IR's own :class:`~tecomp.ir.expr.Max` (NaN propagates); an odd lane out joins at
+        the end."""
+        b = self.b
+        node = Max if op == "max" else Min
+        x, y = Var("tree.a", dtype), Var("tree.b", dtype)
+
+        def apply(p, q, lanes):
+            return self._bound_exprs({x: p, y: q}, lanes, [node(x, y, dtype)])[0]
+
+        def lanes_of(picks):
+            return _lanes_of(b, v, picks)
+
+        def lane(vec, i):
+            return Val(b.extract_element(vec, ir.Constant(_I32, i)))
+
+        rest = []
+        while n > 1:
+            h = n // 2
+            if n % 2:
+                rest.append(lane(v, n - 1))
+            if h == 1:
+                out = apply(lane(v, 0), lane(v, 1), 1)
+                break
+            v = apply(Val(v=lanes_of(range(h))), Val(v=lanes_of(range(h, 2 * h))), h)
+            n = h
+        else:
+            out = lane(v, 0)
+        for r in rest:
+            out = apply(out, r, 1)
+        return apply(self.expr(acc_load), out, 1)
 
     def horizontal_selection(self, s: For, plan):
         """A serial loop of selections planned ``reduce``
@@ -383,26 +439,12 @@ class _ControlEmitter:
             self.lanes, self.mask = old
 
         def lanes_of(v, picks):
-            return b.shuffle_vector(v, _poison(v.type), ir.Constant(
-                ir.VectorType(_I32, len(picks)), [ir.Constant(_I32, i) for i in picks]))
+            return _lanes_of(b, v, picks)
 
         def combine(lhs, rhs, lanes):
             """The new accumulators from ``lhs`` (earlier) and ``rhs``: Vals."""
-            saved = [(v, self.env.get(v)) for v in found.acc + found.new]
-            old = (self.lanes, self.mask)
-            self.lanes, self.mask = lanes, None
-            try:
-                for v, x in zip(found.acc + found.new, list(lhs) + list(rhs)):
-                    self.env[v] = x
-                out = [self.expr(v) for v in found.values]
-                return [self.vec(x) for x in out] if lanes > 1 else out
-            finally:
-                self.lanes, self.mask = old
-                for v, x in saved:
-                    if x is None:
-                        self.env.pop(v, None)
-                    else:
-                        self.env[v] = x
+            return self._bound_exprs(dict(zip(found.acc + found.new, list(lhs) + list(rhs))),
+                                     lanes, found.values)
 
         def tree(cur, w):
             """Lanes ``0..w`` (a power of two) of ``cur`` combined: scalar Vals."""
@@ -508,3 +550,9 @@ def _stores_of(body) -> list:
         body = body.body
     seq = body.seq if isinstance(body, SeqStmt) else (body,)
     return [x for x in seq if isinstance(x, BufferStore)]
+
+
+def _lanes_of(b, v, picks):
+    """The lanes ``picks`` of the vector register value ``v``, as a vector."""
+    return b.shuffle_vector(v, _poison(v.type), ir.Constant(
+        ir.VectorType(_I32, len(picks)), [ir.Constant(_I32, i) for i in picks]))

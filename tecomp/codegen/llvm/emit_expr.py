@@ -13,7 +13,9 @@ import llvmlite.ir as ir
 
 from ...errors import BuildError, InternalError
 from ...ir import dtype as _dt
-from ...ir.expr import EQ, GE, GT, LE, LT, NE, Cast, CmpOp, Const, Expr, Select, Var
+from ...ir.expr import (
+    EQ, GE, GT, LE, LT, NE, BufferLoad, Cast, CmpOp, Const, Expr, Select, Var,
+)
 from ...ir.functor import children, collect
 from .intrinsics import _bf16_to_f32, _f32_to_bf16, _f64_to_f16, _Freeze
 from .values import (
@@ -448,7 +450,13 @@ class _ExprEmitter:
             return True
         try:
             evaluated = set(collect(cond, lambda n: isinstance(n, Expr)))
-            return all(x in evaluated for x in loading)
+            if all(x in evaluated for x in loading):
+                return True
+            # (an argmax's index accumulator, read at the address where the condition
+            # reads the value accumulator: in bounds of any buffer of the same shape)
+            places = {_place(x) for x in evaluated if isinstance(x, BufferLoad)}
+            return all(x in evaluated or all(_place(y) in places for y in collect(
+                x, lambda n: isinstance(n, BufferLoad))) for x in loading)
         except TypeError:        # a node that is not hashable: keep the select lazy
             return False
 
@@ -502,3 +510,11 @@ class _ExprEmitter:
         instr = _Freeze(self.b.block, v)
         self.b._insert(instr)
         return instr
+
+
+def _place(load: BufferLoad):
+    """What makes a load's address in bounds: its buffer's shape (constant extents, or
+    the buffer itself) and its indices; two loads of one place are both in bounds or
+    neither is."""
+    shape = tuple(int(e.value) if isinstance(e, Const) else None for e in load.buffer.shape)
+    return (shape if None not in shape else load.buffer, load.indices)
