@@ -197,10 +197,11 @@ def select_off(tc, sig, ins):
 
 def stream_off(tc, sig, ins):
     """A call of the kernel of ``sig`` scheduled with every store through the cache (no
-    ``pragma nontemporal`` on an elementwise output over half the last-level cache:
-    ``tecomp.strategy.rules.STREAM_OUTPUTS`` False)."""
+    ``pragma nontemporal`` on an elementwise output over half the last-level cache, nor on
+    a smaller one of a pass over twice that cache: ``tecomp.strategy.rules.STREAM_OUTPUTS``
+    and ``STREAM_WIDE_PASSES`` False)."""
     from tecomp.strategy import rules
-    return flags_off(tc, sig, ins, [(rules, "STREAM_OUTPUTS")])
+    return flags_off(tc, sig, ins, [(rules, "STREAM_OUTPUTS"), (rules, "STREAM_WIDE_PASSES")])
 
 
 def _input(np, rng, shape, kind):
