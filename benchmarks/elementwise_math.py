@@ -4,7 +4,8 @@
 tanh(sqrt(2/pi) (v + 0.044715 v^3)))``, PyTorch's ``gelu(approximate="tanh")``), and
 ``f(x)`` on the same size for f in exp, tanh, log, erf, sigmoid, exp2, expm1, log1p,
 softplus, sin, cos, tan, atan, erfc and cbrt (PyTorch has no cbrt: its ``pow(x, 1/3)`` on
-positive ``x``), ``atan2(x, y)`` and ``pow(|y|, x)`` (and a copy, ``x + 0``: the memory
+positive ``x``), the looser ``fast_erfc`` and ``fast_log`` (against the same peers),
+``atan2(x, y)`` and ``pow(|y|, x)`` (and a copy, ``x + 0``: the memory
 floor), each written as one
 compute and scheduled by ``tc.auto_schedule(args)`` (trials=0), against PyTorch's eager
 ops on the same arrays (as written, each op allocating its result, and with every result
@@ -82,6 +83,7 @@ def main() -> None:
         "tan": (tc.tan, np.tan, "tan", x), "atan": (tc.atan, np.arctan, "atan", x),
         "erfc": (tc.erfc, erfc64, "erfc", x), "cbrt": (tc.cbrt, np.cbrt, "cbrt", pos),
         "fast_erfc": (tc.fast_erfc, erfc64, "erfc", x),
+        "fast_log": (tc.fast_log, np.log, "log", pos),
     }
     # name: (tecomp's function, float64 reference, torch's out= function, inputs)
     binary = {"atan2": (tc.atan2, np.arctan2, "atan2", (x, y)),

@@ -2,9 +2,9 @@
 :class:`~tecomp.codegen.llvm.emitter._FnEmitter`): the ``Call`` node -- LLVM intrinsics
 (``sqrt``, ``floor``, ``fma``, ...), libm calls per lane (float64 ``tanh``, ``erf``,
 ``tan`` ...), and tecomp's own vector code for float32 ``exp`` (also ``fast_exp`` and
-``sigmoid``), ``log``, ``erf``, ``tanh``, ``sin`` ..., ``tan``, ``atan`` and ``fast_erfc``
-(:mod:`~tecomp.codegen.llvm.emit_math_f32`) and, computed in float64 lanes,
-``atan2``, ``cbrt``, ``pow`` and ``erfc``
+``sigmoid``), ``log`` (and ``fast_log``), ``erf``, ``tanh``, ``sin`` ..., ``tan``, ``atan``
+and ``fast_erfc`` (:mod:`~tecomp.codegen.llvm.emit_math_f32`) and, computed in float64
+lanes, ``atan2``, ``cbrt``, ``pow`` and ``erfc``
 (:mod:`~tecomp.codegen.llvm.emit_math_wide`, which also holds float64 ``exp`` and
 ``log``), with explicit FMA where the target has it (``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
 :mod:`tecomp.codegen.llvm.emitter`, and docs/numerics.md.
@@ -38,8 +38,9 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
              "atan2": ("atan2f", "atan2")}
     #: the functions tecomp evaluates itself on float32 (and float16/bfloat16, which
     #: compute in float32): the method of each
-    _OWN_F32 = {"log": "log_f32", "erf": "erf_f32", "tanh": "tanh_f32", "exp2": "exp2_f32",
-                "expm1": "expm1_f32", "log2": "log2_f32", "log1p": "log1p_f32",
+    _OWN_F32 = {"log": "log_f32", "fast_log": "fast_log_f32", "erf": "erf_f32",
+                "tanh": "tanh_f32", "exp2": "exp2_f32", "expm1": "expm1_f32", "log2": "log2_f32",
+                "log1p": "log1p_f32",
                 "softplus": "softplus", "sin": "sin_f32", "cos": "cos_f32", "tan": "tan_f32",
                 "atan": "atan_f32", "cbrt": "cbrt_f32", "erfc": "erfc_f32",
                 "fast_erfc": "fast_erfc_f32"}
@@ -68,7 +69,7 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
             return self.map1(args[0], lambda v: self._POW_BY[e.args[1].value](self, v))
         if op in self._OWN_F32_2 and dt != "float64":
             return self.map2(args[0], args[1], getattr(self, self._OWN_F32_2[op]))
-        if op == "log":          # float64 (float32: _OWN_F32)
+        if op in ("log", "fast_log"):   # float64 (float32: _OWN_F32)
             return self.map1(args[0], self.log_f64)
         if op == "softplus":     # float64: max(x, 0) + log1p(exp(-|x|)), libm per lane
             return self.map1(args[0], self.softplus)
@@ -329,6 +330,28 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         y = madd(ef, C(self._LN2_F32[1]), y)
         y = madd(z, C(-0.5), y)
         res = madd(ef, C(self._LN2_F32[0]), b.fadd(f, y))
+        return self._log_specials(x, res, exact)
+
+    #: log(m) = s + s z P(z), s = 2 (m - 1) / (m + 1), z = s^2 <= 0.16, for m in [3/4, 3/2)
+    #: (a degree-2 P fitted for tecomp: Lawson's iteration towards the minimax relative
+    #: error, 4.8e-9 with the coefficients rounded to float32)
+    _FAST_LOG_P = (0.08333362638950348, 0.01248815469443798, 0.002365345833823085)
+
+    def fast_log_f32(self, x):
+        """``fast_log``: log(x) for float32 with a looser bound than :meth:`log_f32` (a
+        division in place of five multiply-adds): :meth:`_log_reduce`'s ``e`` and
+        ``m = 1 + f`` in ``[3/4, 3/2)``, ``s = 2f / (m + 1)`` (``2 atanh``'s argument,
+        ``|s| <= 0.4``), ``log(m) = s + s z P(z)`` with ``z = s^2`` and a degree-2 ``P``,
+        then ``e ln2`` added in two parts.  The rounding of ``m + 1`` and of the quotient
+        carries into the result where ``e = 0`` (up to about 2 ulp; docs/numerics.md has
+        the measured bound).  Special values as :meth:`log_f32`.  Never contracted: the
+        same bits under every schedule."""
+        b, ty, _, C, _, madd = self._kit(x)
+        ef, f, exact = self._log_reduce(x, 0.75)
+        s = b.fdiv(b.fadd(f, f), b.fadd(f, C(2.0)))
+        z = b.fmul(s, s)
+        y = madd(b.fmul(s, z), self._horner(self._FAST_LOG_P, z, madd), s)
+        res = madd(ef, C(self._LN2_F32[0]), madd(ef, C(self._LN2_F32[1]), y))
         return self._log_specials(x, res, exact)
 
     def _log_specials(self, x, res, exact: bool = False):
