@@ -2429,6 +2429,37 @@ def test_select_of_operands_its_condition_loads_is_one_blend():
     np.testing.assert_array_equal(p, np.concatenate([[0], a[:-1]]))
 
 
+def test_select_operands_reading_only_what_the_condition_reads_are_speculated():
+    """A select whose operands load only what its condition loads (an ELU's
+    ``if_then_else(x > 0, x, expm1(x))``) is one blend: both sides computed on every lane,
+    no masked loads, no branches; a side that reads elsewhere (``x[i + 1]``) stays lazy.
+    NaN, infinities and zeros take the side their comparison picks."""
+    import tecomp as tc
+
+    n = 256
+    X = tc.placeholder((n,), name="X")
+    E = tc.compute((n,), lambda i: tc.if_then_else(X[i] > 0, X[i], tc.expm1(X[i]) * 2.0),
+                   name="E")
+    F = tc.compute((n - 1,), lambda i: tc.if_then_else(X[i] > 0, X[i], tc.expm1(X[i + 1])),
+                   name="F")
+    for T, lazy in ((E, False), (F, True)):
+        s = tc.create_schedule(T.op)
+        s[T].vectorize(s[T].split(T.op.axis[0], factor=16)[1])
+        f = tc.build(s, [X, T])
+        src = f.get_source("llvm-unopt")
+        assert ("sel.all" in src) is lazy and ("masked.load" in src) is lazy
+        x = np.random.default_rng(2).standard_normal(n).astype(np.float32)
+        x[:6] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40]
+        out = np.zeros(T.shape[0].value, np.float32)
+        f(x, out)
+        with np.errstate(all="ignore"):
+            if lazy:
+                want = np.where(x[:-1] > 0, x[:-1], np.expm1(x[1:].astype(np.float64)))
+            else:
+                want = np.where(x > 0, x, np.expm1(x.astype(np.float64)) * 2.0)
+        np.testing.assert_allclose(out, want.astype(np.float32), rtol=3e-7, atol=0)
+
+
 def _symbolic_block_kernel(nest):
     """C[i] = A[i] * 2 with i split by 8 (and the inner part by 2 when ``nest``), the inner
     parts unrolled: their extents are symbolic in the tail, at most 8 (2)."""
