@@ -4,7 +4,8 @@
 tanh(sqrt(2/pi) (v + 0.044715 v^3)))``, PyTorch's ``gelu(approximate="tanh")``), and
 ``f(x)`` on the same size for f in exp, tanh, log, erf, sigmoid, exp2, expm1, log1p,
 softplus, sin, cos, tan, atan, erfc and cbrt (PyTorch has no cbrt: its ``pow(x, 1/3)`` on
-positive ``x``), ``atan2(x, y)`` and ``pow(|y|, x)`` (and a copy, ``x + 0``: the memory
+positive ``x``), the looser ``fast_erfc`` and ``fast_log`` (against the same peers),
+``atan2(x, y)`` and ``pow(|y|, x)`` (and a copy, ``x + 0``: the memory
 floor), each written as one
 compute and scheduled by ``tc.auto_schedule(args)`` (trials=0), against PyTorch's eager
 ops on the same arrays (as written, each op allocating its result, and with every result
@@ -14,10 +15,12 @@ tecomp's: > 1 means tecomp is faster).  Every result is checked against a float6
 reference first.  Where gcc and SLEEF (``libsleef-dev``) are installed, SLEEF's 1.0-ulp
 and 3.5-ulp vector functions of the host's widest vector (``Sleef_expf16_u10`` ... with
 AVX-512; benchmarks/sleef.py) are a third column for exp, tanh, erf and log; ``--ulps``
-adds each tool's max ulp error for those four; ``--rows 4096`` makes the arrays 16M floats.
+adds each tool's max ulp error for those four; ``--rows 4096`` makes the arrays 16M floats;
+``--softplus-ab`` also times softplus built without its per-segment ``log1p``
+(``tecomp.codegen.llvm.emit_math.SOFTPLUS_SEGMENTS`` off) in the same turns.
 
     python3 benchmarks/elementwise_math.py [--threads 2] [--rounds 15] [--only gelu,tanh]
-                                           [--rows 4096] [--ulps]
+                                           [--rows 4096] [--ulps] [--softplus-ab]
 """
 from __future__ import annotations
 
@@ -35,6 +38,8 @@ def main() -> None:
     ap.add_argument("--ulps", action="store_true", help="also the max ulp error of tecomp, "
                     "SLEEF and PyTorch for exp, tanh, erf and log, over float32 bit patterns "
                     "spread evenly over all 2^32, one per array element")
+    ap.add_argument("--softplus-ab", action="store_true", help="also time softplus with "
+                    "its log1p in one polynomial (SOFTPLUS_SEGMENTS off), in the same turns")
     args = ap.parse_args()
     pin_threads(args.threads)
     import numpy as np
@@ -82,6 +87,7 @@ def main() -> None:
         "tan": (tc.tan, np.tan, "tan", x), "atan": (tc.atan, np.arctan, "atan", x),
         "erfc": (tc.erfc, erfc64, "erfc", x), "cbrt": (tc.cbrt, np.cbrt, "cbrt", pos),
         "fast_erfc": (tc.fast_erfc, erfc64, "erfc", x),
+        "fast_log": (tc.fast_log, np.log, "log", pos),
     }
     # name: (tecomp's function, float64 reference, torch's out= function, inputs)
     binary = {"atan2": (tc.atan2, np.arctan2, "atan2", (x, y)),
@@ -99,6 +105,17 @@ def main() -> None:
         f(a, out)
         np.testing.assert_allclose(out, ref(a.astype(np.float64)), rtol=3e-6, atol=1e-7)
         fns["tecomp " + name] = lambda f=f, a=a: f(a, out)
+        if name == "softplus" and args.softplus_ab:
+            from tecomp.codegen.llvm import emit_math
+            emit_math.SOFTPLUS_SEGMENTS = False
+            try:
+                f_off = tc.build(tc.auto_schedule([X, T]), [X, T])
+            finally:
+                emit_math.SOFTPLUS_SEGMENTS = True
+            assert "vpermps" not in f_off.get_source("asm"), "the A/B build was cached"
+            f_off(a, out)
+            np.testing.assert_allclose(out, ref(a.astype(np.float64)), rtol=3e-6, atol=1e-7)
+            fns["tecomp softplus_off"] = lambda f=f_off, a=a: f(a, out)
     for name, (fn, ref, _, (a, c)) in binary.items():
         T = tc.compute((M, N), (lambda fn: lambda i, j: fn(X[i, j], Y[i, j]))(fn), name=name)
         f = tc.build(tc.auto_schedule([X, Y, T]), [X, Y, T])
@@ -164,6 +181,8 @@ def main() -> None:
         (name, (f"torch {name.removeprefix('fast_')}, out=",)
          + tuple(lb for lb, _ in sleef_fns.get(name.removeprefix("fast_"), ())))
         for name in list(unary) + list(binary)]
+    if "tecomp softplus_off" in t:
+        rows.append(("softplus_off", ("tecomp softplus",)))
     for op, peers in rows:
         if "tecomp " + op not in t:
             continue

@@ -19,7 +19,7 @@ counting its read and its write).  Every result is checked against PyTorch's fir
 
     python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...] [--rules-off]
         [--new-off] [--select-off] [--seed-off] [--steps-off]
-        [--minmax-off] [--stream-off]
+        [--minmax-off] [--stream-off] [--math-off]
 """
 from __future__ import annotations
 
@@ -231,10 +231,21 @@ def minmax_off(tc, sig, ins):
 
 def stream_off(tc, sig, ins):
     """A call of the kernel of ``sig`` scheduled with every store through the cache (no
-    ``pragma nontemporal`` on an elementwise output over half the last-level cache:
-    ``tecomp.strategy.rules.STREAM_OUTPUTS`` False)."""
+    ``pragma nontemporal`` on an elementwise output over half the last-level cache, nor on
+    a smaller one of a pass over twice that cache: ``tecomp.strategy.rules.STREAM_OUTPUTS``
+    and ``STREAM_WIDE_PASSES`` False)."""
     from tecomp.strategy import rules
-    return flags_off(tc, sig, ins, [(rules, "STREAM_OUTPUTS")])
+    return flags_off(tc, sig, ins, [(rules, "STREAM_OUTPUTS"), (rules, "STREAM_WIDE_PASSES")])
+
+
+def math_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` built without session 19's math changes: select
+    operands that load what their condition loads stay lazy
+    (``tecomp.codegen.llvm.emit_expr.SPECULATE_CONDITION_LOADS``), float32 softplus takes
+    its one-polynomial ``log1p`` (``tecomp.codegen.llvm.emit_math.SOFTPLUS_SEGMENTS``)."""
+    from tecomp.codegen.llvm import emit_expr, emit_math
+    return flags_off(tc, sig, ins, [(emit_expr, "SPECULATE_CONDITION_LOADS"),
+                                    (emit_math, "SOFTPLUS_SEGMENTS")])
 
 
 def _input(np, rng, shape, kind):
@@ -278,6 +289,10 @@ def main() -> None:
     ap.add_argument("--stream-off", action="store_true", help="also time each elementwise "
                     "operator scheduled with its output stored through the cache (no "
                     "non-temporal stores), in the same turns")
+    ap.add_argument("--math-off", action="store_true", help="also time each elementwise "
+                    "operator built without session 19's math changes (lazy selects of "
+                    "what the condition loads, softplus's one-polynomial log1p), in the "
+                    "same turns")
     args = ap.parse_args()
     pin_threads(args.threads)
     import os
@@ -383,6 +398,8 @@ def main() -> None:
             fns["minmax_off"] = minmax_off(tc, sig, ins)
         if args.stream_off and family == "elem":
             fns["stream_off"] = stream_off(tc, sig, ins)
+        if args.math_off and family == "elem":
+            fns["math_off"] = math_off(tc, sig, ins)
         t = interleaved_turns(fns, args.rounds)
         gbs = (x.nbytes + out.nbytes) / t["tecomp"] / 1e9
         stream = ref_bytes / t["stream"] / 1e9
@@ -406,7 +423,9 @@ def main() -> None:
               + (f" | minmax off {t['minmax_off'] * 1e3:7.3f} ms "
                  f"({t['minmax_off'] / t['tecomp']:5.2f}x)" if "minmax_off" in t else "")
               + (f" | stream off {t['stream_off'] * 1e3:7.3f} ms "
-                 f"({t['stream_off'] / t['tecomp']:5.2f}x)" if "stream_off" in t else ""),
+                 f"({t['stream_off'] / t['tecomp']:5.2f}x)" if "stream_off" in t else "")
+              + (f" | math off {t['math_off'] * 1e3:7.3f} ms "
+                 f"({t['math_off'] / t['tecomp']:5.2f}x)" if "math_off" in t else ""),
               flush=True)
     bad = [r for r in rows if r[1] < 1.0 or r[2] < 80]
     print(f"load {os.getloadavg()[0]:.2f}; {len(rows) - len(bad)} of {len(rows)} rows at "

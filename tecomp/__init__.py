@@ -30,6 +30,7 @@ from .te import (
     max_value, maximum, min, min_value, minimum, ne,
     placeholder, pow, prod, reduce_axis, round, rsqrt, select, sigmoid, sin, softplus, sqrt, sum,
     tanh, tan, sign, trunc, isnan, isinf, isfinite, atan, atan2, cbrt, erfc, fast_erfc,
+    fast_log,
     thread_axis, truncdiv, truncmod, var,
 )
 from .te import ExternOp, call_packed, extern, get_global_func, register_func  # noqa: E402
@@ -199,7 +200,7 @@ __all__ = [
     "floor", "floordiv", "floormod", "fma", "if_then_else", "log", "log1p", "log2", "maximum",
     "minimum", "ne", "pow", "round", "rsqrt", "select", "sigmoid", "sin", "softplus", "sqrt",
     "tanh", "truncdiv", "truncmod", "tan", "sign", "trunc", "isnan", "isinf", "isfinite",
-    "atan", "atan2", "cbrt", "erfc", "fast_erfc",
+    "atan", "atan2", "cbrt", "erfc", "fast_erfc", "fast_log",
     "ExternOp", "extern", "call_packed", "register_func", "get_global_func",
     "ScanOp", "scan", "ScatterOp", "scatter_add",
     "TensorIntrin", "decl_tensor_intrin", "tensor_intrin", "tensor_intrins_for",

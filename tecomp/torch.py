@@ -182,7 +182,7 @@ class _Compiled:
 _TRANSCENDENTAL = frozenset({"exp", "fast_exp", "log", "erf", "tanh", "sigmoid", "pow",
                              "sin", "cos", "exp2", "expm1", "log2", "log1p", "softplus",
                              "tan", "atan", "atan2", "cbrt", "erfc",
-                             "fast_erfc"})
+                             "fast_erfc", "fast_log"})
 
 
 def _transcendental(op) -> bool:

@@ -1327,6 +1327,32 @@ def test_elementwise_outputs_stay_in_the_cache_when_small_symbolic_or_switched_o
     assert "pragma_nontemporal" in str(tc.lower(s, [X, Y]))
 
 
+def test_small_output_of_a_wide_pass_is_streamed(monkeypatch):
+    """An output within half the last-level cache is stored past it where its pass moves
+    more than twice that cache with what it reads (``isnan`` of float32: a byte out for
+    every 4 in; ``rules.STREAM_WIDE_PASSES``), and stays cached at twice exactly or with
+    the switch off."""
+    from tecomp.strategy import rules
+    X = tc.placeholder((4, 64, 64), name="X")      # 64 KiB in, 16 KiB of bools out
+    Y = nn.isnan(X)
+    for l3, want in ((36 << 10, True), (40 << 10, False), (1 << 20, False)):
+        knobs = Knobs()
+        apply_rules([X, Y], knobs, _small_cache(l3=l3))
+        assert knobs.values[f"stream.{Y.op.name}"] is want, l3
+    monkeypatch.setattr(rules, "STREAM_WIDE_PASSES", False)
+    knobs = Knobs()
+    apply_rules([X, Y], knobs, _small_cache(l3=36 << 10))
+    assert knobs.values[f"stream.{Y.op.name}"] is False
+    monkeypatch.setattr(rules, "STREAM_WIDE_PASSES", True)
+    s = apply_rules([X, Y], Knobs(), _small_cache(l3=36 << 10))
+    f = tc.build(s, [X, Y])
+    x = np.random.default_rng(0).standard_normal((4, 64, 64)).astype("float32")
+    x[0, 1, 2] = x[3, 63, 63] = np.nan
+    out = tc.empty((4, 64, 64), "bool")
+    f(tc.aligned(x), out)
+    np.testing.assert_array_equal(out, np.isnan(x))
+
+
 def test_streamed_elementwise_output_is_vmovntps_on_x86():
     """On x86 the streamed stores are ``vmovntps`` (an AVX-512 target, compiled, not run),
     fenced before the call returns."""

@@ -2043,6 +2043,11 @@ _MORE_F32 = {
                                                        6.888255),
                   (2.3, 3.5), [np.inf, -np.inf, 0.0, -0.0, 10.06, 11.0, -10.0, 1e-30, np.nan],
                   [0, 2, 1, 1, 0, 0, 2, 1, np.nan]),
+    # the looser, faster log (a division, no table): the special values of log
+    "fast_log": (np.log, (1.0, 0.75, 1.5, 1.1754944e-38, 2.0, 0.5, 1.0643531), (2.0, 2.0),
+                 [np.inf, 0.0, -0.0, 1.0, -1.0, -np.inf, 2.0 ** -149, 2.0 ** 127, np.nan],
+                 [np.inf, -np.inf, -np.inf, 0, np.nan, np.nan,
+                  np.float32(np.log(2.0 ** -149)), np.float32(np.log(2.0 ** 127)), np.nan]),
 }
 
 
@@ -2129,8 +2134,8 @@ def test_tanh_float32_error_everywhere(exp_variant):
 
 @pytest.mark.parametrize("fn", sorted(_MORE_F32))
 def test_more_float32_functions(fn, exp_variant):
-    """exp2, expm1, log2, log1p, softplus, sin and cos on float32 are vector code (no libm
-    call per lane, but sin/cos's branch for large arguments), the same bits vectorized
+    """exp2, expm1, log2, log1p, softplus, sin, cos ... fast_log on float32 are vector code
+    (no libm call per lane, but sin/cos's branch for large arguments), the same bits vectorized
     and serial, within the documented bound of the float64 function on a dense sample of
     every float32 input, with their special values."""
     if (os.environ.get("TECOMP_LONG_TESTS", "") in ("", "0")
@@ -2141,8 +2146,54 @@ def test_more_float32_functions(fn, exp_variant):
                             special, want, exp_variant)
 
 
+#: more special inputs, with their float32 results, for the check at every vector width
+#: (NaN: a NaN; None: a subnormal result within the bound, the same bits at every width)
+_MORE_SPECIALS = {
+    "fast_log": ([1e-40, -1e-40, 3.4028235e38], [np.float32(np.log(np.float64(np.float32(1e-40)))),
+                                                 np.nan, np.float32(np.log(3.4028235e38))]),
+    "softplus": ([np.nan, -0.0, 1e-40, -1e-40, 3.4028235e38, -3.4028235e38, 88.8, -88.8,
+                  -103.0, -110.0],
+                 [np.nan, np.float32(np.log(2.0)), np.float32(np.log(2.0)),
+                  np.float32(np.log(2.0)), 3.4028235e38, 0, 88.8, None, None, 0]),
+}
+
+
+@pytest.mark.parametrize("fn", sorted(_MORE_SPECIALS))
+def test_float32_special_values_at_every_vector_width(fn, exp_variant):
+    """The special values of ``fn`` (NaN, +-inf, +-0, subnormals, the largest floats, the
+    edges of underflow) vectorized by 4, 8, 16 and 64 lanes (xmm, ymm, zmm, four zmm:
+    where the target has them, else pieces of its widest) and serial, on each variant:
+    the results of ``_MORE_F32`` and ``_MORE_SPECIALS``, the same bits at every width."""
+    import tecomp as tc
+
+    _, _, _, special, want = _MORE_F32[fn]
+    special = list(special) + _MORE_SPECIALS[fn][0]
+    want = list(want) + _MORE_SPECIALS[fn][1]
+    n = 64 * len(special)      # every input in every lane of a 64-lane vector
+    pick = [(i + i // 64) % len(special) for i in range(n)]
+    x = np.array([special[k] for k in pick], np.float32)
+    known = np.array([want[k] is not None for k in pick])
+    expect = np.array([np.nan if want[k] is None else want[k] for k in pick], np.float32)
+    A = tc.placeholder((n,), name="A")
+    first = None
+    for lanes in (1, 4, 8, 16, 64):
+        B = tc.compute((n,), lambda i: getattr(tc, fn)(A[i]), name="B")
+        s = tc.create_schedule(B.op)
+        if lanes > 1:
+            s[B].vectorize(s[B].split(B.op.axis[0], factor=lanes)[1])
+        out = np.zeros(n, np.float32)
+        tc.build(s, [A, B], target=exp_variant)(x, out)
+        np.testing.assert_array_equal(out[known], expect[known], f"{fn}, {lanes} lanes")
+        num = known & ~np.isnan(expect)      # (a NaN's sign is not specified)
+        np.testing.assert_array_equal(np.signbit(out[num]), np.signbit(expect[num]))
+        first = out if first is None else first
+        np.testing.assert_array_equal(out[~known].view(np.uint32),
+                                      first[~known].view(np.uint32), f"{fn}, {lanes} lanes")
+        assert (out[~known] > 0).all() and (out[~known] < 1.2e-38).all()
+
+
 @pytest.mark.parametrize("fn", ["exp2", "expm1", "log2", "log1p", "softplus", "sin", "cos",
-                                "tan", "atan", "cbrt", "erfc", "fast_erfc"])
+                                "tan", "atan", "cbrt", "erfc", "fast_erfc", "fast_log"])
 def test_more_math_functions_float64_and_gradients(fn):
     """On float64 the same functions are libm's (per lane) and agree with numpy; their
     gradients through tc.gradient match finite differences of numpy's."""
@@ -2376,6 +2427,37 @@ def test_select_of_operands_its_condition_loads_is_one_blend():
     p = np.zeros(256, np.float32)
     g(a, p)
     np.testing.assert_array_equal(p, np.concatenate([[0], a[:-1]]))
+
+
+def test_select_operands_reading_only_what_the_condition_reads_are_speculated():
+    """A select whose operands load only what its condition loads (an ELU's
+    ``if_then_else(x > 0, x, expm1(x))``) is one blend: both sides computed on every lane,
+    no masked loads, no branches; a side that reads elsewhere (``x[i + 1]``) stays lazy.
+    NaN, infinities and zeros take the side their comparison picks."""
+    import tecomp as tc
+
+    n = 256
+    X = tc.placeholder((n,), name="X")
+    E = tc.compute((n,), lambda i: tc.if_then_else(X[i] > 0, X[i], tc.expm1(X[i]) * 2.0),
+                   name="E")
+    F = tc.compute((n - 1,), lambda i: tc.if_then_else(X[i] > 0, X[i], tc.expm1(X[i + 1])),
+                   name="F")
+    for T, lazy in ((E, False), (F, True)):
+        s = tc.create_schedule(T.op)
+        s[T].vectorize(s[T].split(T.op.axis[0], factor=16)[1])
+        f = tc.build(s, [X, T])
+        src = f.get_source("llvm-unopt")
+        assert ("sel.all" in src) is lazy and ("masked.load" in src) is lazy
+        x = np.random.default_rng(2).standard_normal(n).astype(np.float32)
+        x[:6] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40]
+        out = np.zeros(T.shape[0].value, np.float32)
+        f(x, out)
+        with np.errstate(all="ignore"):
+            if lazy:
+                want = np.where(x[:-1] > 0, x[:-1], np.expm1(x[1:].astype(np.float64)))
+            else:
+                want = np.where(x > 0, x, np.expm1(x.astype(np.float64)) * 2.0)
+        np.testing.assert_allclose(out, want.astype(np.float32), rtol=3e-7, atol=0)
 
 
 def _symbolic_block_kernel(nest):

@@ -29,7 +29,7 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 _erfc = np.frompyfunc(math.erfc, 1, 1)
 
 _CALLS = {
-    "exp": np.exp, "fast_exp": np.exp, "log": np.log, "sqrt": np.sqrt,
+    "exp": np.exp, "fast_exp": np.exp, "log": np.log, "fast_log": np.log, "sqrt": np.sqrt,
     "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh,
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "erf": lambda x: _erf(x).astype(np.asarray(x).dtype), "abs": np.abs, "floor": np.floor,

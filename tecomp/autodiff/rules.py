@@ -12,7 +12,7 @@ The rules, and the conventions where a derivative is not defined (they match PyT
 intrinsic      d/dx                                    at the edges
 =============  ======================================  ========================================
 exp, fast_exp  ``exp(x)`` (the forward value)
-log            ``1 / x``                               ``inf`` at 0, as PyTorch
+log, fast_log  ``1 / x``                               ``inf`` at 0, as PyTorch
 sqrt           ``0.5 / sqrt(x)``                       ``inf`` at 0, as PyTorch
 rsqrt          ``-0.5 * rsqrt(x)**3``
 tanh           ``1 - tanh(x)**2``
@@ -91,6 +91,7 @@ _BUILTIN_INTRINSICS: Dict[str, Callable] = {
     "exp": lambda a, out: (out,),
     "fast_exp": lambda a, out: (out,),
     "log": lambda a, out: (1 / a[0],),
+    "fast_log": lambda a, out: (1 / a[0],),
     "sqrt": lambda a, out: (0.5 / out,),
     "rsqrt": lambda a, out: (-0.5 * (out * out * out),),
     "tanh": lambda a, out: (1 - out * out,),

@@ -258,6 +258,7 @@ class CSource:
         "softplus": "(fmaxf({0}, 0.f) + log1pf(expf(-fabsf({0}))))",
         "tan": "tanf({0})", "atan": "atanf({0})", "atan2": "atan2f({0}, {1})",
         "cbrt": "cbrtf({0})", "erfc": "erfcf({0})", "fast_erfc": "erfcf({0})",
+        "fast_log": "logf({0})",
     }
     MATH_F64 = {
         "exp": "exp({0})", "log": "log({0})", "sqrt": "sqrt({0})", "rsqrt": "(1.0 / sqrt({0}))",
@@ -269,6 +270,7 @@ class CSource:
         "softplus": "(fmax({0}, 0.0) + log1p(exp(-fabs({0}))))",
         "tan": "tan({0})", "atan": "atan({0})", "atan2": "atan2({0}, {1})",
         "cbrt": "cbrt({0})", "erfc": "erfc({0})", "fast_erfc": "erfc({0})",
+        "fast_log": "log({0})",
     }
 
     def __init__(self, namer: Optional[Namer] = None):

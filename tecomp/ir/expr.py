@@ -399,7 +399,7 @@ INTRINSICS = {
     "abs": 1, "floor": 1, "ceil": 1, "round": 1, "sin": 1, "cos": 1, "pow": 2,
     "fast_exp": 1, "fma": 3, "exp2": 1, "expm1": 1, "log2": 1, "log1p": 1, "softplus": 1,
     "tan": 1, "atan": 1, "atan2": 2, "cbrt": 1, "erfc": 1,
-    "fast_erfc": 1,
+    "fast_erfc": 1, "fast_log": 1,
 }
 # Calls that are not math: statements in an Evaluate.
 SPECIAL_CALLS = {"syncthreads": 0}
@@ -413,8 +413,9 @@ class Call(Expr):
     ``fma(a, b, c)`` is ``a * b + c`` rounded once (IEEE fusedMultiplyAdd);
     ``exp`` and ``fast_exp`` are the exponential up to a documented error: ``fast_exp``
     may be a faster approximation; on float32 the LLVM backend evaluates both with the
-    same vector code, within 1 ulp (docs/numerics.md); ``fast_erfc`` is ``erfc`` with a
-    looser bound on float32 (docs/numerics.md).  ``syncthreads`` is the GPU block barrier (an Evaluate only).
+    same vector code, within 1 ulp (docs/numerics.md); ``fast_erfc`` and ``fast_log`` are
+    ``erfc`` and ``log`` with looser bounds on float32 (docs/numerics.md).  ``syncthreads``
+    is the GPU block barrier (an Evaluate only).
     """
 
     op: str

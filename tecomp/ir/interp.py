@@ -290,6 +290,7 @@ _MATH = {
     "cbrt": _np1(np.cbrt),
     "erfc": math.erfc,
     "fast_erfc": math.erfc,
+    "fast_log": _np1(np.log),
 }
 assert set(_MATH) == set(INTRINSICS), "every IR intrinsic needs an interpreter rule"
 

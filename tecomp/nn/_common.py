@@ -69,7 +69,7 @@ def _cint(e, shapes: Optional[dict] = None) -> Optional[int]:
 
 def _bytes(t: Tensor) -> Optional[int]:
     """The size of ``t`` in bytes, or None when its shape is symbolic."""
-    n = _dt.bits(t.dtype) // 8
+    n = _dt.nbytes(t.dtype)     # (a bool takes a byte: bits // 8 would be 0)
     for e in t.shape:
         e = _cint(e)
         if e is None:

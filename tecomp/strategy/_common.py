@@ -237,25 +237,27 @@ CACHE_LINE = 64
 
 
 def _streams_past_cache(nbytes: Optional[int], run: Optional[int], dtype: str,
-                        info) -> bool:
+                        info, over: float = 0.5) -> bool:
     """Whether a pass should store its output past the cache (``pragma nontemporal``)
     where what it moves (``nbytes``: its output, or its inputs and output, as the caller
-    measured; None: symbolic) is more than half the last-level cache (``info.l3_bytes``,
-    the machine model's): it leaves little of its output there for the next operator,
+    measured; None: symbolic) is more than ``over`` times (by default half) the last-level
+    cache (``info.l3_bytes``, the machine model's): it leaves little of its output there for the next operator,
     and each line it writes through the cache is read first (a third of an elementwise
     pass's traffic); streamed, the line is written once.  Only where the output's
     contiguous runs of stores (``run`` elements of ``dtype``) are whole cache lines, so
     that every run starts on one: runs of part lines mix streamed stores with cached
     ones (slower than caching them all).  A smaller pass keeps its output in the cache,
     where the next operator reads it."""
-    return nbytes is not None and nbytes > info.l3_bytes // 2 and \
+    return nbytes is not None and nbytes > info.l3_bytes * over and \
         run is not None and run > 0 and run * _dt.nbytes(dtype) % CACHE_LINE == 0
 
 
-def _streams_past_llc(ins, out, info, run: Optional[int] = None) -> bool:
+def _streams_past_llc(ins, out, info, run: Optional[int] = None, over: float = 0.5) -> bool:
     """Whether a pass that reads the tensors ``ins`` and writes ``out`` should store
-    ``out`` past the cache (:func:`_streams_past_cache` of what they take together, in
-    runs of ``run`` elements: by default ``out``'s rows)."""
+    ``out`` past the cache (:func:`_streams_past_cache` of what they take together, more
+    than ``over`` times the last-level cache, in runs of ``run`` elements: by default
+    ``out``'s rows)."""
     sizes = [_bytes(t) for t in list(ins) + [out]]
     return _streams_past_cache(None if None in sizes else sum(sizes),
-                               _cint(out.shape[-1]) if run is None else run, out.dtype, info)
+                               _cint(out.shape[-1]) if run is None else run, out.dtype, info,
+                               over)

@@ -68,7 +68,7 @@ in spirit):
    multiplied (``pragma fp_reciprocal``); an output no other stage reads, in runs of
    whole cache lines, stored past the cache (``pragma nontemporal``) where it alone (a
    plain pass) or with what its nest reads (a row kernel) is more than half the
-   last-level cache.
+   last-level cache, or a plain pass with what it reads more than twice that cache.
 
 Before rule 3, an int8 GEMM (uint8 x int8 summed in int32) is tensorized with the
 target's dot-product intrinsic (:mod:`tecomp.strategy.tensorize`).
@@ -137,6 +137,15 @@ RECIPROCAL_ROWS = True
 #: 2.5 ms.  Off: every store through the cache, as before
 #: (``benchmarks/reductions.py --stream-off``)
 STREAM_OUTPUTS = True
+
+#: whether an elementwise output of at most half the last-level cache is stored past the
+#: cache too where its pass moves (what it reads and its output) more than twice the
+#: last-level cache: most of it would be gone from the cache when the pass ends, and
+#: each line written through the cache is read first.  ``isnan`` / ``isinf`` of 16M
+#: float32 (64 MB in, 16 MB of bools out; 2 threads, AMD EPYC Zen 4 VM, under load):
+#: 5.85 -> 3.96 ms, 6.67 -> 3.95 ms.  Off: such outputs cached (as with
+#: :data:`STREAM_OUTPUTS` for every output)
+STREAM_WIDE_PASSES = True
 
 #: whether a row kernel (stages computed at an elementwise output's row loop: a
 #: softmax's max, exps and sum) stores its output past the cache (``pragma nontemporal``)
@@ -503,7 +512,9 @@ class _Rules(BlockRules):
           floor followed by a sum over its output was 15-30% slower streamed (its 24 MB
           pass over half of a 32 MB L3; the output would have stayed in it), a 16 MB one
           even, 20 and 24 MB ones 20% faster (2 threads, AMD EPYC Zen 4 VM, under load;
-          benchmarks/history/2026-12-01.md, "h18-reduce")."""
+          benchmarks/history/2026-12-01.md, "h18-reduce"); and a smaller output whose pass
+          moves more than twice the last-level cache with what it reads
+          (:data:`STREAM_WIDE_PASSES`: the cache could not keep it for a next operator)."""
         dtype = op.output(0).dtype
         # (an output another stage reads, another output of the DAG, stays cached)
         if self.readers(op):
@@ -512,8 +523,11 @@ class _Rules(BlockRules):
             return STREAM_ROWS and _streams_past_llc(_read_by_nest(self.s, st, row),
                                                      op.output(0), self.info, run)
         n = _elems(op.output(0), self.shapes)
-        return STREAM_OUTPUTS and n is not None and \
-            _streams_past_cache(n * _dt.nbytes(dtype), run, dtype, self.info)
+        if not STREAM_OUTPUTS or n is None:
+            return False
+        return _streams_past_cache(n * _dt.nbytes(dtype), run, dtype, self.info) or (
+            STREAM_WIDE_PASSES and _streams_past_llc(_read_by_nest(self.s, st, None),
+                                                     op.output(0), self.info, run, over=2))
 
     @staticmethod
     def _cut_per_row(op) -> bool:

@@ -8,7 +8,7 @@ from .intrin import (
     abs, all, any, cast, ceil, cos, eq, erf, exp, exp2, expm1, fast_exp, floor, floordiv, floormod,
     fma, if_then_else, log, log1p, log2, maximum, minimum, ne, pow, round, rsqrt, select, sigmoid,
     sin, softplus, sqrt, tanh, truncdiv, truncmod, tan, sign, trunc, isnan, isinf, isfinite,
-    atan, atan2, cbrt, erfc, fast_erfc,
+    atan, atan2, cbrt, erfc, fast_erfc, fast_log,
 )
 from .extern import ExternOp, call_packed, extern, get_global_func, register_func  # noqa: E402
 from .scan import ScanOp, scan  # noqa: E402

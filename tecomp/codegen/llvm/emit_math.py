@@ -2,9 +2,9 @@
 :class:`~tecomp.codegen.llvm.emitter._FnEmitter`): the ``Call`` node -- LLVM intrinsics
 (``sqrt``, ``floor``, ``fma``, ...), libm calls per lane (float64 ``tanh``, ``erf``,
 ``tan`` ...), and tecomp's own vector code for float32 ``exp`` (also ``fast_exp`` and
-``sigmoid``), ``log``, ``erf``, ``tanh``, ``sin`` ..., ``tan``, ``atan`` and ``fast_erfc``
-(:mod:`~tecomp.codegen.llvm.emit_math_f32`) and, computed in float64 lanes,
-``atan2``, ``cbrt``, ``pow`` and ``erfc``
+``sigmoid``), ``log`` (and ``fast_log``), ``erf``, ``tanh``, ``sin`` ..., ``tan``, ``atan``
+and ``fast_erfc`` (:mod:`~tecomp.codegen.llvm.emit_math_f32`) and, computed in float64
+lanes, ``atan2``, ``cbrt``, ``pow`` and ``erfc``
 (:mod:`~tecomp.codegen.llvm.emit_math_wide`, which also holds float64 ``exp`` and
 ``log``), with explicit FMA where the target has it (``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
 :mod:`tecomp.codegen.llvm.emitter`, and docs/numerics.md.
@@ -19,6 +19,13 @@ from ...ir.expr import SPECIAL_CALLS, Call, Const
 from .emit_math_f32 import _F32MathEmitter
 from .emit_math_wide import _WideMathEmitter
 from .values import _I32, _REG, Val, _poison, _splat, _unsigned, _with_lanes
+
+
+#: whether float32 ``softplus`` reads its ``log1p`` polynomial per sixteenth of ``[0, 1]``
+#: from tables where the target has a 16-entry table instruction and FMA
+#: (:meth:`_MathEmitter._softplus_f32`); off: the one-polynomial form everywhere (the A/B
+#: switch of ``benchmarks/elementwise_math.py --softplus-ab``)
+SOFTPLUS_SEGMENTS = True
 
 
 class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
@@ -38,8 +45,9 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
              "atan2": ("atan2f", "atan2")}
     #: the functions tecomp evaluates itself on float32 (and float16/bfloat16, which
     #: compute in float32): the method of each
-    _OWN_F32 = {"log": "log_f32", "erf": "erf_f32", "tanh": "tanh_f32", "exp2": "exp2_f32",
-                "expm1": "expm1_f32", "log2": "log2_f32", "log1p": "log1p_f32",
+    _OWN_F32 = {"log": "log_f32", "fast_log": "fast_log_f32", "erf": "erf_f32",
+                "tanh": "tanh_f32", "exp2": "exp2_f32", "expm1": "expm1_f32", "log2": "log2_f32",
+                "log1p": "log1p_f32",
                 "softplus": "softplus", "sin": "sin_f32", "cos": "cos_f32", "tan": "tan_f32",
                 "atan": "atan_f32", "cbrt": "cbrt_f32", "erfc": "erfc_f32",
                 "fast_erfc": "fast_erfc_f32"}
@@ -68,7 +76,7 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
             return self.map1(args[0], lambda v: self._POW_BY[e.args[1].value](self, v))
         if op in self._OWN_F32_2 and dt != "float64":
             return self.map2(args[0], args[1], getattr(self, self._OWN_F32_2[op]))
-        if op == "log":          # float64 (float32: _OWN_F32)
+        if op in ("log", "fast_log"):   # float64 (float32: _OWN_F32)
             return self.map1(args[0], self.log_f64)
         if op == "softplus":     # float64: max(x, 0) + log1p(exp(-|x|)), libm per lane
             return self.map1(args[0], self.softplus)
@@ -331,6 +339,28 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         res = madd(ef, C(self._LN2_F32[0]), b.fadd(f, y))
         return self._log_specials(x, res, exact)
 
+    #: log(m) = s + s z P(z), s = 2 (m - 1) / (m + 1), z = s^2 <= 0.16, for m in [3/4, 3/2)
+    #: (a degree-2 P fitted for tecomp: Lawson's iteration towards the minimax relative
+    #: error, 4.8e-9 with the coefficients rounded to float32)
+    _FAST_LOG_P = (0.08333362638950348, 0.01248815469443798, 0.002365345833823085)
+
+    def fast_log_f32(self, x):
+        """``fast_log``: log(x) for float32 with a looser bound than :meth:`log_f32` (a
+        division in place of five multiply-adds): :meth:`_log_reduce`'s ``e`` and
+        ``m = 1 + f`` in ``[3/4, 3/2)``, ``s = 2f / (m + 1)`` (``2 atanh``'s argument,
+        ``|s| <= 0.4``), ``log(m) = s + s z P(z)`` with ``z = s^2`` and a degree-2 ``P``,
+        then ``e ln2`` added in two parts.  The rounding of ``m + 1`` and of the quotient
+        carries into the result where ``e = 0`` (up to about 2 ulp; docs/numerics.md has
+        the measured bound).  Special values as :meth:`log_f32`.  Never contracted: the
+        same bits under every schedule."""
+        b, ty, _, C, _, madd = self._kit(x)
+        ef, f, exact = self._log_reduce(x, 0.75)
+        s = b.fdiv(b.fadd(f, f), b.fadd(f, C(2.0)))
+        z = b.fmul(s, s)
+        y = madd(b.fmul(s, z), self._horner(self._FAST_LOG_P, z, madd), s)
+        res = madd(ef, C(self._LN2_F32[0]), madd(ef, C(self._LN2_F32[1]), y))
+        return self._log_specials(x, res, exact)
+
     def _log_specials(self, x, res, exact: bool = False):
         """``res`` with the special values of a logarithm: ``+inf`` at ``+inf``,
         ``-inf`` at 0 (either sign), NaN below 0 and for a NaN (``exact``: ``res`` has
@@ -419,19 +449,72 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         return b.fadd(b.call(self._fn1("llvm.maxnum", ty, 2), [x, C(0.0)]),
                       self._call_lanes("log1p", e))
 
+    #: log1p(t) = C_hi + (r H + (C_lo + r (L + r (q1 + r (q2 + r q3))))) on 16 segments of
+    #: t in [0, 1]: k = min(round(16 t), 15), r = t - k/16 (exact), one row per k:
+    #: (C_hi, C_lo, H, L, q1, q2, q3), C = log1p(k/16) and H + L the slope in two float32
+    #: parts (k = 0: C = 0, log1p(t) = t (H + L + ...)).  Fitted for tecomp (Lawson's
+    #: iteration towards the minimax relative error against float64 log1p, 5.7e-9 or
+    #: better with the coefficients rounded to float32)
+    _LOG1P_SEGMENTS = (
+        (0.0, 0.0, 1.0, -1.4081782e-09, -0.49999854, 0.3331006, -0.23794128),
+        (0.06062462, 7.90594e-12, 0.9411764, 2.0779984e-08, -0.44290563, 0.2780715, -0.1974201),
+        (0.11778303, 3.2986907e-09, 0.88888884, 2.289126e-08, -0.39506137, 0.23424248,
+         -0.15655911),
+        (0.17185026, -7.145759e-09, 0.8421052, 2.9590637e-08, -0.35457045, 0.19915877,
+         -0.12598678),
+        (0.22314355, 3.5408485e-09, 0.79999995, 2.9024212e-08, -0.3199999, 0.17074563,
+         -0.102566004),
+        (0.2719337, 1.0869003e-08, 0.7619048, -2.894633e-08, -0.29024938, 0.14749031,
+         -0.08435547),
+        (0.31845373, 1.965855e-09, 0.7272727, 2.6166829e-08, -0.26446277, 0.12827364,
+         -0.07001778),
+        (0.3629055, -8.629968e-09, 0.6956522, -2.241695e-08, -0.24196593, 0.11225558,
+         -0.058603086),
+        (0.4054651, 1.1872889e-08, 0.6666667, -2.7538938e-08, -0.2222222, 0.09879737,
+         -0.04942368),
+        (0.4462871, 7.081697e-09, 0.64, 8.035058e-09, -0.20479998, 0.087407395, -0.041973844),
+        (0.48550782, -2.9457786e-10, 0.61538464, -2.8088653e-08, -0.1893491, 0.07770312,
+         -0.035876635),
+        (0.52324814, 7.720999e-09, 0.5925926, -8.697924e-09, -0.17558298, 0.069383875,
+         -0.030847643),
+        (0.5596158, -2.908541e-09, 0.5714286, -2.9120411e-08, -0.1632653, 0.062211115,
+         -0.026669888),
+        (0.59470713, -2.363911e-08, 0.55172414, -9.483001e-10, -0.15219976, 0.05599395,
+         -0.023176135),
+        (0.62860864, 1.5413738e-08, 0.5333333, 2.9251307e-08, -0.14222221, 0.050578397,
+         -0.020236267),
+        (0.6613985, 1.1843601e-08, 0.516129, 1.5673786e-08, -0.13319509, 0.04583338,
+         -0.017224075),
+    )
+
     def _softplus_f32(self, x):
         """float32 softplus with one exponential and one logarithm polynomial: ``t =
         exp(-|x|)`` in ``(0, 1]`` (:meth:`exp_f32`'s steps, ``|x|`` clamped to 104, where
-        ``t`` is 0), then ``log1p(t)`` with an exact reduction that needs neither the
-        exponent bits of ``1 + t`` nor a division: ``t < 1/2``: ``log1p(t)`` itself,
-        ``f = t``; ``t >= 1/2``: ``log1p(t) = ln2 + log1p(f)`` with ``f = (t - 1)/2``
-        (one FMA, exact), so ``f`` is in ``[-1/4, 1/2)``, where :meth:`log_f32`'s
-        polynomial holds (``f - f^2/2 + f^3 P(f)``, ``ln2`` in two parts); then
-        ``max(x, 0) +`` that.  ``t = 0`` gives 0 (``softplus(-inf) = 0``, ``+inf`` gives
-        ``+inf``); a NaN is selected back at the end."""
+        ``t`` is 0), then ``log1p(t)``, then ``max(x, 0) +`` that.  ``t = 0`` gives 0
+        (``softplus(-inf) = 0``, ``+inf`` gives ``+inf``); a NaN is kept by ``max(x, 0)``
+        (segments) or selected back at the end.
+
+        Where the target has fused multiply-adds and a 16-entry table instruction (x86
+        with AVX2 or AVX-512, as :meth:`erf_f32`; :data:`SOFTPLUS_SEGMENTS`), ``log1p(t)``
+        is one polynomial per sixteenth of ``[0, 1]`` (``_LOG1P_SEGMENTS``), its
+        coefficients read per lane: ``k = min(round(16 t), 15)`` (from the low bits of
+        ``16 t + 1.5 * 2^23``, one FMA), ``r = t - k/16`` (exact), ``C_hi + (r H + (C_lo
+        + r Q(r)))``: five FMAs where the form below takes fourteen multiplies and FMAs.
+        Elsewhere an exact reduction that needs neither the exponent bits of ``1 + t`` nor
+        a division: ``t < 1/2``: ``log1p(t)`` itself, ``f = t``; ``t >= 1/2``: ``log1p(t)
+        = ln2 + log1p(f)`` with ``f = (t - 1)/2`` (one FMA, exact), so ``f`` is in
+        ``[-1/4, 1/2)``, where :meth:`log_f32`'s polynomial holds (``f - f^2/2 + f^3
+        P(f)``, ``ln2`` in two parts)."""
         b, ty, _, C, _, madd = self._kit(x)
         nx = b.fneg(b.call(self._fn1("llvm.fabs", ty), [x]))
         t = self._exp_in(b.call(self._fn1("llvm.maxnum", ty, 2), [nx, C(-104.0)]), None, None)
+        lookup = self.policy.vector_op("lookup16", ty) \
+            if self.policy.has_fma and SOFTPLUS_SEGMENTS else None
+        if lookup is not None:
+            l1p = self._segments(lookup, self._LOG1P_SEGMENTS, t, 16.0)
+            # max(x, 0) that keeps a NaN (one vmaxps, the NaN as its second operand): the
+            # sum is NaN, no select at the end
+            return b.fadd(b.select(b.fcmp_ordered("<", x, C(0.0)), C(0.0), x), l1p)
         high = b.fcmp_ordered(">=", t, C(0.5))
         f = b.select(high, madd(t, C(0.5), C(-0.5)), t)
         e = b.select(high, C(1.0), C(0.0))
@@ -619,21 +702,29 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         ax = b.call(self._fn1("llvm.fabs", ty), [x])
         # min(ax, 4) that keeps a NaN (one vminps, the NaN as its second operand)
         a = b.select(b.fcmp_ordered(">", ax, C(4.0)), C(4.0), ax)
+        res = self._segments(lookup, self._ERF_SEGMENTS, a, 4.0)
+        return b.call(self._fn1("llvm.copysign", ty, 2), [res, x])
+
+    def _segments(self, lookup, rows, a, scale: float):
+        """The piecewise polynomial of ``rows`` (16 rows ``(C_hi, C_lo, H, L, p2, ...)``)
+        at ``a >= 0`` (a NaN goes through): ``k = min(round(scale a), 15)`` from the low
+        bits of ``scale a + 1.5 * 2^23`` (one FMA), ``t = a - k/scale`` (exact for a power
+        of 2 ``scale``), ``C_hi + (t H + (C_lo + t (L + t (p2 + ...))))``, each
+        coefficient read per lane with ``lookup`` (``policy.vector_op("lookup16")``)."""
+        b, ty, ity, C, _, madd = self._kit(a)
         magic = 12582912.0
-        s = b.call(self._fn1("llvm.minnum", ty, 2), [madd(a, C(4.0), C(magic)), C(magic + 15)])
-        t = madd(b.fsub(s, C(magic)), C(-0.25), a)
+        s = b.call(self._fn1("llvm.minnum", ty, 2), [madd(a, C(scale), C(magic)), C(magic + 15)])
+        t = madd(b.fsub(s, C(magic)), C(-1.0 / scale), a)
         idx = b.bitcast(s, ity)
-        rows = self._ERF_SEGMENTS
 
         def coef(j):
             return lookup(b, self.mb, tuple(r[j] for r in rows), idx)
 
-        q = coef(8)
-        for j in (7, 6, 5, 4, 3):
+        q = coef(len(rows[0]) - 1)
+        for j in range(len(rows[0]) - 2, 2, -1):
             q = madd(q, t, coef(j))
         u = madd(t, coef(2), madd(t, q, coef(1)))
-        res = b.fadd(coef(0), u)
-        return b.call(self._fn1("llvm.copysign", ty, 2), [res, x])
+        return b.fadd(coef(0), u)
 
     def _erf_f32_two_branches(self, x):
         """erf(x) for float32 without a table instruction (or without FMA).
