@@ -112,6 +112,32 @@ def test_layouts_family_finds_aliasing_outputs(monkeypatch):
     assert {"stride0_output", "output_overlaps_input"} & found, found
 
 
+def test_layouts_family_finds_streamed_outputs_off_a_line(monkeypatch):
+    """Half of the layouts cases with input views store their outputs past the cache
+    (``pragma nontemporal``) and pass them off a 64-byte line or reversed: with the copy
+    of the nest that runs for an output off a line taken away (its stores left out), the
+    family finds the outputs unwritten."""
+    from tecomp.codegen.llvm.emit_memory import _MemoryEmitter
+
+    real = _MemoryEmitter.nontemporal_nest
+
+    def without_the_plain_copy(self, body):
+        def if_(cond, then_fn, else_fn=None, name="if"):
+            return type(self).if_(self, cond, then_fn, None if name == "nt" else else_fn,
+                                  name)
+        self.if_ = if_
+        try:
+            real(self, body)
+        finally:
+            del self.if_
+
+    cases = [draw_edge_case(s) for s in _seeds("layouts", 60)]
+    cases = [ec for ec in cases if "output_shifts" in ec.twist]
+    assert len(cases) >= 5 and all(run_edge_case(ec).ok for ec in cases[:3])
+    monkeypatch.setattr(_MemoryEmitter, "nontemporal_nest", without_the_plain_copy)
+    assert any(run_edge_case(ec).kind == "mismatch" for ec in cases[:8])
+
+
 def test_library_family_refuses_every_tampering():
     seen = set()
     for seed in _seeds("library_file", 40 if LONG else 14):

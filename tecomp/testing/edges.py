@@ -16,7 +16,11 @@ read the docs, or one who wants to crash the caller, would:
 ``layouts``
     the same kernel called with inputs as stride-0 broadcasts, reversed and overlapping
     views (the result must not change), and with an output that overlaps an input or
-    itself (stride 0): refused with an ``ArgumentError``.
+    itself (stride 0): refused with an ``ArgumentError``.  Half of the cases with such
+    inputs (session 19, drawn from a stream of their own) also store their outputs past
+    the cache (``pragma nontemporal`` on each output's outermost loop) and pass each
+    output 0 to 15 elements past a 64-byte line, or reversed: the same values (a
+    streamed store aligned for a line its output is not on would fault).
 ``lazy_bits``
     torch tensors with the negation bit (``torch._neg_view``, ``z.conj().imag``) as
     inputs (read with their sign) and outputs (refused with an ``ArgumentError``); or
@@ -312,6 +316,16 @@ def draw_edge_case(seed: int) -> EdgeCase:
         twist = {"variant": d.choice(("broadcast_inputs", "reversed_inputs", "overlapping_inputs",
                                       "output_overlaps_input", "stride0_output",
                                       "output_overlaps_itself"))}
+        # (session 19, a stream of its own: every seed keeps what it drew) half of the
+        # cases that compare values also store each output past the cache (pragma
+        # nontemporal on its outermost loop) and pass it a few elements off a cache line
+        # (or reversed): the streamed nest's test of where its outputs start
+        side = RandomDraw(seed * 104729 + 7)
+        outs = [i for i in prog.outputs if prog.tensors[i].shape]
+        if twist["variant"] in LAYOUT_INPUT_VARIANTS and outs and side.bool(0.5):
+            twist["output_shifts"] = [side.int(0, 15) for _ in prog.outputs]
+            twist["reversed_output"] = side.bool(0.25)
+            steps += [("pragma", f"T{i}", 0, "nontemporal") for i in outs]
     elif family == "lazy_bits":
         twist = {"variant": d.choice(("neg_view_input", "conj_imag_input", "neg_view_output"))}
         if d.bool(0.3):       # drawn after the variant (the other seeds keep their draws)
@@ -715,12 +729,34 @@ def _prepare(ec):
         arrs=case_arrays(ec, inputs), variant=ec.twist.get("variant")), None
 
 
+#: the layouts family's variants that pass inputs as views and compare the values
+LAYOUT_INPUT_VARIANTS = ("broadcast_inputs", "reversed_inputs", "overlapping_inputs")
+
+
+def _off_line(a, shift: int, reverse: bool):
+    """A copy of the array ``a`` whose first element lies ``shift`` elements past a
+    64-byte line (its elements' size permitting), or with ``reverse`` its elements in
+    reverse memory order (negative strides); ``a`` itself where it is no numpy array."""
+    if not isinstance(a, np.ndarray) or a.ndim == 0:
+        return a
+    if reverse:
+        return np.flip(np.flip(a).copy())
+    item = a.itemsize
+    raw = np.empty(a.size + 2 * 64 // item + shift, a.dtype)
+    start = ((-raw.ctypes.data) % 64) // item + shift if 64 % item == 0 else shift
+    out = raw[start:start + a.size].reshape(a.shape)
+    out[...] = a
+    return out
+
+
 def _run_layouts(ec: EdgeCase) -> Outcome:
     c, bad = _prepare(ec)
     if bad:
         return bad
     mod, ir, ins, outs, arrs, v = c.mod, c.ir, c.ins, c.outs, c.arrs, c.variant
-    if v in ("broadcast_inputs", "reversed_inputs", "overlapping_inputs"):
+    if v in LAYOUT_INPUT_VARIANTS:
+        for p, shift in zip(outs, ec.twist.get("output_shifts", ())):
+            arrs[p] = _off_line(arrs[p], shift, ec.twist["reversed_output"])
         for p in ins:
             a = arrs[p]
             if v == "broadcast_inputs" and a.ndim and a.shape[0]:
