@@ -122,6 +122,43 @@ def test_flash_attention_matches_float64(case):
     np.testing.assert_allclose(lse, want_lse, rtol=0, atol=1e-5)
 
 
+def test_a_config_of_numpy_ints_is_the_config_of_ints():
+    """A FlashConfig whose fields are numpy integers (a sweep's values) schedules the
+    kernels the same Python ints do (``np.int32`` warps were refused by the kernel's
+    ``min_blocks_per_sm`` pragma, ``np.int64`` stages said "stages is 1 or 2 to 8")."""
+    args = flash(2, 2, 100, 100, 64, "float16", True)
+    text = [str(tc.lower(schedule_flash_attention(args[3:], target="cuda-emu", config=c),
+                         args, target="cuda-emu"))
+            for c in (FlashConfig(4, 16, stages=2, form="registers"),
+                      FlashConfig(np.int32(4), np.int64(16), stages=np.int64(2),
+                                  form="registers"))]
+    assert text[0] == text[1]
+
+
+@needs_cxx
+def test_backward_config_of_16_row_warps_gives_the_forward_its_own():
+    """tc.gradient's forward scheduled by schedule_flash_attention_backward with a
+    config of 16-row warps (the backward's) takes flash_config's tiling: with the
+    backward's, each block's statistics reached into the next block's rows (at batch x
+    heads 2, a ScheduleError of an unrolled loop)."""
+    B, H, L, D = 2, 1, 40, 64
+    q, k, v, head = (tc.placeholder((B, H, L, D), "float16", name=n) for n in
+                     ("q", "k", "v", "head"))
+    out, _ = tc.nn.flash_attention(q, k, v, causal=True)
+    grads = tc.gradient(out, [q, k, v], head=head)
+    args = [q, k, v, head, *grads]
+    s = schedule_flash_attention_backward(list(grads), target="cuda-emu",
+                                          config=FlashConfig(4, 32, 16))
+    mod = tc.build(s, args, target="cuda-emu")
+    rng = np.random.default_rng(2)
+    qa, ka, va, ha = (rng.standard_normal((B, H, L, D)).astype(np.float16) for _ in range(4))
+    got = [np.full((B, H, L, D), np.nan, np.float16) for _ in range(3)]
+    mod(qa, ka, va, ha, *got, mode="reverse")
+    for g, want in zip(got, reference(qa, ka, va, True, ha)):
+        np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
+                                   atol=2e-3 * np.abs(want).max())
+
+
 def test_the_register_form_keeps_p_in_registers():
     """``FlashConfig(form="registers")``: the scores in each warp's registers at the key
     loop, ``p`` computed there (``cuda.mma_flash_p_*``, the causal mask from positions)

@@ -11,8 +11,8 @@ import tecomp as tc
 from tecomp.testing import edges
 from tecomp.testing.edges import (
     FAMILIES, MORE_FAMILIES, SESSION9_FAMILIES, SESSION14_FAMILIES, SESSION18_FAMILIES,
-    draw_edge_case, family_of, in_session9_slot, in_session14_slot, in_session18_slot,
-    run_edge_case,
+    SESSION19_FAMILIES, draw_edge_case, family_of, in_session9_slot, in_session14_slot,
+    in_session18_slot, in_session19_slot, run_edge_case,
 )
 
 LONG = os.environ.get("TECOMP_LONG_TESTS") == "1"
@@ -28,14 +28,14 @@ def _seeds(family, count):
     return out
 
 
-def test_the_families_of_sessions_8_9_14_and_18_leave_the_other_seeds_alone():
+def test_the_families_of_sessions_8_9_14_18_and_19_leave_the_other_seeds_alone():
     """A seed draws one of MORE_FAMILIES only where (seed // 9) % 8 == 7, one of
-    SESSION9_FAMILIES, SESSION14_FAMILIES or SESSION18_FAMILIES only in their slots (from
-    seed 576 on, one in sixteen each: those seeds drew an earlier family before; none of
-    them is pinned below); every other seed keeps the family seed % 9 gave it (the pinned
-    seeds below among them)."""
+    SESSION9_FAMILIES, SESSION14_FAMILIES, SESSION18_FAMILIES or SESSION19_FAMILIES only
+    in their slots (from seed 576 on, one in sixteen each: those seeds drew an earlier
+    family before; none of them is pinned below); every other seed keeps the family
+    seed % 9 gave it (the pinned seeds below among them)."""
     pinned = [64, 65, 66, 69, 135, 10011706, 10017506, *WRAPPED_SEEDS]
-    slots = (in_session9_slot, in_session14_slot, in_session18_slot)
+    slots = (in_session9_slot, in_session14_slot, in_session18_slot, in_session19_slot)
     assert not any(slot(s) for slot in slots for s in list(range(576)) + pinned)
     for seed in list(range(4000)) + pinned:
         assert sum(slot(seed) for slot in slots) <= 1
@@ -45,18 +45,21 @@ def test_the_families_of_sessions_8_9_14_and_18_leave_the_other_seeds_alone():
             assert family_of(seed) in SESSION14_FAMILIES
         elif in_session18_slot(seed):
             assert family_of(seed) in SESSION18_FAMILIES
+        elif in_session19_slot(seed):
+            assert family_of(seed) in SESSION19_FAMILIES
         elif (seed // len(FAMILIES)) % 8 != 7:
             assert family_of(seed) == FAMILIES[seed % len(FAMILIES)]
         else:
             assert family_of(seed) in MORE_FAMILIES
     assert {family_of(s) for s in range(4000)} == set(FAMILIES) | set(MORE_FAMILIES) | \
-        set(SESSION9_FAMILIES) | set(SESSION14_FAMILIES) | set(SESSION18_FAMILIES)
+        set(SESSION9_FAMILIES) | set(SESSION14_FAMILIES) | set(SESSION18_FAMILIES) | \
+        set(SESSION19_FAMILIES)
     for slot in slots:
         assert sum(map(slot, range(576 * 20))) == 576 * 20 // 16
 
 
 @pytest.mark.parametrize("family", FAMILIES + MORE_FAMILIES + SESSION9_FAMILIES +
-                         SESSION14_FAMILIES + SESSION18_FAMILIES)
+                         SESSION14_FAMILIES + SESSION18_FAMILIES + SESSION19_FAMILIES)
 def test_family_runs_clean(family):
     if family in ("lazy_bits", "torch_autograd", "torch_inplace"):
         pytest.importorskip("torch")
@@ -110,6 +113,32 @@ def test_layouts_family_finds_aliasing_outputs(monkeypatch):
         if out.kind == "mismatch":
             found.add(ec.twist["variant"])
     assert {"stride0_output", "output_overlaps_input"} & found, found
+
+
+def test_layouts_family_finds_streamed_outputs_off_a_line(monkeypatch):
+    """Half of the layouts cases with input views store their outputs past the cache
+    (``pragma nontemporal``) and pass them off a 64-byte line or reversed: with the copy
+    of the nest that runs for an output off a line taken away (its stores left out), the
+    family finds the outputs unwritten."""
+    from tecomp.codegen.llvm.emit_memory import _MemoryEmitter
+
+    real = _MemoryEmitter.nontemporal_nest
+
+    def without_the_plain_copy(self, body):
+        def if_(cond, then_fn, else_fn=None, name="if"):
+            return type(self).if_(self, cond, then_fn, None if name == "nt" else else_fn,
+                                  name)
+        self.if_ = if_
+        try:
+            real(self, body)
+        finally:
+            del self.if_
+
+    cases = [draw_edge_case(s) for s in _seeds("layouts", 60)]
+    cases = [ec for ec in cases if "output_shifts" in ec.twist]
+    assert len(cases) >= 5 and all(run_edge_case(ec).ok for ec in cases[:3])
+    monkeypatch.setattr(_MemoryEmitter, "nontemporal_nest", without_the_plain_copy)
+    assert any(run_edge_case(ec).kind == "mismatch" for ec in cases[:8])
 
 
 def test_library_family_refuses_every_tampering():
@@ -563,3 +592,18 @@ def test_row_division_family_finds_reciprocals_that_are_not_normal(monkeypatch):
     monkeypatch.setattr(emit_expr._ExprEmitter, "_reciprocal_div", arcp)
     kinds = [run_edge_case(draw_edge_case(s)).kind for s in _seeds("row_division", 16)]
     assert "mismatch" in kinds, kinds
+
+
+def test_flash_config_family_finds_configs_taken_unchecked(monkeypatch):
+    """Without the forward's check of its FlashConfig (a field that is no int, 16-row
+    warps), the family finds a TypeError, an error from deep in the template (a split's
+    factor, an unrolled loop of no constant extent) or a config taken that no forward
+    may have."""
+    from tecomp.strategy.cuda import attention
+
+    cases = [ec for ec in map(draw_edge_case, _seeds("flash_config", 40))
+             if not ec.twist["run"]]     # (scheduled and lowered, not run: fast)
+    assert all(run_edge_case(ec).ok for ec in cases[:4])
+    monkeypatch.setattr(attention, "_checked_config", lambda cfg, forward: cfg)
+    kinds = {run_edge_case(ec).kind for ec in cases}
+    assert kinds & {"crash", "mismatch"}, kinds

@@ -213,6 +213,58 @@ def test_grouped_tasks_of_a_group_transform_its_weights(case, monkeypatch):
     assert scheduled(x[:1])[1] == "root"
 
 
+def _rows_reached(p: int, m: int, n: int, window: bool) -> slice:
+    """The outputs (of ``n``, padding 1) a special input at padded index ``p`` reaches in
+    one dimension: its 3-tap window's, or with ``window=False`` every output of the
+    ``m``-output tiles whose ``m + 2`` inputs hold it."""
+    if window:
+        return slice(max(p - 2, 0), min(p + 1, n))
+    first = max((p - m - 1) // m + (1 if (p - m - 1) % m else 0), 0) if p > m + 1 else 0
+    return slice(first * m, min((p // m + 1) * m, n))
+
+
+@pytest.mark.parametrize("tile, groups", [(2, 4), (4, 1)])
+def test_an_infinite_input_reaches_its_tiles(tile, groups):
+    """An infinite input pixel makes the outputs whose 3x3 window holds it not finite,
+    mostly NaN where the direct sum gives +-inf (the transforms add and subtract it);
+    with F(2x2) no other output; with F(4x4) also the other outputs of the 4x4 output
+    tiles whose 6x6 inputs hold it (inf - inf where exact arithmetic cancels it), as
+    docs/numerics.md says.  Every other output is the direct convolution's; a NaN pixel
+    likewise.  NHWC, padding 1, a 9x10 plane: tiles at its edges."""
+    N, H, W, C, O = 1, 9, 10, 8, 8
+    x = RNG.standard_normal((N, H, W, C)).astype("float32")
+    w = RNG.standard_normal((3, 3, C // groups, O)).astype("float32")
+    spots = [(0, 0, 1, np.inf), (4, 5, 2, -np.inf), (8, 9, 0, np.inf), (2, 9, 5, np.nan)]
+    for y, xx, c, val in spots:
+        x[0, y, xx, c] = val
+    X = tc.placeholder(x.shape, name="X")
+    Wt = tc.placeholder(w.shape, name="W")
+    outs = []
+    for Y in (nn.conv2d_nhwc(X, Wt, padding=1, groups=groups),
+              nn.conv2d_winograd(X, nn.winograd_weight_transform(Wt, "NHWC", tile, groups),
+                                 "NHWC", padding=1, groups=groups)):
+        f = tc.build(tc.create_schedule(Y.op), [X, Wt, Y])
+        out = np.zeros((N, H, W, O), "float32")
+        f(x, w, out)
+        outs.append(out[0])
+    d, g = outs
+    assert np.isinf(d).any() and np.isnan(d).any()
+    window = np.zeros((H, W, O), bool)
+    tiles = np.zeros((H, W, O), bool)
+    for y, xx, c, val in spots:
+        og = slice(c // (C // groups) * (O // groups), (c // (C // groups) + 1) * (O // groups))
+        for mask, win in ((window, True), (tiles, False)):
+            mask[_rows_reached(y + 1, tile, H, win), _rows_reached(xx + 1, tile, W, win), og] = True
+    bad = ~np.isfinite(g)
+    assert bad[window].all() and not bad[~tiles].any()
+    if tile == 2:
+        assert (bad == window).all()
+    else:
+        assert (bad & ~window).any()     # reached past the windows
+    np.testing.assert_allclose(g[~bad], d[~bad], rtol=0, atol=1e-4 * np.abs(d[~bad]).max())
+    assert (np.isnan(g) & np.isinf(d)).any()
+
+
 def _stage_tags(ts):
     from tecomp.autodiff.reference import _topo
     return {x.strip() for t in _topo(ts) for x in (getattr(t.op, "tag", "") or "").split(",")}

@@ -342,7 +342,6 @@ class Stage(TracedStage):
 
     def pragma(self, axis, name: str, value=None):
         """Annotate the loop over ``axis``: ``unroll_explicit`` unrolls it in the IR;
-        ``parallel_grain`` (an int) sets how many iterations a parallel task takes;
         ``unroll_count`` (an int from 1 to :data:`MAX_UNROLL_COUNT`) has LLVM unroll the
         loop that many times; ``no_partition`` / ``partition``: loop partitioning leaves the loop whole / also
         splits it on the selects in what its body stores (docs/schedule.md); ``fp_contract``

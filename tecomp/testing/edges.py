@@ -16,7 +16,11 @@ read the docs, or one who wants to crash the caller, would:
 ``layouts``
     the same kernel called with inputs as stride-0 broadcasts, reversed and overlapping
     views (the result must not change), and with an output that overlaps an input or
-    itself (stride 0): refused with an ``ArgumentError``.
+    itself (stride 0): refused with an ``ArgumentError``.  Half of the cases with such
+    inputs (session 19, drawn from a stream of their own) also store their outputs past
+    the cache (``pragma nontemporal`` on each output's outermost loop) and pass each
+    output 0 to 15 elements past a 64-byte line, or reversed: the same values (a
+    streamed store aligned for a line its output is not on would fault).
 ``lazy_bits``
     torch tensors with the negation bit (``torch._neg_view``, ``z.conj().imag``) as
     inputs (read with their sign) and outputs (refused with an ``ArgumentError``); or
@@ -150,6 +154,18 @@ Session 18's family, in a slot of its own (:func:`in_session18_slot`):
     ``tc.auto_schedule`` (its ``rcp.<stage>`` knob on or off): every zero (with its
     sign), infinity and NaN of numpy's quotient, finite quotients within 1 ulp.
 
+Session 19's family, in a slot of its own (:func:`in_session19_slot`):
+
+``flash_config``
+    ``tc.nn.flash_attention`` (batch 1-3, 1-2 heads, lengths 1-130, head dims 16-128,
+    float16 or bfloat16, causal or not, a padding mask or none) scheduled for the CUDA
+    emulation with a ``FlashConfig`` whose fields are each legal or, three in twenty,
+    hostile (a float, a string, a bool, None, a numpy integer, 0, -1, ``10**6``, 16-row
+    warps, a form of another name), and lowered: a ``ScheduleError`` whose message
+    starts with the config, never another error, and a config of legal fields (numpy
+    integers among them) lowers; three in ten of those run in the emulation, within the
+    16-bit inputs' tolerance of a float64 attention.
+
 The ``foreign_target`` family also draws (one case in five, after its other draws) a
 triple of another system or ABI (``aarch64-apple-darwin``, ``x86_64-linux-gnux32``): a
 ``TargetError``.
@@ -181,6 +197,7 @@ from ..lower.tma_pipeline import TmaBox, TmaDim, map_spec
 from ..nn import quant
 from ..strategy import Knobs, apply_rules
 from ..strategy.cpu import cpu_model
+from ..strategy.cuda import FlashConfig, schedule_flash_attention
 from ..target import tma as _tma
 from .deep import chain_compute, chain_reference, random_chain
 from .device_arrays import FORGERIES, DeviceStandIn, forged_call
@@ -204,6 +221,9 @@ SESSION14_FAMILIES = ("device_array",)
 
 #: session 18's family (see the module doc), in a slot of its own (:func:`family_of`)
 SESSION18_FAMILIES = ("row_division",)
+
+#: session 19's family (see the module doc), in a slot of its own (:func:`family_of`)
+SESSION19_FAMILIES = ("flash_config",)
 
 #: -mtriple values of another system or a 32-bit-pointer ABI (a TargetError)
 FOREIGN_SYSTEM_TRIPLES = (
@@ -243,18 +263,28 @@ def in_session18_slot(seed: int) -> bool:
     return (seed // 576) % 2 == 1 and (seed // len(FAMILIES)) % 8 == 6
 
 
+def in_session19_slot(seed: int) -> bool:
+    """Whether edge seed ``seed`` draws one of :data:`SESSION19_FAMILIES`: ``seed // 576``
+    odd and ``(seed // 9) % 8 == 4`` (as session 9's slot: no seed below 576, none that
+    the earlier sessions' families draw, and none pinned by a test)."""
+    return (seed // 576) % 2 == 1 and (seed // len(FAMILIES)) % 8 == 4
+
+
 def family_of(seed: int) -> str:
     """The family of edge seed ``seed``: one of :data:`FAMILIES` by ``seed % 9``, except
     the seeds with ``(seed // 9) % 8 == 7``, which draw one of :data:`MORE_FAMILIES`, and
-    those of :func:`in_session9_slot`, :func:`in_session14_slot` and
-    :func:`in_session18_slot`, which draw one of :data:`SESSION9_FAMILIES`,
-    :data:`SESSION14_FAMILIES` and :data:`SESSION18_FAMILIES`."""
+    those of :func:`in_session9_slot`, :func:`in_session14_slot`,
+    :func:`in_session18_slot` and :func:`in_session19_slot`, which draw one of
+    :data:`SESSION9_FAMILIES`, :data:`SESSION14_FAMILIES`, :data:`SESSION18_FAMILIES` and
+    :data:`SESSION19_FAMILIES`."""
     if in_session9_slot(seed):
         return SESSION9_FAMILIES[seed % len(SESSION9_FAMILIES)]
     if in_session14_slot(seed):
         return SESSION14_FAMILIES[seed % len(SESSION14_FAMILIES)]
     if in_session18_slot(seed):
         return SESSION18_FAMILIES[seed % len(SESSION18_FAMILIES)]
+    if in_session19_slot(seed):
+        return SESSION19_FAMILIES[seed % len(SESSION19_FAMILIES)]
     if (seed // len(FAMILIES)) % 8 == 7:
         return MORE_FAMILIES[seed % len(MORE_FAMILIES)]
     return FAMILIES[seed % len(FAMILIES)]
@@ -312,6 +342,16 @@ def draw_edge_case(seed: int) -> EdgeCase:
         twist = {"variant": d.choice(("broadcast_inputs", "reversed_inputs", "overlapping_inputs",
                                       "output_overlaps_input", "stride0_output",
                                       "output_overlaps_itself"))}
+        # (session 19, a stream of its own: every seed keeps what it drew) half of the
+        # cases that compare values also store each output past the cache (pragma
+        # nontemporal on its outermost loop) and pass it a few elements off a cache line
+        # (or reversed): the streamed nest's test of where its outputs start
+        side = RandomDraw(seed * 104729 + 7)
+        outs = [i for i in prog.outputs if prog.tensors[i].shape]
+        if twist["variant"] in LAYOUT_INPUT_VARIANTS and outs and side.bool(0.5):
+            twist["output_shifts"] = [side.int(0, 15) for _ in prog.outputs]
+            twist["reversed_output"] = side.bool(0.25)
+            steps += [("pragma", f"T{i}", 0, "nontemporal") for i in outs]
     elif family == "lazy_bits":
         twist = {"variant": d.choice(("neg_view_input", "conj_imag_input", "neg_view_output"))}
         if d.bool(0.3):       # drawn after the variant (the other seeds keep their draws)
@@ -417,8 +457,33 @@ def draw_edge_case(seed: int) -> EdgeCase:
                  "lanes": d.choice((4, 8, 16))}
         twist["divisors"] = [d.int(0, len(ROW_DIVISOR_CLASSES) - 1)
                              for _ in range(twist["rows"])]
+    elif family == "flash_config":
+        twist = _draw_flash_config(d)
     return EdgeCase(prog, steps, base.n, base.seed, target, f"edge seed {seed} ({family})",
                     family=family, twist=twist, fuzz_seed=seed)
+
+
+#: the flash_config family's FlashConfig fields: (legal values, hostile ones)
+FLASH_FIELDS = {
+    "warps": ((1, 2, 4, 8), (0, -1, 2.0, 2.5, "4", True, None, np.int32(4), 10**6)),
+    "block_kv": ((16, 32, 64), (8, 48, 0, 16.0, "16", None, True, np.int64(32))),
+    "warp_rows": ((32,), (16, 32.0, True, 8, np.int64(32))),
+    "stages": ((1, 2, 3), (0, 9, 2.0, True, np.int64(2), "2")),
+    "form": (("shared", "registers"), ("register", None, ["registers"], "")),
+}
+
+
+def _draw_flash_config(d) -> dict:
+    """The flash_config family's twist: attention shapes and a FlashConfig whose fields
+    are each legal (17 in 20) or hostile."""
+    twist = {"batch": d.int(1, 3), "heads": d.int(1, 2),
+             "lq": d.choice((1, 17, 64, 100, 130)), "lk": d.choice((1, 16, 50, 100)),
+             "d": d.choice((16, 32, 64, 80, 128)), "dtype": d.choice(("float16", "bfloat16")),
+             "causal": d.bool(0.5), "mask": d.choice((None, None, "b11L", "11L", "1L"))}
+    twist["config"] = {f: d.choice(legal if d.bool(0.85) else hostile)
+                       for f, (legal, hostile) in FLASH_FIELDS.items()}
+    twist["run"] = d.bool(0.3)
+    return twist
 
 
 # ---------------------------------------------------------------------------------
@@ -574,7 +639,8 @@ def run_edge_case(ec: EdgeCase) -> Outcome:
               "ir_edit": _run_ir_edit, "shared_reduction": _run_shared_reduction,
               "torch_autograd": _run_torch_autograd, "quant_scales": _run_quant_scales,
               "gpu_gather": _run_gather_ids, "torch_inplace": _run_torch_inplace,
-              "device_array": _run_device_array, "row_division": _run_row_division}
+              "device_array": _run_device_array, "row_division": _run_row_division,
+              "flash_config": _run_flash_config}
     return runner[ec.family](ec)
 
 
@@ -715,12 +781,34 @@ def _prepare(ec):
         arrs=case_arrays(ec, inputs), variant=ec.twist.get("variant")), None
 
 
+#: the layouts family's variants that pass inputs as views and compare the values
+LAYOUT_INPUT_VARIANTS = ("broadcast_inputs", "reversed_inputs", "overlapping_inputs")
+
+
+def _off_line(a, shift: int, reverse: bool):
+    """A copy of the array ``a`` whose first element lies ``shift`` elements past a
+    64-byte line (its elements' size permitting), or with ``reverse`` its elements in
+    reverse memory order (negative strides); ``a`` itself where it is no numpy array."""
+    if not isinstance(a, np.ndarray) or a.ndim == 0:
+        return a
+    if reverse:
+        return np.flip(np.flip(a).copy())
+    item = a.itemsize
+    raw = np.empty(a.size + 2 * 64 // item + shift, a.dtype)
+    start = ((-raw.ctypes.data) % 64) // item + shift if 64 % item == 0 else shift
+    out = raw[start:start + a.size].reshape(a.shape)
+    out[...] = a
+    return out
+
+
 def _run_layouts(ec: EdgeCase) -> Outcome:
     c, bad = _prepare(ec)
     if bad:
         return bad
     mod, ir, ins, outs, arrs, v = c.mod, c.ir, c.ins, c.outs, c.arrs, c.variant
-    if v in ("broadcast_inputs", "reversed_inputs", "overlapping_inputs"):
+    if v in LAYOUT_INPUT_VARIANTS:
+        for p, shift in zip(outs, ec.twist.get("output_shifts", ())):
+            arrs[p] = _off_line(arrs[p], shift, ec.twist["reversed_output"])
         for p in ins:
             a = arrs[p]
             if v == "broadcast_inputs" and a.ndim and a.shape[0]:
@@ -2010,6 +2098,92 @@ def _row_numerators(n: int, dtype: str, rng) -> np.ndarray:
     pick = rng.choice(len(specials), k, replace=False)
     vals[rng.choice(n, k, replace=False)] = np.array(specials, dtype)[pick]
     return vals
+
+
+def _run_flash_config(ec: EdgeCase) -> Outcome:
+    """``tc.nn.flash_attention`` scheduled with the twist's FlashConfig for the CUDA
+    emulation and lowered: a ScheduleError that names the config (its message starts
+    with it) for a field that is no int, out of range or not the forward's (16-row
+    warps), never another exception or an error from deeper in the template; a
+    config of legal fields lowers, and three in ten of those run in the emulation,
+    within the 16-bit inputs' tolerance of a float64 attention."""
+    tw = ec.twist
+    B, H, Lq, Lk, D, dt = tw["batch"], tw["heads"], tw["lq"], tw["lk"], tw["d"], tw["dtype"]
+    cfg = FlashConfig(**tw["config"])
+    stage = "compute"
+    try:
+        q, k, v = (tc.placeholder((B, H, n, D), dt, name=x)
+                   for x, n in (("q", Lq), ("k", Lk), ("v", Lk)))
+        mshape = {"b11L": (B, 1, 1, Lk), "11L": (1, 1, 1, Lk), "1L": (1, Lk)}.get(tw["mask"])
+        m = tc.placeholder(mshape, dt, name="m") if mshape else None
+        out, lse = tc.nn.flash_attention(q, k, v, causal=tw["causal"], mask=m)
+        args = [q, k, v] + ([m] if m is not None else []) + [out, lse]
+        stage = "schedule"
+        s = schedule_flash_attention([out, lse], target="cuda-emu", config=cfg)
+        stage = "lower"
+        tc.lower(s, args, target="cuda-emu")
+    except tc.ScheduleError as e:
+        if str(e).startswith("FlashConfig("):
+            return Outcome("refused", ec, stage, str(e)[:300])
+        return _failure(ec, stage, e)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, stage, e)
+    if _flash_config_hostile(tw["config"]):
+        return Outcome("mismatch", ec, stage, f"{cfg} was taken (a field no FlashConfig "
+                       f"of the forward may have)")
+    if not tw["run"] or (shutil.which(os.environ.get("CXX") or "g++") is None
+                         and shutil.which("clang++") is None):
+        return Outcome("ok", ec, stage)
+    try:
+        stage = "build"
+        mod = tc.build(s, args, target="cuda-emu")
+        rng = np.random.default_rng(ec.fuzz_seed)
+        npdt = numpy_dtype(dt)
+        qa, ka, va = (rng.standard_normal(shape).astype(npdt)
+                      for shape in ((B, H, Lq, D), (B, H, Lk, D), (B, H, Lk, D)))
+        ma = None
+        if mshape:
+            ma = rng.standard_normal(mshape).astype(npdt)
+            ma.reshape(-1)[::3] = -np.inf
+        o = np.full((B, H, Lq, D), np.nan, npdt)
+        ls = np.full((B, H, Lq), np.nan, np.float32)
+        stage = "call"
+        mod(*([qa, ka, va] + ([ma] if ma is not None else []) + [o, ls]), mode="reverse")
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, stage, e)
+    want = _attention64(qa, ka, va, tw["causal"], ma)
+    tol = 4e-3 if dt == "float16" else 3e-2
+    err = float(np.abs(o.astype(np.float64) - want).max())
+    if not err <= tol:
+        return Outcome("mismatch", ec, "compare", f"{cfg}: max |error| {err} against a "
+                       f"float64 attention (tolerance {tol})")
+    return Outcome("ok", ec, "compare")
+
+
+def _flash_config_hostile(fields: dict) -> bool:
+    """Whether a FlashConfig of ``fields`` has one that no forward may take: a value
+    not among the flash_config family's legal ones (a numpy integer counts as its int)."""
+    def legal(v, values):
+        if isinstance(v, np.integer):
+            v = int(v)
+        return any(type(v) is type(x) and v == x for x in values)
+    return not all(legal(v, FLASH_FIELDS[f][0]) for f, v in fields.items())
+
+
+def _attention64(q, k, v, causal: bool, mask):
+    """float64 attention of 16-bit arrays ``[b, h, L, d]``: a row with no key is 0."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s + mask.astype(np.float64).reshape(-1 if mask.ndim == 4 and mask.shape[0] > 1
+                                                else 1, 1, 1, k.shape[2])
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    with np.errstate(all="ignore"):
+        m = s.max(-1, keepdims=True)
+        p = np.exp(s - np.where(np.isfinite(m), m, 0))
+        p = p / p.sum(-1, keepdims=True)
+    return np.nan_to_num(p, nan=0.0) @ v
 
 
 def _run_row_division(ec: EdgeCase) -> Outcome:

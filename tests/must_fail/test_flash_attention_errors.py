@@ -90,6 +90,33 @@ def test_config_form_of_another_name():
                                  config=FlashConfig(4, 16, form="register"))
 
 
+@pytest.mark.parametrize("field, value", [("warps", "4"), ("block_kv", 16.0),
+                                          ("warp_rows", True), ("block_kv", None)])
+def test_config_field_that_is_no_int(field, value):
+    """A FlashConfig field that is no int (a string, a float, a bool, None) is named; it
+    was a TypeError of a comparison, or a split's "factor must be a positive int, got
+    64.0" naming a loop of the template."""
+    out, lse = nn.flash_attention(*_qkv())
+    cfg = FlashConfig(**{"warps": 4, "block_kv": 16, field: value})
+    with pytest.raises(tc.ScheduleError, match=rf"{field} is an int, got {value!r}; take "
+                                               r"one of FLASH_CONFIGS"):
+        schedule_flash_attention([out, lse], target="cuda", config=cfg)
+
+
+def test_forward_config_of_16_row_warps():
+    """16-row warps are the backward's: in the forward the per-row statistics, spread
+    over 32 * warps threads, reached past the block's rows into other blocks' (a
+    ScheduleError about an unrolled loop deep in the template, or blocks writing the
+    same rows of the statistics)."""
+    out, lse = nn.flash_attention(*_qkv())
+    with pytest.raises(tc.ScheduleError, match=r"the forward's warps take 32 query rows "
+                                               r"each \(warp_rows=32, the default\); 16-row "
+                                               r"warps are for "
+                                               r"schedule_flash_attention_backward"):
+        schedule_flash_attention([out, lse], target="cuda",
+                                 config=FlashConfig(4, 16, warp_rows=16))
+
+
 def test_schedule_is_for_cuda_targets():
     out, lse = nn.flash_attention(*_qkv())
     with pytest.raises(tc.ScheduleError, match=r"are for target 'cuda' or 'cuda-emu'"):

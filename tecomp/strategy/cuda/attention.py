@@ -62,6 +62,7 @@ dimension and the shared memory of the target (:func:`shared_bytes`).
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -106,7 +107,9 @@ F32_PAD = 4
 @dataclass(frozen=True)
 class FlashConfig:
     """The tiling of :func:`schedule_flash_attention`: ``warps`` warps per block, each
-    ``warp_rows`` query rows (32 or 16; ``block_q = warp_rows * warps`` rows a block);
+    ``warp_rows`` query rows (32; 16 for the backward only: a ScheduleError in the
+    forward, and :func:`schedule_flash_attention_backward` gives a forward it schedules
+    too :func:`flash_config`'s tiling; ``block_q = warp_rows * warps`` rows a block);
     ``block_kv`` keys per step (a multiple of 16 that divides 128,
     ``tecomp.nn.attention.FLASH_PAD``).  The backward's blocks are of keys for ``dk``
     and ``dv``, of queries for ``dq`` where ``dq`` is ``"recompute"`` (with
@@ -567,8 +570,35 @@ def _reduce_x(s: Schedule, t: dict, x: Tensor) -> None:
     s._replace_op(st, op)
 
 
+def _checked_config(cfg, forward: bool) -> FlashConfig:
+    """``cfg`` with numpy integers as Python ints, or a ScheduleError naming the field
+    that is no int (``warps``, ``block_kv``, ``warp_rows``; ``stages`` is checked with its
+    range by :class:`_Kernels`), and for the forward (``forward``) one whose warps are
+    not of :data:`WARP` rows: its per-row stages (the statistics, the logsumexp) are
+    spread over the block's ``32 * warps`` threads, which 16-row warps would leave
+    past the block's rows, into the rows of other blocks."""
+    if not isinstance(cfg, FlashConfig):
+        raise ScheduleError(f"the FlashAttention schedules take a FlashConfig, got "
+                            f"{cfg!r:.80}")
+    ints = {}
+    for field in ("warps", "block_kv", "warp_rows", "stages"):
+        v = getattr(cfg, field)
+        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+            ints[field] = int(v)
+        elif field != "stages":
+            raise ScheduleError(f"{cfg}: {field} is an int, got {v!r:.40}; take one of "
+                                f"FLASH_CONFIGS")
+    cfg = replace(cfg, **ints)
+    if forward and cfg.warp_rows != WARP:
+        raise ScheduleError(f"{cfg}: the forward's warps take {WARP} query rows each "
+                            f"(warp_rows={WARP}, the default); 16-row warps are for "
+                            f"schedule_flash_attention_backward; take one of FLASH_CONFIGS")
+    return cfg
+
+
 def _forward_into(s: Schedule, t: dict, cfg: FlashConfig, target="cuda") -> None:
     """The forward's kernels (the stages :func:`_parts` found) in ``s`` for ``target``."""
+    cfg = _checked_config(cfg, forward=True)
     q = t["q"]
     k = _Kernels(s, cfg, q.dtype, _cint(q.shape[2]), _cint(t["k"].shape[2]))
     causal = bool(t["out"].op.attrs.get("causal"))
@@ -1008,8 +1038,8 @@ def _backward_into(s: Schedule, by: dict, final: dict, target: str,
     D = _cint(by["dq"].shape[3])
     Dv = _cint(final["dv"].shape[3])
     dtype = by["dq"].dtype
-    cfg = config if config is not None else flash_backward_config(
-        D, Dv, dtype, max_shared_bytes(target))
+    cfg = _checked_config(config, forward=False) if config is not None else \
+        flash_backward_config(D, Dv, dtype, max_shared_bytes(target))
     dq_acc = by["dq"].op.input_tensors[0]
     ds = [x for x in dq_acc.op.input_tensors if _tagged(x.op, "flash_ds")][0]
     Lqp, Lkp = _cint(ds.shape[2]), _cint(ds.shape[3])
@@ -1018,8 +1048,9 @@ def _backward_into(s: Schedule, by: dict, final: dict, target: str,
     tf = _forward_of(delta, next(x for x in dkv.input_tensors[0].op.input_tensors
                                  if _tagged(x.op, "flash_pds")))
     if tf is not None:   # tc.gradient's: the forward's output and logsumexp are computed too
-        _forward_into(s, tf, config if config is not None else flash_config(
-            D, Dv, dtype, max_shared_bytes(target)), target)
+        # (with cfg where its warps are of 32 rows, as the forward's must be)
+        _forward_into(s, tf, cfg if config is not None and cfg.warp_rows == WARP else
+                      flash_config(D, Dv, dtype, max_shared_bytes(target)), target)
     if cfg.dq not in ("atomic", "recompute"):
         raise ScheduleError(f"{cfg}: dq is \"atomic\" (FlashAttention-2's five GEMMs) or "
                             f"\"recompute\" (a second pass, seven), got {cfg.dq!r:.40}")
