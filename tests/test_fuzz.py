@@ -939,3 +939,18 @@ def test_campaign_seed_3001971_no_parameter_check_that_no_call_passes():
     out = run_case(case_for_seed(3001971, 25, 5, "llvm", 10, edge_every=3,
                                  store_root_every=20, tensor_core_every=1))
     assert out.kind == "ok", out.report()
+
+
+def test_campaign_seed_5010624_no_thread_dependent_split_around_a_shared_copy():
+    """A GPU row sum whose ``where=`` reads the output's index (``i2 + k0 >= 1``), its
+    input copied to shared memory per step of ``k0.outer`` (double-buffered, 3 stages):
+    loop partitioning split ``k0.outer`` at a point that reads ``threadIdx``, so the
+    block's threads would have run the copy and its barriers different numbers of times,
+    and the build refused a barrier the user never wrote.  A loop holding a step of the
+    whole block is no longer split at a point that differs between its threads
+    (session 19's campaign, seeds 5010000-, --edge-every 3)."""
+    from tecomp.testing.fuzz import case_for_seed
+
+    out = run_case(case_for_seed(5010624, 25, 5, "llvm", 10, edge_every=3,
+                                 store_root_every=20, tensor_core_every=1))
+    assert out.kind == "ok", out.report()

@@ -20,7 +20,10 @@ of the main part has no guard, so it stays vectorized/unrolled.  Loops bound to 
 threads are not partitioned, vectorized loops only where every part has a constant
 width (on the CPU: otherwise the guard stays a per-lane mask), nor
 is an unrolled loop inside a GPU kernel at a split point that is not a constant (it
-would no longer unroll, and the register arrays it indexes would go to local memory).
+would no longer unroll, and the register arrays it indexes would go to local memory),
+nor a loop in a GPU kernel at a point that reads ``threadIdx`` where its body holds a
+step of the whole block (a shared copy by the block's threads, a barrier): every thread
+of the block must reach it the same number of times.
 
 The same for the condition of a ``select`` that is a stored value, bounding the loop's
 counter either way (a padded input ``P[y, x] = select(y >= 1 && y <= H && ..., X[y - 1,
@@ -58,7 +61,7 @@ from __future__ import annotations
 
 from ..ir import op as _op
 from ..ir.arith import eval_interval
-from ..ir.expr import GE, GT, LE, LT, Add, And, Const, Mul, Range, Select, Sub, Var
+from ..ir.expr import GE, GT, LE, LT, Add, And, Call, Const, Mul, Range, Select, Sub, Var
 from ..ir.functor import Mutator, Visitor, collect, substitute, uses_var
 from ..ir.stmt import AttrStmt, For, IfThenElse, SeqStmt, annotated_loop, seq
 
@@ -245,6 +248,7 @@ class LoopPartition(Mutator):
         self.simplify = simplify
         self.ranges = ranges or {}
         self.in_kernel = 0  # GPU thread loops around the visited statement
+        self.lanes = []     # the threadIdx counters around it (they differ in a block)
         self.held = {}      # id -> the loops under pragma no_partition (kept alive)
         self.always = {}    # id -> the loops under pragma partition (kept alive)
         #: IR nodes partitioning may still add (None: unlimited)
@@ -266,10 +270,15 @@ class LoopPartition(Mutator):
     def visit_For(self, s):
         if s.kind == "thread":
             self.in_kernel += 1
+            lane = s.thread_tag.startswith("threadIdx")
+            if lane:
+                self.lanes.append(s.var)
             try:
                 body = self.visit(s.body)
             finally:
                 self.in_kernel -= 1
+                if lane:
+                    self.lanes.pop()
             return s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
         # Outermost loops first: partitioning i.outer leaves the whole main part guard-free.
         if s.kind in ("serial", "parallel", "unrolled", "vectorized") \
@@ -295,6 +304,12 @@ class LoopPartition(Mutator):
                 # in a GPU kernel an unrolled loop indexes register arrays (a thread's
                 # micro-tile): split at a run-time point, it would not unroll and the
                 # arrays would go to local memory; the guard is cheaper (predication)
+                parts = None
+            if parts is not None and self.in_kernel and self._differs_in_block(parts) \
+                    and _block_wide(s.body):
+                # the block's threads would split the loop at different points, and a
+                # block-wide step in it (a shared copy by the block's threads, a barrier)
+                # must be reached by all of them the same number of times
                 parts = None
             if parts is not None and self.budget is not None:
                 extra = _size(s.body) * (len(parts) - 1)
@@ -452,6 +467,11 @@ class LoopPartition(Mutator):
             out = IfThenElse(_op.compare(LT, s.var, t.min), b, out)
         return For(s.var, s.min, s.extent, s.kind, out, s.thread_tag)
 
+    def _differs_in_block(self, parts) -> bool:
+        """Whether a bound of ``parts`` reads a ``threadIdx`` counter around the loop."""
+        return any(uses_var(e, v) for t in parts for e in (t.min, t.extent)
+                   for v in self.lanes)
+
     def _clamp(self, x, lo, hi):
         return self.simplify(_op.minimum(_op.maximum(x, lo), hi), self.ranges)
 
@@ -476,6 +496,13 @@ def _vector_width_ok(extent) -> bool:
 def _narrow_width_ok(extent) -> bool:
     """A constant lane count of at most 16 (one register)."""
     return isinstance(extent, Const) and 0 < extent.value <= 16
+
+
+def _block_wide(stmt) -> bool:
+    """Whether ``stmt`` holds a loop bound to a GPU thread axis or a ``syncthreads()``:
+    a step all the threads of a block take together."""
+    return bool(collect(stmt, lambda n: isinstance(n, For) and n.kind == "thread" or
+                        isinstance(n, Call) and n.op == "syncthreads"))
 
 
 def _is_empty(s):
