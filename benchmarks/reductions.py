@@ -375,6 +375,14 @@ def main() -> None:
                                            rtol=1e-3, atol=1e-3)
             elif got.dtype.kind == "f":
                 scale = 1.0 if family == "elem" else float(np.abs(ref).max() or 1)
+                if name.split(":")[0] in ("sum", "mean") and x.size > ref.size:
+                    # a sum's rounding grows with the sum of the absolute values, not
+                    # with the result (16M normal floats summed to -54 differ by 0.03
+                    # from float64: docs/numerics.md's bound for a row reduction)
+                    per = x.size // ref.size
+                    cond = float(np.abs(x).astype(np.float64).mean()) * (
+                        per if name.startswith("sum") else 1)
+                    scale = max(scale, cond * 1e-2)
                 np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * scale)
             else:
                 np.testing.assert_array_equal(got, ref)
