@@ -248,6 +248,18 @@ def math_off(tc, sig, ins):
                                     (emit_math, "SOFTPLUS_SEGMENTS")])
 
 
+#: the A/B switches: (the option's dest and the row's key, the family it applies to, the
+#: builder of the kernel with the switch off, the column's label)
+_AB = [("rules_off", "reduce", rules_off, "rules off"),
+       ("new_off", "reduce", new_off, "new paths off"),
+       ("select_off", "reduce", select_off, "select off"),
+       ("seed_off", "reduce", seed_off, "seed off"),
+       ("steps_off", "reduce", steps_off, "steps off"),
+       ("minmax_off", "reduce", minmax_off, "minmax off"),
+       ("stream_off", "elem", stream_off, "stream off"),
+       ("math_off", "elem", math_off, "math off")]
+
+
 def _input(np, rng, shape, kind):
     x = rng.standard_normal(shape).astype("float32")
     if kind == "pos":
@@ -392,22 +404,9 @@ def main() -> None:
         ref_fn, ref_bytes = reference(family, x.nbytes)
         fns = {"tecomp": lambda: f(*ins, out), "torch": lambda: tfn(torch, tx, tout),
                "stream": ref_fn}
-        if args.rules_off and family == "reduce":
-            fns["off"] = rules_off(tc, sig, ins)
-        if args.new_off and family == "reduce":
-            fns["new_off"] = new_off(tc, sig, ins)
-        if args.select_off and family == "reduce":
-            fns["select_off"] = select_off(tc, sig, ins)
-        if args.seed_off and family == "reduce":
-            fns["seed_off"] = seed_off(tc, sig, ins)
-        if args.steps_off and family == "reduce":
-            fns["steps_off"] = steps_off(tc, sig, ins)
-        if args.minmax_off and family == "reduce":
-            fns["minmax_off"] = minmax_off(tc, sig, ins)
-        if args.stream_off and family == "elem":
-            fns["stream_off"] = stream_off(tc, sig, ins)
-        if args.math_off and family == "elem":
-            fns["math_off"] = math_off(tc, sig, ins)
+        for key, family_of, build_off, _ in _AB:
+            if getattr(args, key) and family == family_of:
+                fns[key] = build_off(tc, sig, ins)
         t = interleaved_turns(fns, args.rounds)
         gbs = (x.nbytes + out.nbytes) / t["tecomp"] / 1e9
         stream = ref_bytes / t["stream"] / 1e9
@@ -418,22 +417,8 @@ def main() -> None:
               f"  tecomp {t['tecomp'] * 1e3:7.3f} ms | torch {t['torch'] * 1e3:7.3f} ms | "
               f"ratio {ratio:5.2f}x | {gbs:6.1f} GB/s ({100 * gbs / stream:4.0f}% of "
               f"{'read' if family == 'reduce' else 'copy'} {stream:5.1f}){'' if ok else ' WRONG'}"
-              + (f" | rules off {t['off'] * 1e3:7.3f} ms ({t['off'] / t['tecomp']:5.2f}x)"
-                 if "off" in t else "")
-              + (f" | new paths off {t['new_off'] * 1e3:7.3f} ms "
-                 f"({t['new_off'] / t['tecomp']:5.2f}x)" if "new_off" in t else "")
-              + (f" | select off {t['select_off'] * 1e3:7.3f} ms "
-                 f"({t['select_off'] / t['tecomp']:5.2f}x)" if "select_off" in t else "")
-              + (f" | seed off {t['seed_off'] * 1e3:7.3f} ms "
-                 f"({t['seed_off'] / t['tecomp']:5.2f}x)" if "seed_off" in t else "")
-              + (f" | steps off {t['steps_off'] * 1e3:7.3f} ms "
-                 f"({t['steps_off'] / t['tecomp']:5.2f}x)" if "steps_off" in t else "")
-              + (f" | minmax off {t['minmax_off'] * 1e3:7.3f} ms "
-                 f"({t['minmax_off'] / t['tecomp']:5.2f}x)" if "minmax_off" in t else "")
-              + (f" | stream off {t['stream_off'] * 1e3:7.3f} ms "
-                 f"({t['stream_off'] / t['tecomp']:5.2f}x)" if "stream_off" in t else "")
-              + (f" | math off {t['math_off'] * 1e3:7.3f} ms "
-                 f"({t['math_off'] / t['tecomp']:5.2f}x)" if "math_off" in t else ""),
+              + "".join(f" | {label} {t[key] * 1e3:7.3f} ms ({t[key] / t['tecomp']:5.2f}x)"
+                        for key, _, _, label in _AB if key in t),
               flush=True)
     bad = [r for r in rows if r[1] < 1.0 or r[2] < 80]
     print(f"load {os.getloadavg()[0]:.2f}; {len(rows) - len(bad)} of {len(rows)} rows at "
