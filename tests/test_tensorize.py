@@ -328,12 +328,16 @@ def test_auto_schedule_picks_vnni_where_the_target_has_it():
     # the serial kernel (one thread)
     assert "allocate C.local" in str(tc.lower(s, [X, W, C], target=t))
     # (the M x L transposes, M < L, after each square one)
+    # (the L x M ones, M rows of L out, by M: the widest output first)
     rows16 = [f"x86.transpose_f32_{m}x16" for m in range(2, 16)]
     rows8 = [f"x86.transpose_f32_{m}x8" for m in range(2, 8)]
-    assert [x.name for x in tc.tensor_intrins_for(t)] == [VNNI16, T16, *rows16, I16, VNNI8,
-                                                           AVX2, T8, *rows8, I8]
+    cols16 = [f"x86.transpose_f32_16x{m}" for m in range(15, 8, -1)]
+    cols = [f"x86.transpose_f32_{L}x{m}" for m in range(7, 1, -1) for L in (16, 8)]
+    assert [x.name for x in tc.tensor_intrins_for(t)] == [
+        VNNI16, T16, *rows16, I16, *cols16, VNNI8, AVX2, T8, *rows8, "x86.transpose_f32_16x8",
+        I8, *cols]
     assert [x.name for x in tc.tensor_intrins_for("llvm -mcpu=haswell")] == [
-        I16, AVX2, T8, *rows8, I8]
+        I16, AVX2, T8, *rows8, I8, *[c for c in cols if "_16x" not in c]]
 
 
 
@@ -594,22 +598,29 @@ def test_interleave_intrinsic_packs_groups_of_four_rows(backend, L):
         np.testing.assert_array_equal(out, want)
 
 
-@pytest.mark.parametrize("L, M", [(16, 14), (16, 7), (8, 3)])
-def test_transpose_of_fewer_rows_than_lanes(L, M):
+@pytest.mark.parametrize("L, M, cols", [(16, 14, False), (16, 7, False), (8, 3, False),
+                                     (16, 14, True), (16, 7, True), (16, 2, True),
+                                     (8, 5, True), (8, 4, True)])
+def test_transpose_of_fewer_rows_than_lanes(L, M, cols):
     """``x86.transpose_f32_<M>x<L>`` (c[i, j] = a[j, i], ``a`` M x L): ``M`` rows of
-    ``L`` (here ``L + 2`` apart) into ``L`` rows of ``M``, where the CPU has it."""
-    name = f"x86.transpose_f32_{M}x{L}"
+    ``L`` into ``L`` rows of ``M``; with ``cols``, ``x86.transpose_f32_<L>x<M>`` (``a``
+    L x M): ``L`` rows of ``M`` into ``M`` rows of ``L``.  The rows of ``a`` lie 3 apart,
+    the values around them NaN (a lane shuffled from outside a row would carry one into
+    the result); where the CPU has the intrinsic."""
+    rows, width = (L, M) if cols else (M, L)
+    name = f"x86.transpose_f32_{rows}x{width}"
     if not any(t.name == name for t in tc.tensor_intrins_for("llvm")):
         pytest.skip(f"this CPU has no {name}")
-    A = tc.placeholder((3, M, L + 2), name="A")
-    C = tc.compute((3, L, M), lambda b, i, j: A[b, j, i + 1], name="C")
+    A = tc.placeholder((3, rows, width + 3), name="A")
+    C = tc.compute((3, width, rows), lambda b, i, j: A[b, j, i + 1], name="C")
     s = tc.create_schedule(C.op)
     s[C].tensorize(s[C].op.axis[1], tc.tensor_intrin(name))
     assert f"tensorize {name}" in str(tc.lower(s, [A, C]))
-    a = np.random.default_rng(3).standard_normal((3, M, L + 2)).astype(np.float32)
-    out = np.zeros((3, L, M), np.float32)
+    a = np.full((3, rows, width + 3), np.nan, np.float32)
+    a[:, :, 1:width + 1] = np.random.default_rng(3).standard_normal((3, rows, width))
+    out = np.zeros((3, width, rows), np.float32)
     tc.build(s, [A, C])(a, out)
-    np.testing.assert_array_equal(out, a[:, :, 1:L + 1].transpose(0, 2, 1))
+    np.testing.assert_array_equal(out, a[:, :, 1:width + 1].transpose(0, 2, 1))
 
 
 def _auto_transposed(args, *extents):

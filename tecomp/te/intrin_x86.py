@@ -29,6 +29,11 @@ batch 1 (benchmarks/DECISIONS.md, "Rules: weight panels transposed in registers"
   stored ``M`` wide.  The store of a block of ``M`` pixels x ``L`` channels into ``L``
   channel planes (an NCHW output whose rows are not whole vectors: 14 or 7 columns),
   instead of a scatter per pixel.
+* ``x86.transpose_f32_16xM`` (``M`` 2 to 15), ``x86.transpose_f32_8xM`` (2 to 7) -- the
+  other way: ``L`` rows of ``M`` into ``M`` rows of ``L`` (``a`` being ``L x M``), each
+  row read as two overlapping loads of a power of two within it (no read past its
+  ``M`` values).  The copy of ``L`` channel planes' rows of ``M`` pixels into ``M``
+  pixels x ``L`` channels (an NCHW input read channels last).
 
 The interleaves compute ``c[i, r] = a[r, i]`` for 4 rows of ``L`` int8 values at any row
 stride: the dot products' packing of B (``B[k, j]`` into groups of 4 consecutive ``k``
@@ -90,21 +95,44 @@ def _transpose_rows_decl(m: int, lanes: int):
     return compute((lanes, m), lambda i, j: a[j, i], name="c")
 
 
-def _transpose(lanes: int, m: int = 0):
-    """The emitter of the ``m x lanes`` transpose (``m`` 0: ``lanes``)."""
+def _transpose_cols_decl(m: int, lanes: int):
+    a = placeholder((lanes, m), "float32", name="a")
+    return compute((m, lanes), lambda i, j: a[j, i], name="c")
+
+
+def _short_row(ib, a, r: int, m: int, lanes: int):
+    """Row ``r`` of ``a`` (``m < lanes`` values) as a ``lanes``-wide vector, the lanes
+    past ``m`` any value: two loads of the largest power of two ``w <= m``, at 0 and at
+    ``m - w`` (overlapping; nothing read past the row)."""
+    w = 1 << (m.bit_length() - 1)
+    lo = ib.load(a, f"<{w} x float>", (r, 0))
+    if w < m:
+        hi = ib.load(a, f"<{w} x float>", (r, m - w))
+        # lanes 0..w-1 from lo, w..m-1 from hi's last m - w lanes
+        lo = ib.shuffle(lo, hi, list(range(w)) + [w + j - (m - w) for j in range(w, m)])
+    return ib.shuffle(lo, lo, list(range(m)) + [0] * (lanes - m))
+
+
+def _transpose(lanes: int, m: int = 0, cols: bool = False):
+    """The emitter of the ``m x lanes`` transpose (``m`` 0: ``lanes``); ``cols``: the
+    ``lanes x m`` one (``lanes`` rows of ``m`` into ``m`` rows of ``lanes``)."""
     vec = f"<{lanes} x float>"
     m = m or lanes
 
     def emit(ib, ins, outs):
         a, c = ins[0], outs[0]
         if a.strides[-1] != 1 or c.strides[-1] != 1:
-            for i in range(lanes):
-                for j in range(m):
+            for i in range(m if cols else lanes):
+                for j in range(lanes if cols else m):
                     ib.store(c, ib.load(a, "float", (j, i)), (i, j))
             return
-        rows = [ib.load(a, vec, (r, 0)) for r in range(m)]
-        # (the rows past m: any value, their lanes are not stored)
-        rows += [rows[0]] * (lanes - m)
+        if cols:
+            rows = [ib.load(a, vec, (r, 0)) if m == lanes else _short_row(ib, a, r, m, lanes)
+                    for r in range(lanes)]
+        else:
+            rows = [ib.load(a, vec, (r, 0)) for r in range(m)]
+            # (the rows past m: any value, their lanes are not stored)
+            rows += [rows[0]] * (lanes - m)
         # round d swaps the off-diagonal d x d blocks of every 2d x 2d block
         d = 1
         while d < lanes:
@@ -116,6 +144,10 @@ def _transpose(lanes: int, m: int = 0):
                     new[i + d] = ib.shuffle(rows[i], rows[i + d], [
                         j + d if not j & d else lanes + j for j in range(lanes)])
             rows, d = new, 2 * d
+        if cols:
+            for i in range(m):
+                ib.store(c, rows[i], (i, 0))
+            return
         for i in range(lanes):
             ib.store(c, rows[i] if m == lanes else ib.shuffle(rows[i], rows[i], range(m)),
                      (i, 0))
@@ -157,6 +189,10 @@ def declarations():
     ] + [
         (_transpose_rows_decl(m, lanes), _transpose(lanes, m),
          f"x86.transpose_f32_{m}x{lanes}", features, False)
+        for lanes, features in ((16, ("avx512f",)), (8, ("avx",))) for m in range(2, lanes)
+    ] + [
+        (_transpose_cols_decl(m, lanes), _transpose(lanes, m, cols=True),
+         f"x86.transpose_f32_{lanes}x{m}", features, False)
         for lanes, features in ((16, ("avx512f",)), (8, ("avx",))) for m in range(2, lanes)
     ] + [
         (_interleave_decl(16), _interleave(16), "x86.interleave_s8_4x16", ("sse2",), False),

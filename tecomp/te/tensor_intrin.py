@@ -330,14 +330,18 @@ def builtin_name(intrin) -> Optional[str]:
     return None
 
 
-def transpose_intrin(target, lanes: int, dtype: str, rows: int = 0) -> Optional[TensorIntrin]:
+def transpose_intrin(target, lanes: int, dtype: str, rows: int = 0,
+                     cols: int = 0) -> Optional[TensorIntrin]:
     """The built-in ``lanes x lanes`` transpose (``x86.transpose_f32_<lanes>x<lanes>``),
     or with ``rows`` (2 to ``lanes``) the ``rows x lanes`` one
-    (``x86.transpose_f32_<rows>x<lanes>``), where ``target`` has it and ``dtype`` is
-    float32, else None."""
+    (``x86.transpose_f32_<rows>x<lanes>``), or with ``cols`` (2 to ``lanes``) the
+    ``lanes x cols`` one (``x86.transpose_f32_<lanes>x<cols>``: ``lanes`` rows of ``cols``
+    into ``cols`` rows of ``lanes``), where ``target`` has it and ``dtype`` is float32,
+    else None."""
     if dtype != "float32":
         return None
-    name = f"x86.transpose_f32_{rows or lanes}x{lanes}"
+    name = (f"x86.transpose_f32_{lanes}x{cols}" if cols else
+            f"x86.transpose_f32_{rows or lanes}x{lanes}")
     return next((t for t in tensor_intrins_for(target) if t.name == name), None)
 
 
