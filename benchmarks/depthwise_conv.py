@@ -35,9 +35,10 @@ batch, as before the tasks of a block of groups over the plane at small ones),
 columns went inside the input channel).  Of ``tecomp.nn.winograd`` (grouped rows):
 ``GROUPED_WINOGRAD`` (``algorithm="auto"`` keeps every grouped convolution direct, as
 before it weighed F(2x2) for them), ``GROUPED_WINOGRAD_F4`` (F(2x2) or direct, as before
-it weighed F(4x4) too).  Of ``tecomp.strategy.cpu.winograd``: ``GROUP_TASKS`` (a
-grouped Winograd convolution's tasks are (image, group) pairs, as before the tasks of a
-group over every image where the transformed weights outgrow L2).  Of
+it weighed F(4x4) too), ``GROUPED_WINOGRAD_NCHW`` (grouped NCHW convolutions stay direct,
+as before they were weighed run channels last).  Of ``tecomp.strategy.cpu.winograd``:
+``GROUP_TASKS`` (a grouped Winograd convolution's tasks are (image, group) pairs, as
+before the tasks of a group over every image where the transformed weights outgrow L2).  Of
 ``tecomp.strategy.cpu.depthwise`` (depthwise rows): ``FMA`` (a multiply and an add per
 tap), ``STREAM_OUTPUT`` (every output store through the cache) and
 ``STRIDED_MASKED_LOADS`` (NCHW with a stride: a gather per padded tap, as before the
@@ -62,9 +63,9 @@ GROUPS = 32
 GROUPED_SWITCHES = ["INTERLEAVE_WHOLE_VECTORS", "COPY_NCHW_INPUT", "NCHW_TRANSPOSE_OUT",
                     "NCHW_TRANSPOSE_ROOM", "ROWS_FMA", "PLANE_TASKS_ONE_VECTOR",
                     "SHARE_TAP_BROADCASTS", "GROUPED_WINOGRAD", "GROUPED_WINOGRAD_F4",
-                    "GROUP_TASKS"]
+                    "GROUPED_WINOGRAD_NCHW", "GROUP_TASKS"]
 #: the switches of tecomp.nn.winograd (read when the graph is built, not scheduled)
-GRAPH_SWITCHES = ["GROUPED_WINOGRAD", "GROUPED_WINOGRAD_F4"]
+GRAPH_SWITCHES = ["GROUPED_WINOGRAD", "GROUPED_WINOGRAD_F4", "GROUPED_WINOGRAD_NCHW"]
 #: the switch of tecomp.strategy.cpu.winograd (the Winograd stages' schedule)
 WINOGRAD_SWITCHES = ["GROUP_TASKS"]
 DEPTHWISE_SWITCHES = ["FMA", "STREAM_OUTPUT", "STRIDED_MASKED_LOADS"]

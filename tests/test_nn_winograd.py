@@ -124,22 +124,36 @@ def test_grouped_auto_choice_reads_the_machine_model(monkeypatch):
     assert tc.target.cpu_model(half).fma_lanes * 2 == tc.target.cpu_model(half).lanes
     assert tc.target.cpu_model(full).fma_lanes == tc.target.cpu_model(full).lanes
 
-    def tile(nchw, n, c, hw, target, groups=32):
+    def tile(nchw, n, c, hw, target, groups=32, **kw):
         skipped = nn.conv.padded_share((hw, hw), (3, 3), ((1, 1), (1, 1)), (1, 1), (1, 1),
                                        (hw, hw))
-        return winograd_tile(nchw, n, c, c, groups, (hw, hw), target, skipped=skipped)
+        return winograd_tile(nchw, n, c, c, groups, (hw, hw), target, skipped=skipped,
+                             **{"in_w": hw, **kw})
 
     for n in (1, 8):
         assert tile(False, n, 512, 14, half) == 2
         assert tile(False, n, 512, 14, full) == 0
         assert tile(True, n, 512, 14, half) == 0
         assert tile(False, n, 1024, 7, half) == (4 if n == 8 else 0)
-        assert tile(True, n, 1024, 7, half) == 0
+        # NCHW channels last (its copies counted): F(4x4) at batch 8 only
+        assert tile(True, n, 1024, 7, half) == (4 if n == 8 else 0)
         assert tile(False, n, 1024, 7, full) == 0
+        assert tile(True, n, 1024, 7, full) == 0
+        for target in ("llvm -mcpu=skylake-avx512", "llvm -mcpu=haswell"):
+            assert tile(True, n, 1024, 7, target) == 0
         for target in (half, full):
             assert tile(False, n, 128, 56, target) == 0    # 4 channels a group
             assert tile(False, n, 256, 28, target) == 0    # 8
     assert tile(False, 4, 1024, 7, half) == 4
+    # NCHW only where the schedule runs it channels last: float32, a known width of at
+    # most a vector, groups of whole vectors, with its switch on
+    assert tile(True, 8, 1024, 7, half, dtype="float64") == 0
+    assert tile(True, 8, 1024, 7, half, in_w=None) == 0
+    assert tile(True, 8, 1024, 7, half, in_w=17) == 0
+    assert tile(True, 8, 1536, 7, half, groups=64) == 0     # 24 channels a group
+    monkeypatch.setattr(winograd, "GROUPED_WINOGRAD_NCHW", False)
+    assert tile(True, 8, 1024, 7, half) == 0
+    assert tile(False, 8, 1024, 7, half) == 4
     monkeypatch.setattr(winograd, "GROUPED_WINOGRAD_F4", False)
     assert tile(False, 8, 1024, 7, half) == 0
     assert tile(False, 8, 512, 14, half) == 2
@@ -151,6 +165,25 @@ def test_grouped_auto_choice_reads_the_machine_model(monkeypatch):
     monkeypatch.setattr(winograd, "GROUPED_WINOGRAD", True)
     assert "group_conv2d_nhwc" in nn.conv2d_nhwc(X, W, 2, 1, groups=32,
                                                  algorithm="auto").op.tag
+    assert "group_conv2d_nchw" in nn.conv2d_nchw(
+        tc.placeholder((1, 512, 28, 28), name="Xc"), tc.placeholder((512, 16, 3, 3), name="Wc"),
+        2, 1, groups=32, algorithm="auto").op.tag
+
+
+@pytest.mark.parametrize("dtype, batch", [("float32", tc.var("n")), ("float16", 8),
+                                          ("bfloat16", 8)])
+def test_grouped_nchw_auto_falls_back_to_direct(dtype, batch, monkeypatch):
+    """``algorithm="auto"`` on a grouped NCHW convolution that the rule would take as
+    Winograd (a machine model where it does, whatever the host) builds the direct
+    convolution where Winograd cannot be: a symbolic batch, float16, bfloat16."""
+    monkeypatch.setattr(nn.conv, "winograd_tile", lambda *a, **k: 4)
+    X = tc.placeholder((8, 64, 7, 7), "float32", name="X")
+    assert nn.conv2d_nchw(X, tc.placeholder((64, 32, 3, 3), name="W"), 1, 1, groups=2,
+                          algorithm="auto").op.tag.startswith("winograd_conv2d")
+    X = tc.placeholder((batch, 64, 7, 7), dtype, name="X")
+    Y = nn.conv2d_nchw(X, tc.placeholder((64, 32, 3, 3), dtype, name="W"), 1, 1, groups=2,
+                       algorithm="auto")
+    assert not any(t.startswith("winograd") for t in _stage_tags([Y]))
 
 
 def test_grouped_auto_matches_torch():
@@ -211,6 +244,110 @@ def test_grouped_tasks_of_a_group_transform_its_weights(case, monkeypatch):
     np.testing.assert_allclose(out, want, rtol=1e-9, atol=1e-9)
     assert scheduled(x, on=False)[1] == "root"
     assert scheduled(x[:1])[1] == "root"
+
+
+HOST = tc.target.cpu_model()
+
+
+def _channels_last_used(s, args) -> bool:
+    """Whether the lowered ``s`` copies channels last and stores through the transposes
+    (the host's vector width; none on a host without the x86 transposes)."""
+    ir = str(tc.lower(s, args))
+    return f"x86.transpose_f32_{HOST.lanes}x" in ir and f"x{HOST.lanes} (store)" in ir
+
+
+def _host_has_transposes() -> bool:
+    return tc.te.tensor_intrin.transpose_intrin("llvm", HOST.lanes, "float32", 2) is not None
+
+
+# ([N, H, W], groups, padding, tile, group tasks (a 60 KB L2, one thread), epilogue):
+# a group's channels one vector of the host's width (its L input and L output channels)
+@pytest.mark.parametrize("case", [((2, 7, 7), 2, 1, 4, False, False),
+                                  ((1, 6, 5), 2, 1, 2, False, True),
+                                  ((3, 5, 9), 4, 0, 2, True, False),
+                                  ((2, 9, 6), 2, 2, 4, True, True)],
+                         ids=["7x7-F4", "6x5-F2-bias-relu", "5x9-p0-F2-group-tasks",
+                              "9x6-p2-F4-group-tasks-bias-relu"])
+def test_grouped_nchw_runs_channels_last(case, monkeypatch):
+    """A grouped NCHW Winograd convolution fused per group (a group's channels whole
+    vectors) copies its input planes channels last and stores its output through
+    register transposes where the host has them (NCHW_CHANNELS_LAST; the transforms one
+    channel at a time otherwise, and with the switch off): odd planes that the tiles do
+    not divide, paddings 0-2, tasks of (image, group) and of a group over every image,
+    with and without a bias and ReLU epilogue, against PyTorch in float32 (to 1e-4 of the
+    largest output, docs/numerics.md)."""
+    (N, H, W), groups, pad, m, group_tasks, epilogue = case
+    L = HOST.lanes
+    C = O = groups * L
+    x = RNG.standard_normal((N, C, H, W)).astype("float32")
+    w = (RNG.standard_normal((O, L, 3, 3)) / np.sqrt(9 * L)).astype("float32")
+    b = RNG.standard_normal(O).astype("float32")
+    want = F.conv2d(torch.tensor(x), torch.tensor(w), padding=pad, groups=groups)
+    if epilogue:
+        want = torch.relu(want + torch.tensor(b)[:, None, None])
+    want = want.numpy()
+    info = dataclasses.replace(HOST, l2_bytes=60 * 1024, threads=1) if group_tasks else HOST
+    X = tc.placeholder(x.shape, name="X")
+    Wt = tc.placeholder(w.shape, name="W")
+    B = tc.placeholder((O,), name="B")
+
+    def built(on):
+        monkeypatch.setattr(cpu_winograd, "NCHW_CHANNELS_LAST", on)
+        U = nn.winograd_weight_transform(Wt, "NCHW", m, groups)
+        Y = nn.conv2d_winograd(X, U, "NCHW", pad, groups=groups)
+        if epilogue:
+            Y = tc.compute(Y.shape, lambda n, o, i, j: tc.max(Y[n, o, i, j] + B[o], 0.0),
+                           name="relu")
+        s = tc.create_schedule(Y.op)
+        cpu_winograd.winograd_into(s, [Y], info)
+        s = cpu_winograd._auto_rest(s, [Y], info)
+        args = [X, Wt, B, Y]
+        out = np.zeros(want.shape, "float32")
+        tc.build(s, args)(x, w, b, out)
+        return _channels_last_used(s, args), out
+
+    used, out = built(True)
+    assert used == _host_has_transposes()
+    tol = 1e-4 * np.abs(want).max()
+    np.testing.assert_allclose(out, want, rtol=0, atol=tol)
+    if m == 2 and not epilogue:
+        used, out = built(False)
+        assert not used
+        np.testing.assert_allclose(out, want, rtol=0, atol=tol)
+
+
+def test_grouped_nchw_channels_last_inf_and_nan():
+    """An infinite or NaN input pixel of a grouped NCHW F(4x4) convolution run channels
+    last reaches the outputs of the 4x4 tiles whose 6x6 inputs hold it (docs/numerics.md)
+    and no other; the others are the direct convolution's.  ``algorithm="winograd"`` and
+    ``tc.auto_schedule``, as a user builds it."""
+    L = HOST.lanes
+    N, C, H, W = 1, 2 * L, 7, 7
+    x = RNG.standard_normal((N, C, H, W)).astype("float32")
+    w = (RNG.standard_normal((C, L, 3, 3)) / np.sqrt(9 * L)).astype("float32")
+    spots = [(1, 0, 0, np.inf), (L + 3, 4, 5, -np.inf), (2, 6, 6, np.nan)]
+    for c, y, xx, val in spots:
+        x[0, c, y, xx] = val
+    X = tc.placeholder(x.shape, name="X")
+    Wt = tc.placeholder(w.shape, name="W")
+    outs = []
+    for algorithm in ("direct", "winograd"):
+        Y = nn.conv2d_nchw(X, Wt, padding=1, groups=2, algorithm=algorithm)
+        s = tc.auto_schedule([X, Wt, Y])
+        if algorithm == "winograd":
+            assert _channels_last_used(s, [X, Wt, Y]) == _host_has_transposes()
+        out = np.zeros((N, C, H, W), "float32")
+        tc.build(s, [X, Wt, Y])(x, w, out)
+        outs.append(out[0])
+    d, g = outs
+    tiles = np.zeros((C, H, W), bool)
+    for c, y, xx, val in spots:
+        og = slice(c // L * L, (c // L + 1) * L)
+        tiles[og, _rows_reached(y + 1, 4, H, False), _rows_reached(xx + 1, 4, W, False)] = True
+    bad = ~np.isfinite(g)
+    assert bad.any() and not bad[~tiles].any()
+    assert (~np.isfinite(d) <= bad).all()
+    np.testing.assert_allclose(g[~bad], d[~bad], rtol=0, atol=1e-4 * np.abs(d[~bad]).max())
 
 
 def _rows_reached(p: int, m: int, n: int, window: bool) -> slice:

@@ -258,8 +258,10 @@ def _winograd_choice(a: Args, algorithm: str, nchw: bool, data, weight, khw, str
         return 0
     C = int(data.shape[1 if nchw else 3].value)
     O = int(weight.shape[0 if nchw else 3].value)
+    W = data.shape[3 if nchw else 2]
     tile = winograd_tile(nchw, int(data.shape[0].value), C, O, groups, out_hw,
-                         skipped=skipped)
+                         skipped=skipped, in_w=W.value if isinstance(W, Const) else None,
+                         dtype=data.dtype)
     if algorithm == "winograd":
         return tile or 4 if min(out_hw) >= 4 else 2
     return tile

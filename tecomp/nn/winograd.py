@@ -420,21 +420,48 @@ GROUPED_WINOGRAD = True
 #: thread) and 1024x7x7 (1.00x).  F(4x4) (6-point transforms, about 3 operations per
 #: value and dimension where F(2x2)'s take 1): fitted to Zen 4's 1024x7x7 at batch 8
 #: (1.10-1.41x faster than direct over 7 runs under load, one thread: 9.5-16 operations)
-#: and 512x14x14 at batch 8 (1.05x, F(2x2) 1.35x: 12.7)
-GROUPED_TRANSFORM_OPS = {2: 5, 4: 12}
+#: and 512x14x14 at batch 8 (1.05x, F(2x2) 1.35x: 12.7); 10, not 12: at 12 the rule
+#: put NCHW 1024x7x7 at batch 8 (channels last, its copies counted) 1.12x faster than
+#: direct, under :data:`GROUPED_GAIN`, where it ran 1.26x faster (one thread, under
+#: load); no NHWC choice on the named machine models differs between 9.5 and 12
+GROUPED_TRANSFORM_OPS = {2: 5, 4: 10}
 
 #: whether ``algorithm="auto"`` weighs F(4x4) for grouped convolutions beside F(2x2)
 #: (:func:`_grouped_tile`); off, F(2x2) or direct, as before
 #: (``benchmarks/depthwise_conv.py --ab GROUPED_WINOGRAD_F4``)
 GROUPED_WINOGRAD_F4 = True
 
+#: whether ``algorithm="auto"`` weighs Winograd for grouped NCHW convolutions too, read
+#: and written channels last through register transposes
+#: (:func:`tecomp.strategy.cpu.winograd.winograd_into`); off, they stay direct, as before
+#: (``benchmarks/depthwise_conv.py --ab GROUPED_WINOGRAD_NCHW``)
+GROUPED_WINOGRAD_NCHW = True
+
 #: how much faster than the direct convolution the model must expect a grouped
 #: Winograd convolution to be before ``algorithm="auto"`` takes it
 GROUPED_GAIN = 1.15
 
 
+def _nchw_channels_last(m: int, N: int, C: int, O: int, groups: int, out_hw, in_w, dtype,
+                        info) -> bool:
+    """Whether the CPU schedule runs a grouped NCHW Winograd convolution with tile ``m``
+    channels last (its stages fused per group, the input copied into pixels x channels
+    and the output stored back through register transposes): float32, a group's input
+    and output channels whole vectors, rows (``in_w`` and the output's) of 2 to
+    ``lanes`` pixels, and a group's transformed input and products (``2 a^2`` values per
+    tile of an image and channel) within half of L2.  Where it does not, the transforms
+    run one channel at a time on the planes (0.44-0.52x the direct template)."""
+    L, I, kg = info.lanes, C // groups, O // groups
+    al = m + 2
+    tiles = (-(-out_hw[0] // m)) * (-(-out_hw[1] // m))
+    return (GROUPED_WINOGRAD_NCHW and dtype == "float32" and in_w is not None
+            and I % L == 0 and kg % L == 0 and 2 <= min(in_w, out_hw[1])
+            and max(in_w, out_hw[1]) <= L
+            and 2 * al * al * tiles * max(I, kg) * 4 <= info.l2_bytes // 2)
+
+
 def _grouped_tile(nchw: bool, N: int, C: int, O: int, groups: int, out_hw, info,
-                  skipped: float) -> int:
+                  skipped: float, in_w=None, dtype: str = "float32") -> int:
     """:func:`winograd_tile` for ``groups > 1``: 4 (F(4x4)), 2 (F(2x2)) or 0 (direct).
     A group's GEMM per point is small (``C / groups`` input channels), and the stages
     run per group with their transforms in cache, so the rule weighs time in cycles:
@@ -451,27 +478,39 @@ def _grouped_tile(nchw: bool, N: int, C: int, O: int, groups: int, out_hw, info,
     1 the weight transform (36 values per channel pair, every call) outweighs the
     products saved and 1024x7x7 stays direct.  With full-width FMAs (Zen 5: F(2x2) 0.97x
     and 0.81x the direct template there) every grouped convolution stays direct.
-    NCHW's transforms gather across the channel planes (0.44-0.52x the direct template
-    on Zen 4): only NHWC is weighed."""
-    if nchw or not GROUPED_WINOGRAD or C % groups or O % groups:
+    NCHW is weighed where the schedule runs it channels last
+    (:func:`_nchw_channels_last`), the two copies added: every input and output value
+    once through register transposes, at the machine model's ``transpose_cost``
+    (``in_w``: the input's width; ResNeXt's 1024x7x7 at batch 8 then takes F(4x4) on
+    ``znver4``, 1.26x faster than direct under load, one thread, where NHWC's ran 1.48x);
+    elsewhere its transforms would run one channel at a time on the planes (0.44-0.52x
+    the direct template on Zen 4) and it stays direct."""
+    if not GROUPED_WINOGRAD or C % groups or O % groups:
         return 0
     fma_per_cycle = info.fma_ports * info.fma_lanes
     pairs = (C // groups) * (O // groups) * groups
     direct = 9 * N * out_hw[0] * out_hw[1] * pairs * (1 - skipped) / fma_per_cycle
+    # the two copies of an NCHW convolution (in_w: the input's width, the height taken
+    # as the output's plus 2, the padding of a same-size convolution)
+    copies = ((out_hw[0] + 2) * (in_w or 0) * C + out_hw[0] * out_hw[1] * O) * N \
+        * info.transpose_cost * info.lanes / fma_per_cycle if nchw else 0
     best, best_cycles = 0, direct / GROUPED_GAIN
     for m in (2, 4) if GROUPED_WINOGRAD_F4 else (2,):
+        if nchw and not _nchw_channels_last(m, N, C, O, groups, out_hw, in_w, dtype, info):
+            continue
         al = m + 2
         tiles = N * (-(-out_hw[0] // m)) * (-(-out_hw[1] // m))
         cycles = (al * al * tiles * pairs / fma_per_cycle
                   + GROUPED_TRANSFORM_OPS[m] * al * al * tiles * (C + O) / info.lanes
-                  + al * al * 6 * pairs / fma_per_cycle)
+                  + al * al * 6 * pairs / fma_per_cycle + copies)
         if cycles <= best_cycles:
             best, best_cycles = m, cycles
     return best
 
 
 def winograd_tile(nchw: bool, N: int, C: int, O: int, groups: int, out_hw,
-                  target="llvm", skipped: float = 0.0) -> int:
+                  target="llvm", skipped: float = 0.0, in_w=None,
+                  dtype: str = "float32") -> int:
     """``algorithm="auto"``'s choice for a 3x3 stride-1 convolution (``N`` images, ``C``
     input and ``O`` output channels, ``out_hw`` outputs): the Winograd tile ``m`` (4 or
     2), or 0 for the direct convolution.
@@ -492,10 +531,12 @@ def winograd_tile(nchw: bool, N: int, C: int, O: int, groups: int, out_hw,
     input channel, ``m^2`` per tile and output channel, 9 per channel pair) is a gather
     or scatter lane, charged once at the machine model's ``gather_cost``.  Measured
     exception: grouped convolutions, weighed by :func:`_grouped_tile` (``skipped``:
-    the share of the direct sum's products on the padding, which its template skips)."""
+    the share of the direct sum's products on the padding, which its template skips;
+    ``in_w`` and ``dtype``: the input's width and dtype, which decide whether an NCHW
+    one can run channels last)."""
     info = cpu_model(target)
     if groups != 1:
-        return _grouped_tile(nchw, N, C, O, groups, out_hw, info, skipped)
+        return _grouped_tile(nchw, N, C, O, groups, out_hw, info, skipped, in_w, dtype)
     if min(C, O) < WINOGRAD_MIN_CHANNELS:
         return 0
     fma_per_cycle = info.fma_ports * info.fma_lanes

@@ -20,13 +20,21 @@ The stages, each a parallel loop of its own:
 A grouped convolution whose stages fit in L2 per group runs them fused, per (image,
 group) task; where its transformed weights outgrow L2 too (ResNeXt's 1024x7x7 at F(4x4):
 4.7 MB), a task is a group over every image, its weight transform first
-(:data:`GROUP_TASKS`).
+(:data:`GROUP_TASKS`).  A fused NCHW one whose groups are whole vectors runs channels
+last (:data:`NCHW_CHANNELS_LAST`): each task copies its image's group planes into a
+``[row, column, channel]`` buffer (``x86.transpose_f32_<L>x<W>``: a row of ``L`` planes
+into ``W`` channel vectors), its transforms then run on vectors of channels as NHWC's,
+and the output transform writes a channels-last buffer that the output copies into the
+planes (``x86.transpose_f32_<OW>x<L>``).  Zen 4, ResNeXt's 1024x7x7 at batch 8, F(4x4),
+one thread, CPU time, under load (load average 8-10): 3.49 ms with the transforms one
+channel at a time, 1.66 ms channels last, the direct template 2.09 ms, NHWC F(4x4) 1.41.
 
 NCHW's transforms on vectors against one channel at a time (``NCHW_VECTORS``), F(4x4),
 one thread, CPU time, Zen 5 under load: ResNet's 64x56 1.26 -> 0.65 ms (batch 1), 37.1
 -> 8.8 ms (batch 8); 128x28 0.77 -> 0.54, 18.3 -> 5.3; 256x14 2.59 -> 1.82, 13.7 ->
-7.0 (benchmarks/history/2026-11-30.md).  Grouped NCHW convolutions fused per group, and
-channel counts past one vector that are not whole vectors, keep a channel at a time.
+7.0 (benchmarks/history/2026-11-30.md).  Grouped NCHW convolutions fused per group that
+cannot run channels last, and channel counts past one vector that are not whole vectors,
+keep a channel at a time.
 """
 from __future__ import annotations
 
@@ -36,6 +44,7 @@ from .._common import _cint, _outs, _walk
 from .common import _auto_rest, _op_tags
 from .microkernel import accumulate_block, copy_out
 from ...target import CpuModel, cpu_model
+from ...te.tensor_intrin import transpose_intrin
 
 
 #: NCHW's transforms on vectors of channels (gathers across the input's channel planes,
@@ -50,6 +59,33 @@ NCHW_VECTORS = True
 #: average 9): 1.97 -> 1.52 ms and 2.00 -> 1.59 ms, the direct template 2.08 / 2.09 ms.
 #: Off: (image, group) tasks, as before (``benchmarks/depthwise_conv.py --ab GROUP_TASKS``)
 GROUP_TASKS = True
+
+
+#: whether a grouped NCHW Winograd convolution fused per group (:func:`_channels_last`)
+#: copies each task's input planes into a channels-last buffer and computes its output
+#: into one, stored to the channel planes through register transposes, so that its
+#: transforms run on vectors of channels as NHWC's do; off, they run one channel at a
+#: time on the planes, as before (``benchmarks/depthwise_conv.py --ab
+#: NCHW_CHANNELS_LAST``)
+NCHW_CHANNELS_LAST = True
+
+
+def _channels_last(Y, data, I: int, kg: int, info: CpuModel):
+    """The register transposes of a fused grouped NCHW Winograd convolution of ``data``
+    into ``Y`` read and written channels last (:data:`NCHW_CHANNELS_LAST`): ``(out,
+    in)``, ``x86.transpose_f32_<OW>x<L>`` (``L`` channels of an output row into their
+    planes) and ``x86.transpose_f32_<L>x<W>`` (an input row of ``L`` planes into ``W``
+    pixels' vectors), or None where there are none: float32, a group's ``I`` input and
+    ``kg`` output channels whole vectors, and rows of 2 to ``L`` pixels."""
+    L = info.lanes
+    OW, W = _cint(Y.shape[3]), _cint(data.shape[3])
+    if not (NCHW_CHANNELS_LAST and Y.dtype == data.dtype == "float32"
+            and None not in (OW, W) and 2 <= min(OW, W) and max(OW, W) <= L
+            and I % L == 0 and kg % L == 0):
+        return None
+    out = transpose_intrin(info.target, L, "float32", OW)
+    inp = transpose_intrin(info.target, L, "float32", cols=W if W < L else 0)
+    return None if out is None or inp is None else (out, inp)
 
 
 def _nchw_vectors(channels: int, L: int) -> bool:
@@ -104,11 +140,29 @@ def winograd_into(s: Schedule, outs, info: CpuModel) -> None:
     U = M.op.input_tensors[1]
     al, _, P, C = (_cint(e) for e in V.shape)
     G, kg = _cint(M.shape[3]), _cint(M.shape[4])
-    # the padding: read through selects in the input transform
-    for t in V.op.input_tensors:
-        if "pad" in t.name.rsplit(".", 1)[-1] and not t.op.reduce_axis and \
-                hasattr(t.op, "body"):
-            s[t].compute_inline()
+    N = _cint(Y.shape[0])
+    per = P // N
+    block = 2 * al * al * per * max(C // G, kg) * (_dt.bits(V.dtype) // 8)
+    fused = G > 1 and block <= info.l2_bytes // 2
+    # a fused NCHW convolution's input copied channels last ([n, row, column, channel])
+    # and its output transform computed into a channels-last buffer that the output
+    # copies through register transposes (NCHW_CHANNELS_LAST)
+    src = V.op.input_tensors[0]
+    # (the data itself, unpadded: the padding stays selects in the input transform)
+    data = src.op.input_tensors[0] if V.op.attrs.get("winograd_padded") else src
+    tr = _channels_last(Y, data, C // G, kg, info) if nchw and fused else None
+    if tr is not None:
+        tr, tin = tr
+        xp = s.cache_read(data, "global", [src if data is not src else V])
+        a = s[xp].op.axis
+        s[xp].storage_order(a[0], a[2], a[3], a[1])
+        yc = s.cache_write(Y, "global")
+        a = s[yc].op.axis
+        s[yc].storage_order(a[0], a[2], a[3], a[1])
+    # the padding: read through selects in the input transform (or its copy)
+    if "pad" in src.name.rsplit(".", 1)[-1] and not src.op.reduce_axis and \
+            hasattr(src.op, "body"):
+        s[src].compute_inline()
     # the weight transform (when it is a stage of the DAG)
     su = s[U] if "winograd_weight" in _op_tags(U.op) else None
     if su is not None:
@@ -119,17 +173,14 @@ def winograd_into(s: Schedule, outs, info: CpuModel) -> None:
     # per (image, group) where a group's blocks fit in L2 (a grouped convolution: each
     # group's GEMM is small, its transforms as much work, and three passes over memory
     # cost more than the products saved); three passes otherwise
-    N = _cint(Y.shape[0])
-    per = P // N
-    block = 2 * al * al * per * max(C // G, kg) * (_dt.bits(V.dtype) // 8)
-    fused = G > 1 and block <= info.l2_bytes // 2
     sy = s[Y]
     if nchw:
         n, o, y, x = sy.op.axis
     else:
         n, y, x, o = sy.op.axis
-    yo, yi = sy.split(y, factor=m)
-    xo, xi_ = sy.split(x, factor=m)
+    if tr is None:
+        yo, yi = sy.split(y, factor=m)
+        xo, xi_ = sy.split(x, factor=m)
     # tasks of a group over every image, each transforming its group's weights first,
     # where the transformed weights outgrow L2 (read back from memory by every image's
     # task otherwise) and a group's fit in a quarter of it, with 4 tasks per thread
@@ -141,7 +192,12 @@ def winograd_into(s: Schedule, outs, info: CpuModel) -> None:
     if fused:
         og, ok = sy.split(o, factor=kg)
         first = [og, n] if per_group else [n, og]
-        if nchw:
+        if tr is not None:
+            # per output row, L channels x the row's pixels transposed into the planes
+            ov, ol = sy.split(ok, factor=L)
+            sy.reorder(*first, ov, y, ol, x)
+            sy.tensorize(ol, tr)
+        elif nchw:
             sy.reorder(*first, ok, yo, xo, yi, xi_)
         else:
             oo, oi = _vec(sy, ok, kg, L)
@@ -168,11 +224,28 @@ def winograd_into(s: Schedule, outs, info: CpuModel) -> None:
         at = _par(sy, [n, yo], info)
     if su is not None and not per_group:
         _par(su, [su.op.axis[2], su.op.axis[3]], info)
-    _unfold(sy, yi, xi_)
+    if tr is not None:
+        # the output transform as NHWC's: the channels in vectors, the tile unrolled
+        sc = s[yc]
+        n, o, y, x = sc.op.axis
+        yo, yi = sc.split(y, factor=m)
+        xo, xi_ = sc.split(x, factor=m)
+        oo, oi = _vec(sc, o, kg, L)
+        sc.reorder(n, yo, xo, *([oo] if oo is not None else []), yi, xi_, oi)
+        _unfold(sc, yi, xi_)
+        sc.compute_at(sy, at)
+        xs = s[xp]
+        n, c, y, x = xs.op.axis
+        co, ci = xs.split(c, factor=L)
+        xs.reorder(n, co, y, x, ci)
+        xs.tensorize(x, tin)
+        xs.compute_at(sy, at)
+    else:
+        _unfold(sy, yi, xi_)
     # the input transform: per tile, channels in vectors (NHWC), the points unrolled
     sv = s[V]
     xi, nu, p, c = sv.op.axis
-    if nchw and (fused or not _nchw_vectors(C, L)):
+    if nchw and tr is None and (fused or not _nchw_vectors(C, L)):
         sv.reorder(p, c, xi, nu)
     else:
         co, ci = _vec(sv, c, C // G if fused else C, L)
