@@ -316,6 +316,30 @@ def test_grouped_nchw_runs_channels_last(case, monkeypatch):
         np.testing.assert_allclose(out, want, rtol=0, atol=tol)
 
 
+def test_grouped_nchw_channels_last_of_a_computed_input():
+    """A grouped NCHW Winograd convolution of a computed input (a ReLU, which the rules
+    inline into the channels-last copy: no plain copy left to transpose) and with an
+    epilogue, through ``tc.auto_schedule``: its output still stored through the
+    transposes where the host has them, and right (PyTorch, float32)."""
+    L = HOST.lanes
+    x = RNG.standard_normal((2, 2 * L, 6, 6)).astype("float32")
+    w = (RNG.standard_normal((2 * L, L, 3, 3)) / np.sqrt(9 * L)).astype("float32")
+    X = tc.placeholder(x.shape, name="X")
+    Wt = tc.placeholder(w.shape, name="W")
+    R = tc.compute(X.shape, lambda *i: tc.max(X(*i), 0.0), name="relu_in")
+    Y = nn.conv2d_winograd(R, nn.winograd_weight_transform(Wt, "NCHW", 2, 2), "NCHW", 1,
+                           groups=2)
+    Z = tc.compute(Y.shape, lambda *i: Y(*i) * 2.0, name="scaled")
+    s = tc.auto_schedule([X, Wt, Z])
+    assert (f"x86.transpose_f32_6x{L} (store)" in str(tc.lower(s, [X, Wt, Z]))) == \
+        _host_has_transposes()
+    out = np.zeros(x.shape, "float32")
+    tc.build(s, [X, Wt, Z])(x, w, out)
+    want = 2 * F.conv2d(torch.relu(torch.tensor(x)), torch.tensor(w), padding=1,
+                        groups=2).numpy()
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-4 * np.abs(want).max())
+
+
 def test_grouped_nchw_channels_last_inf_and_nan():
     """An infinite or NaN input pixel of a grouped NCHW F(4x4) convolution run channels
     last reaches the outputs of the 4x4 tiles whose 6x6 inputs hold it (docs/numerics.md)

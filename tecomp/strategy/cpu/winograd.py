@@ -44,6 +44,7 @@ from .._common import _cint, _outs, _walk
 from .common import _auto_rest, _op_tags
 from .microkernel import accumulate_block, copy_out
 from ...target import CpuModel, cpu_model
+from ...te.tensor import PlaceholderOp
 from ...te.tensor_intrin import transpose_intrin
 
 
@@ -238,7 +239,12 @@ def winograd_into(s: Schedule, outs, info: CpuModel) -> None:
         n, c, y, x = xs.op.axis
         co, ci = xs.split(c, factor=L)
         xs.reorder(n, co, y, x, ci)
-        xs.tensorize(x, tin)
+        if isinstance(data.op, PlaceholderOp):
+            xs.tensorize(x, tin)
+        else:
+            # (a computed input may be inlined into the copy by the rules: no longer a
+            # plain copy, it runs on channel vectors, each lane a plane apart)
+            xs.vectorize(ci)
         xs.compute_at(sy, at)
     else:
         _unfold(sy, yi, xi_)
