@@ -151,6 +151,15 @@ def test_grouped_auto_choice_reads_the_machine_model(monkeypatch):
     assert tile(True, 8, 1024, 7, half, in_w=None) == 0
     assert tile(True, 8, 1024, 7, half, in_w=17) == 0
     assert tile(True, 8, 1536, 7, half, groups=64) == 0     # 24 channels a group
+    # (and where the target has the register transposes: a made-up half-width model of
+    # 8 lanes, where NHWC takes F(4x4), has them on x86 (AVX), none on AArch64)
+    sk = nn.conv.padded_share((7, 7), (3, 3), ((1, 1), (1, 1)), (1, 1), (1, 1), (7, 7))
+    for target, want in (("llvm -mcpu=haswell", 4),
+                         ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-v1", 0)):
+        info = dataclasses.replace(tc.target.cpu_model(target), lanes=8, fma_lanes=4,
+                                   fma_ports=2, l2_bytes=1 << 20)
+        assert winograd._grouped_tile(False, 8, 1024, 1024, 32, (7, 7), info, sk, 7) == 4
+        assert winograd._grouped_tile(True, 8, 1024, 1024, 32, (7, 7), info, sk, 7) == want
     monkeypatch.setattr(winograd, "GROUPED_WINOGRAD_NCHW", False)
     assert tile(True, 8, 1024, 7, half) == 0
     assert tile(False, 8, 1024, 7, half) == 4

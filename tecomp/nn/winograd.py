@@ -38,6 +38,7 @@ from typing import Sequence
 from .. import te as _te
 from ..ir.expr import Const
 from ..target import cpu_model
+from ..te.tensor_intrin import transpose_intrin
 from ..te.tensor import Tensor
 from ._check import Args
 from .transform import _padded
@@ -448,16 +449,18 @@ def _nchw_channels_last(m: int, N: int, C: int, O: int, groups: int, out_hw, in_
     channels last (its stages fused per group, the input copied into pixels x channels
     and the output stored back through register transposes): float32, a group's input
     and output channels whole vectors, rows (``in_w`` and the output's) of 2 to
-    ``lanes`` pixels, and a group's transformed input and products (``2 a^2`` values per
-    tile of an image and channel) within half of L2.  Where it does not, the transforms
-    run one channel at a time on the planes (0.44-0.52x the direct template)."""
+    ``lanes`` pixels, the target's register transposes of such rows, and a group's
+    transformed input and products (``2 a^2`` values per tile of an image and channel)
+    within half of L2.  Where it does not, the transforms run one channel at a time on
+    the planes (0.44-0.52x the direct template)."""
     L, I, kg = info.lanes, C // groups, O // groups
     al = m + 2
     tiles = (-(-out_hw[0] // m)) * (-(-out_hw[1] // m))
     return (GROUPED_WINOGRAD_NCHW and dtype == "float32" and in_w is not None
             and I % L == 0 and kg % L == 0 and 2 <= min(in_w, out_hw[1])
             and max(in_w, out_hw[1]) <= L
-            and 2 * al * al * tiles * max(I, kg) * 4 <= info.l2_bytes // 2)
+            and 2 * al * al * tiles * max(I, kg) * 4 <= info.l2_bytes // 2
+            and transpose_intrin(info.target, L, "float32", out_hw[1]) is not None)
 
 
 def _grouped_tile(nchw: bool, N: int, C: int, O: int, groups: int, out_hw, info,
