@@ -17,10 +17,15 @@ and 3.5-ulp vector functions of the host's widest vector (``Sleef_expf16_u10`` .
 AVX-512; benchmarks/sleef.py) are a third column for exp, tanh, erf and log; ``--ulps``
 adds each tool's max ulp error for those four; ``--rows 4096`` makes the arrays 16M floats;
 ``--softplus-ab`` also times softplus built without its per-segment ``log1p``
-(``tecomp.codegen.llvm.emit_math.SOFTPLUS_SEGMENTS`` off) in the same turns.
+(``tecomp.codegen.llvm.emit_math.SOFTPLUS_SEGMENTS`` off) in the same turns;
+``--math20-ab`` also times the functions of session 20's changes (softplus without its
+direct segments, ``SOFTPLUS_DIRECT`` off) built as before them, in the same turns (a
+column ``tecomp NAME_s19`` in the function's row; its ratio: the old code's time over the
+new's).
 
     python3 benchmarks/elementwise_math.py [--threads 2] [--rounds 15] [--only gelu,tanh]
                                            [--rows 4096] [--ulps] [--softplus-ab]
+                                           [--math20-ab]
 """
 from __future__ import annotations
 
@@ -28,6 +33,11 @@ import math
 import platform
 
 from common import base_parser, interleaved_turns, pin_threads, torch_or_none
+
+#: session 20's A/B switches (``--math20-ab``): the function, the flag of
+#: ``tecomp.codegen.llvm.emit_math`` that turns its change off, and an instruction only the
+#: new code has on AVX-512 (the check that the A/B build is not a cached one)
+MATH20 = {"softplus": ("SOFTPLUS_DIRECT", "vpermi2ps")}
 
 
 def main() -> None:
@@ -40,6 +50,9 @@ def main() -> None:
                     "spread evenly over all 2^32, one per array element")
     ap.add_argument("--softplus-ab", action="store_true", help="also time softplus with "
                     "its log1p in one polynomial (SOFTPLUS_SEGMENTS off), in the same turns")
+    ap.add_argument("--math20-ab", action="store_true", help="also time " + ", ".join(MATH20)
+                    + " built without session 20's changes (their flags off), in the same "
+                    "turns")
     args = ap.parse_args()
     pin_threads(args.threads)
     import numpy as np
@@ -116,6 +129,19 @@ def main() -> None:
             f_off(a, out)
             np.testing.assert_allclose(out, ref(a.astype(np.float64)), rtol=3e-6, atol=1e-7)
             fns["tecomp softplus_off"] = lambda f=f_off, a=a: f(a, out)
+        if name in MATH20 and args.math20_ab:
+            from tecomp.codegen.llvm import emit_math
+            flag, marker = MATH20[name]
+            setattr(emit_math, flag, False)
+            try:
+                f_old = tc.build(tc.auto_schedule([X, T]), [X, T])
+            finally:
+                setattr(emit_math, flag, True)
+            if marker in f.get_source("asm"):
+                assert marker not in f_old.get_source("asm"), "the A/B build was cached"
+            f_old(a, out)
+            np.testing.assert_allclose(out, ref(a.astype(np.float64)), rtol=3e-6, atol=1e-7)
+            fns[f"tecomp {name}_s19"] = lambda f=f_old, a=a: f(a, out)
     for name, (fn, ref, _, (a, c)) in binary.items():
         T = tc.compute((M, N), (lambda fn: lambda i, j: fn(X[i, j], Y[i, j]))(fn), name=name)
         f = tc.build(tc.auto_schedule([X, Y, T]), [X, Y, T])
@@ -183,6 +209,8 @@ def main() -> None:
         for name in list(unary) + list(binary)]
     if "tecomp softplus_off" in t:
         rows.append(("softplus_off", ("tecomp softplus",)))
+    rows = [(op, peers + ((f"tecomp {op}_s19",) if f"tecomp {op}_s19" in t else ()))
+            for op, peers in rows]
     for op, peers in rows:
         if "tecomp " + op not in t:
             continue

@@ -19,7 +19,7 @@ counting its read and its write).  Every result is checked against PyTorch's fir
 
     python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...] [--rules-off]
         [--new-off] [--select-off] [--seed-off] [--steps-off]
-        [--minmax-off] [--stream-off] [--math-off]
+        [--minmax-off] [--stream-off] [--math-off] [--math20-off]
 """
 from __future__ import annotations
 
@@ -248,6 +248,14 @@ def math_off(tc, sig, ins):
                                     (emit_math, "SOFTPLUS_SEGMENTS")])
 
 
+def math20_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` built without session 20's math changes: float32
+    softplus takes an exponential and then its ``log1p``, not its direct segments
+    (``tecomp.codegen.llvm.emit_math.SOFTPLUS_DIRECT``)."""
+    from tecomp.codegen.llvm import emit_math
+    return flags_off(tc, sig, ins, [(emit_math, "SOFTPLUS_DIRECT")])
+
+
 #: the A/B switches: (the option's dest and the row's key, the family it applies to, the
 #: builder of the kernel with the switch off, the column's label)
 _AB = [("rules_off", "reduce", rules_off, "rules off"),
@@ -257,7 +265,8 @@ _AB = [("rules_off", "reduce", rules_off, "rules off"),
        ("steps_off", "reduce", steps_off, "steps off"),
        ("minmax_off", "reduce", minmax_off, "minmax off"),
        ("stream_off", "elem", stream_off, "stream off"),
-       ("math_off", "elem", math_off, "math off")]
+       ("math_off", "elem", math_off, "math off"),
+       ("math20_off", "elem", math20_off, "math20 off")]
 
 
 def _input(np, rng, shape, kind):
@@ -305,6 +314,9 @@ def main() -> None:
                     "operator built without session 19's math changes (lazy selects of "
                     "what the condition loads, softplus's one-polynomial log1p), in the "
                     "same turns")
+    ap.add_argument("--math20-off", action="store_true", help="also time each elementwise "
+                    "operator built without session 20's math changes (softplus's direct "
+                    "segments), in the same turns")
     args = ap.parse_args()
     pin_threads(args.threads)
     import os

@@ -27,6 +27,13 @@ from .values import _I32, _REG, Val, _poison, _splat, _unsigned, _with_lanes
 #: switch of ``benchmarks/elementwise_math.py --softplus-ab``)
 SOFTPLUS_SEGMENTS = True
 
+#: whether float32 ``softplus`` is one polynomial per half-unit segment of ``|x|`` (no
+#: exponential) where the target has a 32-entry table instruction (AVX-512) and FMA
+#: (:meth:`_MathEmitter._softplus_f32_direct`); off: ``exp`` and then ``log1p``, as in
+#: session 19 (the A/B switch of ``benchmarks/elementwise_math.py --math20-ab`` and
+#: ``benchmarks/reductions.py --math20-off``)
+SOFTPLUS_DIRECT = True
+
 
 class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
     """The part of :class:`~tecomp.codegen.llvm.emitter._FnEmitter` that emits math functions
@@ -487,6 +494,111 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
          -0.017224075),
     )
 
+    #: softplus(x) - max(x, 0) = log1p(exp(-a)), a = |x|, = C_hi + (t H + (C_lo + t (L + t
+    #: (p2 + t (p3 + t (p4 + t p5)))))) on 32 segments of a in [0, 15.5]: k = round(2a),
+    #: t = a - k/2 (exact), one row per k: (C_hi, C_lo, H, L, p2, ..., p5), C =
+    #: log1p(exp(-k/2)) and H + L the slope in two float32 parts.  Fitted for tecomp
+    #: (Lawson's iteration towards the minimax relative error against mpmath, 1.3e-8 or
+    #: better with the coefficients rounded to float32 one at a time, the others refitted)
+    _SOFTPLUS_SEGMENTS = (
+        (0.6931472, -1.9046542e-09, -0.5, 8.62395e-09, 0.124999516, 8.824591e-06,
+         -0.0052786404, 0.00025519094),
+        (0.474077, -2.1327595e-09, -0.37754068, 1.1496181e-08, 0.11750154, -0.00959285,
+         -0.00399855, 0.0008686775),
+        (0.3132617, -2.373619e-10, -0.26894143, 6.8101835e-09, 0.09830608, -0.015142575,
+         -0.0014779529, 0.0010204826),
+        (0.20141327, 4.171412e-09, -0.18242553, -3.2046513e-10, 0.0745735, -0.015787989,
+         0.00063888065, 0.0006182818),
+        (0.12692802, -5.5004157e-09, -0.11920293, 1.5288375e-09, 0.052496992, -0.013326888,
+         0.0016083962, 0.00017193078),
+        (0.078889735, -7.504992e-10, -0.07585818, 2.097904e-09, 0.035051942, -0.009911256,
+         0.0016880084, -7.8255165e-05),
+        (0.048587352, -4.6368775e-10, -0.047425874, 4.3583367e-10, 0.022588342, -0.006815279,
+         0.0013714979, -0.0001552901),
+        (0.029750418, 3.5465372e-10, -0.02931223, 3.0114472e-10, 0.014226496, -0.0044641965,
+         0.0009839745, -0.0001464096),
+        (0.018149927, 6.593182e-10, -0.01798621, 5.2404636e-10, 0.008831332, -0.0028379194,
+         0.00065903034, -0.00011142756),
+        (0.011047745, -2.749118e-10, -0.010986942, -4.3308757e-10, 0.0054330975, -0.0017712648,
+         0.00042414252, -7.677241e-05),
+        (0.0067153485, 3.3063143e-11, -0.0066928505, -1.9733479e-10, 0.003324016,
+         -0.0010931932, 0.00026659734, -5.0145743e-05),
+        (0.004078443, 1.0842749e-10, -0.0040701376, 6.26548e-11, 0.0020267775, -0.0006701053,
+         0.00016522306, -3.1788946e-05),
+        (0.0024756852, -6.944278e-11, -0.002472623, -4.2097038e-11, 0.0012332493,
+         -0.00040905806, 0.00010152635, -1.9792822e-05),
+        (0.0015023102, 1.069434e-12, -0.0015011822, 1.3734824e-11, 0.00074946106,
+         -0.00024907527, 6.206581e-05, -1.2194965e-05),
+        (0.0009114664, 2.5695534e-11, -0.0009110512, 1.7122024e-11, 0.00045510853,
+         -0.00015142944, 3.782566e-05, -7.4685554e-06),
+        (0.00055293145, 2.4122105e-11, -0.0005527786, -1.6400463e-11, 0.00027623528,
+         -9.1978494e-05, 2.3008828e-05, -4.5557786e-06),
+        (0.00033540637, 6.3929027e-12, -0.0003353501, -7.8767635e-12, 0.00016761807,
+         -5.5836354e-05, 1.3980098e-05, -2.7729056e-06),
+        (0.00020344768, -6.2297823e-12, -0.00020342697, 1.3237405e-12, 0.00010169233,
+         -3.388434e-05, 8.4884705e-06, -1.685541e-06),
+        (0.00012340219, -1.3699327e-12, -0.00012339457, -4.9935577e-12, 6.168939e-05,
+         -2.0558471e-05, 5.1518473e-06, -1.0236738e-06),
+        (7.484903e-05, 1.1874526e-12, -7.4846226e-05, 1.7868029e-12, 3.742014e-05,
+         -1.2471769e-05, 3.1259406e-06, -6.213055e-07),
+        (4.5398898e-05, 1.4344309e-12, -4.539787e-05, 1.4133214e-12, 2.2697799e-05,
+         -7.565401e-06, 1.8964374e-06, -3.7702637e-07),
+        (2.753607e-05, -5.459731e-13, -2.753569e-05, 6.3292833e-13, 1.3767402e-05,
+         -4.5889747e-06, 1.1504219e-06, -2.2876148e-07),
+        (1.670156e-05, 7.9270466e-13, -1.670142e-05, -6.9194596e-13, 8.350533e-06,
+         -2.783475e-06, 6.9782163e-07, -1.3876318e-07),
+        (1.0130042e-05, 2.612567e-13, -1.012999e-05, -3.7356424e-13, 5.0649205e-06,
+         -1.6883067e-06, 4.2327767e-07, -8.418537e-08),
+        (6.1441933e-06, 1.5649919e-13, -6.144174e-06, -1.2548679e-13, 3.0720541e-06,
+         -1.0240263e-06, 2.5673774e-07, -5.105987e-08),
+        (3.7266461e-06, 1.0043541e-13, -3.726639e-06, -5.0477316e-14, 1.8633041e-06,
+         -6.2110945e-07, 1.5572152e-07, -3.0969307e-08),
+        (2.260327e-06, -8.473531e-14, -2.2603242e-06, 4.564216e-15, 1.1301544e-06,
+         -3.7672416e-07, 9.445086e-08, -1.8783837e-08),
+        (1.3709581e-06, 4.402274e-14, -1.3709572e-06, 4.3124768e-14, 6.854745e-07,
+         -2.2849557e-07, 5.728763e-08, -1.1393132e-08),
+        (8.315284e-07, -8.766528e-15, -8.31528e-07, -8.918102e-15, 4.1576175e-07,
+         -1.3858985e-07, 3.474694e-08, -6.9105384e-09),
+        (5.0434755e-07, -1.8557704e-14, -5.043474e-07, -3.8640546e-15, 2.521724e-07,
+         -8.405911e-08, 2.107512e-08, -4.191404e-09),
+        (3.0590226e-07, 1.197018e-14, -3.059022e-07, -9.333598e-15, 1.5295036e-07,
+         -5.098447e-08, 1.2782674e-08, -2.5421512e-09),
+        (1.8553912e-07, -2.7949438e-15, -1.855391e-07, -7.16329e-16, 9.2769106e-08,
+         -3.092366e-08, 7.753109e-09, -1.5419291e-09),
+    )
+
+    #: |x| from which :meth:`_softplus_f32_direct` leaves its segments: ``x`` itself above
+    #: (log1p(exp(-x)) < 1.9e-7, below a fifth of x's ulp), ``exp`` below
+    _SOFTPLUS_EDGE = 15.5
+
+    def _softplus_f32_direct(self, x, lookup):
+        """float32 softplus without an exponential where the target has a 32-entry table
+        instruction (``lookup``: AVX-512's ``vpermi2ps``) and FMA: ``max(x, 0) + g(a)``,
+        ``g(a) = log1p(exp(-a))``, ``a = |x|``, with ``g`` one degree-5 polynomial per
+        half unit of ``a`` (``_SOFTPLUS_SEGMENTS``, read per lane as :meth:`erf_f32`
+        reads its own), relative to ``g`` itself, so that ``x < 0`` keeps its relative
+        accuracy.  ``a`` is clamped to 15.5 first: ``x >= 15.5`` gives ``x + g(15.5)``,
+        which rounds to ``x`` (``+inf`` too).  Lanes with ``x < -15.5`` or NaN take a
+        branch, once per vector that has one: ``t = exp(x)`` (:meth:`exp_f32`'s steps,
+        ``x`` clamped to -104, where ``t`` is 0) and ``log1p(t) = t - t^2/2`` rounded once
+        (one FMA: ``t < 1.9e-7``); NaN stays NaN."""
+        b, ty, _, C, _, madd = self._kit(x)
+        edge = self._SOFTPLUS_EDGE
+        # a = min(|x|, edge): k <= 31 without a clamp of its own, and x >= edge gives
+        # x + g(edge), which rounds to x (+inf included)
+        a = b.call(self._fn1("llvm.minnum", ty, 2),
+                   [b.call(self._fn1("llvm.fabs", ty), [x]), C(edge)])
+        g = self._segments(lookup, self._SOFTPLUS_SEGMENTS, a, 2.0, clamp=False)
+        res = b.fadd(b.select(b.fcmp_ordered("<", x, C(0.0)), C(0.0), x), g)
+
+        def tail(v):
+            t = self._exp_in(b.call(self._fn1("llvm.maxnum", ty, 2), [v, C(-104.0)]),
+                             None, None)
+            r = madd(b.fmul(t, C(-0.5)), t, t)
+            return b.select(b.fcmp_unordered("uno", v, v), v, r)
+        return self._slow_where(b.fcmp_unordered("<", x, C(-edge)), "softplus.tail", tail,
+                                x, res)
+
     def _softplus_f32(self, x):
         """float32 softplus with one exponential and one logarithm polynomial: ``t =
         exp(-|x|)`` in ``(0, 1]`` (:meth:`exp_f32`'s steps, ``|x|`` clamped to 104, where
@@ -506,6 +618,10 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         ``[-1/4, 1/2)``, where :meth:`log_f32`'s polynomial holds (``f - f^2/2 + f^3
         P(f)``, ``ln2`` in two parts)."""
         b, ty, _, C, _, madd = self._kit(x)
+        lookup = self.policy.vector_op("lookup32", ty) \
+            if self.policy.has_fma and SOFTPLUS_DIRECT else None
+        if lookup is not None:
+            return self._softplus_f32_direct(x, lookup)
         nx = b.fneg(b.call(self._fn1("llvm.fabs", ty), [x]))
         t = self._exp_in(b.call(self._fn1("llvm.maxnum", ty, 2), [nx, C(-104.0)]), None, None)
         lookup = self.policy.vector_op("lookup16", ty) \
@@ -705,15 +821,19 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         res = self._segments(lookup, self._ERF_SEGMENTS, a, 4.0)
         return b.call(self._fn1("llvm.copysign", ty, 2), [res, x])
 
-    def _segments(self, lookup, rows, a, scale: float):
-        """The piecewise polynomial of ``rows`` (16 rows ``(C_hi, C_lo, H, L, p2, ...)``)
-        at ``a >= 0`` (a NaN goes through): ``k = min(round(scale a), 15)`` from the low
+    def _segments(self, lookup, rows, a, scale: float, clamp: bool = True):
+        """The piecewise polynomial of ``rows`` (16 or 32 rows ``(C_hi, C_lo, H, L, p2,
+        ...)``, n of them) at ``a >= 0`` (a NaN goes through): ``k = min(round(scale a),
+        n - 1)`` (``clamp`` False: the caller keeps ``scale a`` below ``n - 1/2``) from the low
         bits of ``scale a + 1.5 * 2^23`` (one FMA), ``t = a - k/scale`` (exact for a power
         of 2 ``scale``), ``C_hi + (t H + (C_lo + t (L + t (p2 + ...))))``, each
-        coefficient read per lane with ``lookup`` (``policy.vector_op("lookup16")``)."""
+        coefficient read per lane with ``lookup`` (``policy.vector_op("lookup16")`` or
+        ``"lookup32"``)."""
         b, ty, ity, C, _, madd = self._kit(a)
         magic = 12582912.0
-        s = b.call(self._fn1("llvm.minnum", ty, 2), [madd(a, C(scale), C(magic)), C(magic + 15)])
+        s = madd(a, C(scale), C(magic))
+        if clamp:
+            s = b.call(self._fn1("llvm.minnum", ty, 2), [s, C(magic + len(rows) - 1)])
         t = madd(b.fsub(s, C(magic)), C(-1.0 / scale), a)
         idx = b.bitcast(s, ity)
 

@@ -100,7 +100,9 @@ class TargetPolicy:
         * ``"lookup16"``, ``(table, idx)``: ``table[idx & 15]`` lane by lane, ``table``
           16 float32 values (Python floats), ``idx`` int32 lanes, for a float32 ``ty``
           (scalar or vector), where the target reads vectors of them with a table
-          instruction (x86's ``vpermps``; erf's coefficients are chosen this way).
+          instruction (x86's ``vpermps``; erf's coefficients are chosen this way);
+        * ``"lookup32"``, ``(table, idx)``: the same with 32 values, ``table[idx & 31]``
+          (AVX-512's ``vpermi2ps``; softplus's coefficients).
 
         Here: None for all.
         """

@@ -208,16 +208,18 @@ def _join_pieces(b: ir.IRBuilder, pieces: list, n: int):
 
 
 def _lookup_lanes(b: ir.IRBuilder, table, idx):
-    """``table[idx & 15]``, ``table`` 16 float32 values (Python floats), for an int32
-    scalar or each lane of an int32 vector ``idx``, one element read at a time (the
-    targets' table instructions give the same values: ``X86Policy.vector_op``)."""
-    tab = ir.Constant(ir.VectorType(ir.FloatType(), 16), list(table))
+    """``table[idx & (n - 1)]``, ``table`` n = 16 or 32 float32 values (Python floats),
+    for an int32 scalar or each lane of an int32 vector ``idx``, one element read at a
+    time (the targets' table instructions give the same values:
+    ``X86Policy.vector_op``)."""
+    n = len(table)
+    tab = ir.Constant(ir.VectorType(ir.FloatType(), n), list(table))
     i32 = ir.IntType(32)
     if not isinstance(idx.type, ir.VectorType):
-        return b.extract_element(tab, b.and_(idx, ir.Constant(i32, 15)))
+        return b.extract_element(tab, b.and_(idx, ir.Constant(i32, n - 1)))
     out = _poison(ir.VectorType(ir.FloatType(), idx.type.count))
     for lane in range(idx.type.count):
-        k = b.and_(b.extract_element(idx, ir.Constant(i32, lane)), ir.Constant(i32, 15))
+        k = b.and_(b.extract_element(idx, ir.Constant(i32, lane)), ir.Constant(i32, n - 1))
         out = b.insert_element(out, b.extract_element(tab, k), ir.Constant(i32, lane))
     return out
 

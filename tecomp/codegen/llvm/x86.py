@@ -32,7 +32,9 @@ measured or forced by LLVM's x86 backend:
 * **Tables of 16 coefficients** (AVX2, AVX-512): the float32 ``erf`` reads each of its
   per-segment coefficients with one ``vpermps`` per 16 lanes (AVX2: two of 8 entries and
   a blend per 8 lanes) (:meth:`X86Policy.vector_op`, ``"lookup16"``), where a gather
-  or a compare-and-select per segment would cost several instructions per lane group.
+  or a compare-and-select per segment would cost several instructions per lane group;
+  with AVX-512, tables of 32 (softplus) with one ``vpermi2ps`` per 16 lanes
+  (``"lookup32"``).
 
 The vectorizer's plan (``tecomp/lower/vectorize.py``: whether a loop is widened whole,
 in register-wide pieces or in chunks, and the chunk width) is the lowering's decision,
@@ -175,6 +177,25 @@ class X86Policy(TargetPolicy):
             return _join_pieces(b, out, ty.count)
         return emit
 
+    def _lookup32_op(self, ty):
+        """``table[idx & 31]`` lane by lane, ``table`` 32 float32 values and ``idx`` int32
+        lanes: with AVX-512 one ``vpermi2ps``/``vpermt2ps`` (two registers of 16 entries)
+        per 16 lanes, fewer lanes padded to 16; a scalar reads its one entry.  None
+        without AVX-512 (AVX2 would take four ``vpermps`` and three blends per 8 lanes)
+        and for other types."""
+        if not self.avx512 or (ty != _F32 and getattr(ty, "element", None) != _F32):
+            return None
+        fty, ity = ir.VectorType(_F32, 16), ir.VectorType(_I32, 16)
+
+        def emit(b, mb, table, idx):
+            if ty == _F32:
+                return _lookup_lanes(b, table, idx)
+            f = mb.declare("llvm.x86.avx512.vpermi2var.ps.512", fty, [fty, ity, fty])
+            lo, hi = (ir.Constant(fty, list(table[i:i + 16])) for i in (0, 16))
+            return _join_pieces(b, [b.call(f, [lo, _piece(b, idx, start, 16), hi])
+                                    for start in range(0, ty.count, 16)], ty.count)
+        return emit
+
     #: the AVX-512 instructions behind :meth:`vector_op`: the intrinsic's stem and the
     #: immediate operand it takes after the vector ones (None: none)
     _AVX512_OPS = {"scalef": ("scalef", None), "getexp": ("getexp", None),
@@ -188,11 +209,14 @@ class X86Policy(TargetPolicy):
         forms) on float32/float64 vectors of a whole zmm register, or of a ymm/xmm
         register with AVX-512VL; None otherwise (scalars, other lane counts, no
         AVX-512).  Called through LLVM's masked intrinsics with an all-ones mask.
-        ``"max"``/``"min"``: :meth:`_minmax_op`; ``"lookup16"``: :meth:`_lookup16_op`."""
+        ``"max"``/``"min"``: :meth:`_minmax_op`; ``"lookup16"``: :meth:`_lookup16_op`;
+        ``"lookup32"``: :meth:`_lookup32_op`."""
         if op in ("max", "min"):
             return self._minmax_op(op, ty)
         if op == "lookup16":
             return self._lookup16_op(ty)
+        if op == "lookup32":
+            return self._lookup32_op(ty)
         if (op not in self._AVX512_OPS or not self.avx512 or not hasattr(ty, "count")
                 or ty.element not in (_F32, _F64)):
             return None
