@@ -528,6 +528,33 @@ def test_a_causal_mask_in_registers(positions):
     check_causal(mod, positions == "given", mode="serial")
 
 
+def _copy_intrin():
+    """An accumulator tile copied (``c = a``), register by register: the causal mask's
+    intrinsic without the mask, for ``Stage._tensorize_unmasked``."""
+    a = tc.placeholder((16, 16), F32, name="a")
+
+    def emit(cb, ins, outs):
+        cb.emit(f"for (int r = 0; r < 8; ++r) {outs[0].fragment}[r] = {ins[0].fragment}[r];")
+    return tc.decl_tensor_intrin(tc.compute((16, 16), lambda i, j: a[i, j], name="c"),
+                                 cuda=emit, dense=False, name="test.mma_copy_f32")
+
+
+@needs_cxx
+def test_the_tiles_the_causal_mask_leaves_whole_run_without_it():
+    """``Stage._tensorize_unmasked``: the causal mask's tiles whose last key comes before
+    their first query (positions ``i + 16`` and ``j``, computed: read as those
+    expressions of the indices) run a copy instead, the others the mask (a test per 16 x
+    16 tile: 3 of the 6 tiles of 32 rows and 48 keys whole); the values are the mask's."""
+    s, args = causal_scores()
+    XF = s.stages[[st.name for st in s.stages].index("x.mma.accumulator")]
+    XF._tensorize_unmasked(_copy_intrin())
+    text = str(tc.lower(s, args, target="cuda-emu"))
+    assert text.count("tensorize test.mma_copy_f32 ") == 1
+    assert "} else {\n" in text and text.count("tensorize cuda.mma_mask_causal_f32 ") == 1
+    mod = tc.build(s, args, target="cuda-emu")
+    check_causal(mod, False, mode="serial")
+
+
 @needs_cxx
 @pytest.mark.parametrize("guarded", [True, False])
 def test_a_masked_diagonal_tile_in_registers(guarded):

@@ -121,14 +121,16 @@ def tensorize_call(ctx, st, leaves, t: int, value: Expr, store_idx, fallback, re
 
 
 class _Positions(Mutator):
-    """Reads of a compute whose value is its own index (``qpos[i] = i``) as that index."""
+    """Reads of an integer compute whose value is an expression of its own indices alone
+    (``qpos[i] = i``, ``i + 16``: no load) as that expression of the indices read."""
 
     def visit_ProducerLoad(self, e):
         op = e.producer.op
-        if type(op) is ComputeOp and len(op.bodies) == 1:
-            axes = [iv.var for iv in op.axis]
-            if op.bodies[0] in axes and op.bodies[0].dtype == e.dtype:
-                return e.indices[axes.index(op.bodies[0])]
+        if type(op) is ComputeOp and len(op.bodies) == 1 and e.dtype in ("int32", "int64"):
+            body, axes = op.bodies[0], {iv.var: x for iv, x in zip(op.axis, e.indices)}
+            if body.dtype == e.dtype and set(free_vars(body)) <= set(axes) and not collect(
+                    body, lambda n: isinstance(n, (ProducerLoad, BufferLoad, Reduce))):
+                return substitute(body, axes)
         return self.generic_visit(e)
 
 
@@ -140,7 +142,7 @@ _EXCESS = {LE: lambda a, b: _op.sub(a, b), LT: lambda a, b: _op.add(_op.sub(a, b
 def unmasked_version(ctx, st, leaves, t: int, vmap: dict, store_idx, tic, nest):
     """``Stage._tensorize_unmasked``: the stage computes ``select(c, a, b)`` with ``c``
     an integer comparison of its indices (reads of positions, :class:`_Positions`, as
-    indices); returns ``if (c holds at the tile's corner where it is hardest) <a on the
+    expressions of the indices); returns ``if (c holds at the tile's corner where it is hardest) <a on the
     unmasked intrinsic> else tic`` (``nest(value)``: the region's loops storing
     ``value``, the fallback).  ``c`` is ``d <= 0`` with ``d`` affine in the
     region's loops: its largest value on the tile is its value at the region's start

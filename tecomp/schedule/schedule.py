@@ -480,8 +480,8 @@ class Stage(TracedStage):
         """FlashAttention's masked scores (:mod:`tecomp.strategy.cuda.attention`): not a
         schedule primitive (untraced).  This stage, tensorized (:meth:`tensorize`), computes
         ``select(c, a, b)`` with ``c`` an integer comparison of its indices (a read of a
-        compute whose value is its own index, as the template's positions ``qpos[i] = i``,
-        counts as that index); each tile of the intrinsic's region is then run as
+        compute whose value is an expression of its own index alone, as the template's
+        positions ``qpos[i] = i``, counts as that expression of the index read); each tile of the intrinsic's region is then run as
         ``intrin``, which must compute ``a``, where ``c`` holds on the whole tile (a test of
         the tile's corner, made by lowering and proved there by the ``causal_tiles``
         pragma's copy of the whole tiles), as the stage's own intrinsic elsewhere."""
