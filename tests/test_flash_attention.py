@@ -106,6 +106,8 @@ CASES = [
     (1, 1, 130, 200, 64, "float16", True, FlashConfig(2, 32, form="fragments", whole=True)),
     (1, 1, 100, 120, 64, "float16", True, FlashConfig(1, 64, form="fragments", whole=True)),
     (1, 1, 270, 270, 128, "bfloat16", True, FlashConfig(4, 32, form="fragments", whole=True)),
+    # (the register form's p, masked by data, without the mask likewise)
+    (1, 2, 300, 260, 64, "float16", True, FlashConfig(4, 16, form="registers", whole=True)),
     # with ftz=True, the exps as ex2.approx.ftz (subnormal results 0)
     (1, 2, 64, 100, 128, "float16", False, FlashConfig(4, 32, form="fragments", ftz=True)),
 ]
@@ -239,7 +241,8 @@ def test_the_fragment_form_runs_the_whole_tiles_without_the_mask():
     mask (no key positions copied there either); the others test each 16 x 16 tile's
     corner (its last key at most its first query: the unmasked intrinsic, else the
     causal one).  The default (``whole=None``) keeps one loop, the mask in every tile;
-    ``ftz=True`` takes the step's exps as ``ex2.approx.ftz``."""
+    the register form's ``p`` likewise with ``whole=True``; ``ftz=True`` takes the
+    step's exps as ``ex2.approx.ftz``."""
     args = flash(1, 2, 300, 300, 64, "float16", True)
 
     def lowered(**fields):
@@ -259,6 +262,12 @@ def test_the_fragment_form_runs_the_whole_tiles_without_the_mask():
     one = lowered()
     assert one.count("for (j.outer, ") == 1 and "mma_flash_x_f32_0.125" not in one
     assert "exp_diff_or_zero_ftz" not in one
+    # (the register form: its p intrinsic likewise)
+    regs = str(tc.lower(schedule_flash_attention(args[3:], target="cuda-emu", config=FlashConfig(
+        4, 16, form="registers", whole=True)), args, target="cuda-emu")).split("for (j.outer, ")
+    assert len(regs) == 3 and "mma_flash_p_f32_causal" not in regs[1]
+    assert "tensorize cuda.mma_flash_p_f32_0.125 " in regs[1] and "flash.kpos" not in regs[1]
+    assert "tensorize cuda.mma_flash_p_f32_causal_0.125 " in regs[2]
     ftz = lowered(ftz=True)
     for intrin in ("mma_exp_diff_or_zero_ftz_f32", "mma_rows_exp_diff_or_zero_ftz_f32"):
         assert f"tensorize cuda.{intrin} " in ftz

@@ -139,23 +139,48 @@ _EXCESS = {LE: lambda a, b: _op.sub(a, b), LT: lambda a, b: _op.add(_op.sub(a, b
            GE: lambda a, b: _op.sub(b, a), GT: lambda a, b: _op.add(_op.sub(b, a), 1)}
 
 
+def _masks(body) -> list:
+    """The selects of ``body`` whose condition is an integer comparison of its indices
+    (reads of positions as :class:`_Positions` reads them): ``(select, d)`` with the
+    condition ``d <= 0``."""
+    out = []
+    for sel in collect(body, lambda n: isinstance(n, Select)):
+        cond = _Positions().visit(sel.cond)
+        excess = _EXCESS.get(type(cond))
+        if excess is not None and cond.a.dtype in ("int32", "int64") and not collect(
+                cond, lambda n: isinstance(n, (ProducerLoad, BufferLoad))):
+            out.append((sel, excess(cond.a, cond.b)))
+    return out
+
+
+class _Unmask(Mutator):
+    """An expression with one select replaced by its true value."""
+
+    def __init__(self, sel):
+        self.sel = sel
+
+    def visit_Select(self, e):
+        return self.visit(e.true_value) if e is self.sel else self.generic_visit(e)
+
+
 def unmasked_version(ctx, st, leaves, t: int, vmap: dict, store_idx, tic, nest):
-    """``Stage._tensorize_unmasked``: the stage computes ``select(c, a, b)`` with ``c``
-    an integer comparison of its indices (reads of positions, :class:`_Positions`, as
-    expressions of the indices); returns ``if (c holds at the tile's corner where it is hardest) <a on the
-    unmasked intrinsic> else tic`` (``nest(value)``: the region's loops storing
-    ``value``, the fallback).  ``c`` is ``d <= 0`` with ``d`` affine in the
-    region's loops: its largest value on the tile is its value at the region's start
-    plus each positive step times its loop's extent less one."""
+    """``Stage._tensorize_unmasked``: the stage's value holds one ``select(c, a, b)``
+    with ``c`` an integer comparison of its indices (reads of positions,
+    :class:`_Positions`, as expressions of the indices); returns ``if (c holds at the
+    tile's corner where it is hardest) <the value with a for the select, on the unmasked
+    intrinsic> else tic`` (``nest(value)``: the region's loops storing ``value``, the
+    fallback).  ``c`` is ``d <= 0`` with ``d`` affine in the region's loops: its largest
+    value on the tile is its value at the region's start plus each positive step times
+    its loop's extent less one."""
     what = f"_tensorize_unmasked of {st.name}"
     body = ctx.info[st].bodies[0]
-    cond = _Positions().visit(body.cond) if isinstance(body, Select) else None
-    excess = _EXCESS.get(type(cond))
-    if excess is None or cond.a.dtype not in ("int32", "int64") or collect(
-            cond, lambda n: isinstance(n, (ProducerLoad, BufferLoad))):
-        raise InternalError(f"{what}: the stage is no select on a comparison of its indices "
-                            "(a tecomp bug: the FlashAttention template made it)")
-    d = ctx.lower_expr(substitute(excess(cond.a, cond.b), vmap))
+    masks = _masks(body)
+    if len(masks) != 1:
+        raise InternalError(f"{what}: the stage holds {len(masks)} selects on a comparison "
+                            "of its indices, not one (a tecomp bug: the FlashAttention "
+                            "template made it)")
+    sel, d = masks[0]
+    d = ctx.lower_expr(substitute(d, vmap))
     region = leaves[t:]
     got = affine_steps([d], [iv.var for iv in region], ctx.leaf_ranges(st))
     if got is None:
@@ -166,7 +191,7 @@ def unmasked_version(ctx, st, leaves, t: int, vmap: dict, store_idx, tic, nest):
         if step[0] > 0:
             worst = _op.add(worst, Const(step[0] * (int(ctx.info[st].extent[iv].value) - 1),
                                          worst.dtype))
-    a = ctx.lower_expr(substitute(body.true_value, vmap))
+    a = ctx.lower_expr(substitute(_Unmask(sel).visit(body), vmap))
     whole = tensorize_call(ctx, st, leaves, t, a, store_idx, nest(a), False, intrin=st.unmasked)
     return IfThenElse(simplify(_op.compare(LE, worst, Const(0, worst.dtype))), whole, tic)
 

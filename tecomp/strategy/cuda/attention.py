@@ -150,10 +150,10 @@ class FlashConfig:
     #: leaves them whole) run in a loop of their own that does not apply the mask
     #: (``pragma causal_tiles ... whole``: the loop's body twice in the kernel).  None:
     #: where the accumulators allow (:data:`WHOLE_TILES_MAX_ACCUMULATORS`) in the forms
-    #: ``"shared"`` and ``"registers"``, never in ``"fragments"``; True: also
-    #: ``"fragments"``, whose masked scores ``x`` (its causal intrinsic) run then as the
-    #: intrinsic without the mask on each 16 x 16 tile whose keys all come before its
-    #: first row (a test per tile, proved true in the whole tiles' loop:
+    #: ``"shared"`` and ``"registers"``, never in ``"fragments"``; True: in every form,
+    #: and the intrinsic that masks by data (``p``'s in ``"registers"``, ``x``'s in
+    #: ``"fragments"``) runs without the mask on each 16 x 16 tile whose keys all come
+    #: before its first row (a test per tile, proved true in the whole tiles' loop:
     #: ``Stage._tensorize_unmasked``); False: one loop.  The backward ignores it
     whole: Optional[bool] = None
     #: the forward's exps in ``form="fragments"`` (``exp(x - m)`` of each score and of
@@ -516,7 +516,7 @@ P_FROM_STEP = ("cuda.mma_mul_f32", {"a": "e", "b": "r"})
 
 
 def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False,
-                    whole: bool = False) -> dict:
+                    unmask: bool = False) -> dict:
     """``FlashConfig(form="registers")``: ``p`` recomputed as the cast of a float32
     ``p32`` whose masks are data (what :func:`_p_intrin` computes on a tile in
     registers): ``kbias`` (the padding mask's value, or 0, for the keys; ``-inf`` past
@@ -576,12 +576,13 @@ def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False,
         s.stages[at:at] = group
     for y in stages:
         s._stage_of[id(y.op)] = y
+    # (unmask: the tiles the causal mask leaves whole run p, or x, without it)
     out = dict(p32=p32, kbias=kbias, qpos=qpos if causal else None,
-               kpos=kpos if causal else None, intrin=_p_intrin(scale, causal))
+               kpos=kpos if causal else None, intrin=_p_intrin(scale, causal),
+               unmasked=_p_intrin(scale, False, "x" if fragments else "p")
+               if causal and unmask else None)
     if fragments:
-        # (whole: the tiles the causal mask leaves whole run x without it)
-        out.update(x=x, x_intrin=_p_intrin(scale, causal, "x"), intrin=None,
-                   x_whole=_p_intrin(scale, False, "x") if causal and whole else None)
+        out.update(x=x, x_intrin=_p_intrin(scale, causal, "x"), intrin=None)
     return out
 
 
@@ -638,7 +639,8 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig, target="cuda") -> None
                             "form or leave ftz False")
     whole = causal and (cfg.whole if cfg.whole is not None else not frag and (
         cfg.block_kv + _cint(t["v"].shape[3]) <= WHOLE_TILES_MAX_ACCUMULATORS))
-    regs = _p_in_registers(s, t, causal, frag, whole) if cfg.form != "shared" else None
+    regs = (_p_in_registers(s, t, causal, frag, cfg.whole is True) if cfg.form != "shared"
+            else None)
     # the rows' logsumexp, for p: a shared copy per key tile (with fragments: from the
     # statistics' row tiles in registers); the output's: read from the statistics the
     # output kernel leaves in global memory
@@ -865,6 +867,8 @@ class _Kernels:
             io, i = st.split(i, factor=FRAG)
             st.reorder(io, i, j)
             st.tensorize(i, intrin)
+            if x is not P and regs["unmasked"] is not None:
+                st._tensorize_unmasked(regs["unmasked"])
         if "x" in regs:
             # (form="fragments") the masked scores at the key loop, whose tiles the
             # statistics read
@@ -876,8 +880,8 @@ class _Kernels:
             jo, j = st.split(j, factor=FRAG)
             st.reorder(io, jo, i, j)
             st.tensorize(i, regs["x_intrin"])
-            if regs["x_whole"] is not None:
-                st._tensorize_unmasked(regs["x_whole"])
+            if regs["unmasked"] is not None:
+                st._tensorize_unmasked(regs["unmasked"])
 
     def tile16(self, T, at, axis) -> None:
         """The elementwise 16-bit tile ``T`` (``p``, ``dS``) in shared memory at ``at``'s
