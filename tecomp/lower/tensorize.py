@@ -144,7 +144,8 @@ def _masks(body) -> list:
     (reads of positions as :class:`_Positions` reads them): ``(select, d)`` with the
     condition ``d <= 0``."""
     out = []
-    for sel in collect(body, lambda n: isinstance(n, Select)):
+    # (one select read twice, the same node, counts once)
+    for sel in {id(n): n for n in collect(body, lambda n: isinstance(n, Select))}.values():
         cond = _Positions().visit(sel.cond)
         excess = _EXCESS.get(type(cond))
         if excess is not None and cond.a.dtype in ("int32", "int64") and not collect(
