@@ -1117,12 +1117,19 @@ def test_gpu_backward_matches_float64(gpu_driver, dq, d, dtype, causal, masked):
     (64, "bfloat16", True, FlashConfig(4, 16, stages=2, form="fragments")),
     (64, "float16", False, FlashConfig(4, 16, stages=2, form="fragments")),
     (128, "float16", False, FlashConfig(4, 32, form="fragments")),
-    (128, "bfloat16", True, FlashConfig(4, 32, form="fragments"))])
+    (128, "bfloat16", True, FlashConfig(4, 32, form="fragments")),
+    (64, "float16", True, FlashConfig(4, 16, form="fragments", whole=True, ftz=True)),
+    (64, "bfloat16", True, FlashConfig(4, 16, stages=2, form="fragments", whole=True,
+                                       ftz=True)),
+    (128, "float16", True, FlashConfig(4, 32, form="fragments", whole=True, ftz=True)),
+    (128, "bfloat16", False, FlashConfig(4, 32, form="fragments", ftz=True))])
 def test_gpu_forward_matches_float64(gpu_driver, d, dtype, causal, cfg):
     """The forward on the GPU against float64: lengths that are not multiples of the
     tiles, causal with many blocks (at head dim 64 the key tiles before each block's
     first query in their loop without the mask, then the diagonal ones), the rings of
-    cp.async tiles (whose waits the emulation's synchronous copies cannot check)."""
+    cp.async tiles (whose waits the emulation's synchronous copies cannot check), the
+    fragment form's whole tiles and ``ex2.approx.ftz`` exps (whose approximation the
+    emulation computes exactly)."""
     B, H, Lq, Lk = 2, 3, 1000, 1000 if causal else 777
     args = flash(B, H, Lq, Lk, d, dtype, causal)
     mod = tc.build(schedule_flash_attention(args[3:], target="cuda", config=cfg), args,
