@@ -7,6 +7,9 @@ GPU needed, nvcc and a disassembler (nvdisasm or cuobjdump on PATH; the
     python benchmarks/flash_sass.py --form registers     # p in each warp's registers
     python benchmarks/flash_sass.py --form fragments     # p, m and l in each warp's registers
     python benchmarks/flash_sass.py --form fragments --stages 2   # with the K/V ring
+    python benchmarks/flash_sass.py --form fragments --whole on --ftz   # FlashConfig(whole=True,
+                                                                        # ftz=True)
+    python benchmarks/flash_sass.py --d 128 --tiling 4,16   # FlashConfig(4, 16)
 
 For each kernel: ptxas's registers and spills, then each loop that holds the HMMAs (a
 causal kernel at head dim 64 has two: the whole tiles and the diagonal ones), its static
@@ -29,11 +32,15 @@ from tecomp.testing.gpu_resources import parse_ptxas, ptxas_build
 KINDS = ("HMMA", "LDSM", "LDS", "STS", "LDG", "STG", "BAR", "SHFL", "F2FP", "BRA", "MUFU.EX2")
 
 
-def source(d: int, causal: bool, arch: str, form: str = "shared", stages: int = 0) -> str:
+def source(d: int, causal: bool, arch: str, form: str = "shared", stages: int = 0,
+           tiling=None, **fields) -> str:
     q, k, v = (tc.placeholder((4, 16, 2048, d), "float16", name=n) for n in "qkv")
     out, lse = tc.nn.flash_attention(q, k, v, causal=causal)
     tgt = f"cuda -arch={arch}"
-    cfg = dataclasses.replace(flash_config(d, d, "float16", max_shared_bytes(tgt)), form=form)
+    cfg = dataclasses.replace(flash_config(d, d, "float16", max_shared_bytes(tgt)), form=form,
+                              **fields)
+    if tiling:
+        cfg = dataclasses.replace(cfg, warps=tiling[0], block_kv=tiling[1])
     if stages:
         cfg = dataclasses.replace(cfg, stages=stages)
     return tc.build(schedule_flash_attention([out, lse], target=tgt, config=cfg),
@@ -105,11 +112,17 @@ def main(argv=None) -> int:
                     "and the rows' statistics in registers")
     ap.add_argument("--stages", type=int, default=0,
                     help="FlashConfig.stages (default: the tiling's own)")
+    ap.add_argument("--whole", choices=("rule", "on", "off"), default="rule",
+                    help="FlashConfig.whole: the template's rule (None, default), True or False")
+    ap.add_argument("--ftz", action="store_true", help="FlashConfig.ftz=True (form fragments)")
+    ap.add_argument("--tiling", help="WARPS,BLOCK_KV (default: flash_config's)")
     a = ap.parse_args(argv)
     for d in a.d or (64, 128):
         for causal in ((True,) if a.causal else (False, True)):
-            report_text, sass = ptxas_build(source(d, causal, a.arch, a.form, a.stages), a.arch,
-                                            sass=True)
+            fields = dict(whole={"rule": None, "on": True, "off": False}[a.whole], ftz=a.ftz)
+            tiling = tuple(int(x) for x in a.tiling.split(",")) if a.tiling else None
+            report_text, sass = ptxas_build(source(d, causal, a.arch, a.form, a.stages, tiling,
+                                                   **fields), a.arch, sass=True)
             use = parse_ptxas(report_text)
             print(f"d{d}{' causal' if causal else ''} ({a.arch}): "
                   + "; ".join(f"{k}: {u['registers']} registers, {u['spill_stores']} bytes "

@@ -715,8 +715,8 @@ def flash_workload(B: int, H: int, L: int, d: int, causal: bool) -> Workload:
     (see tecomp.strategy.cuda.attention); causal, it skips the tiles past the diagonal.
     ``--ab`` times the default tiling with its key and value tiles copied where they are
     read (A, ``stages=1``) against a ring of two ``cp.async`` tiles copied a step ahead
-    (B, ``stages=2``) and against ``p`` in registers (``form="registers"``); ``--sweep``
-    tries rings of 2 and 3 at several tilings too."""
+    (B, ``stages=2``) and against ``p`` (and the rows' statistics) in registers
+    (:func:`_stage_forms`); ``--sweep`` tries rings of 2 and 3 at several tilings too."""
     def args():
         q, k, v = (tc.placeholder((B, H, L, d), "float16", name=n) for n in "qkv")
         out, lse = tc.nn.flash_attention(q, k, v, causal=causal)
@@ -760,18 +760,22 @@ def flash_workload(B: int, H: int, L: int, d: int, causal: bool) -> Workload:
                         + [nn_cuda.FlashConfig(4, 16), nn_cuda.FlashConfig(1, 64)]
                         + _flash_rings(d)),
                     ab=lambda: _stage_forms(nn_cuda.flash_config(
-                        d, d, "float16", nn_cuda.common.max_shared_bytes("cuda"))))
+                        d, d, "float16", nn_cuda.common.max_shared_bytes("cuda")), causal))
 
 
-def _stage_forms(cfg) -> list:
+def _stage_forms(cfg, causal: bool = False) -> list:
     """The flash forward's tiling ``cfg`` with its key and value tiles copied where they
     are read (A, ``stages=1``), in a ring of two cp.async tiles (B), with ``p`` in
     each warp's registers (``form="registers"``, ``stages=1``: against A), and with the
-    rows' statistics there too (``form="fragments"``, ``stages`` 1 and 2)."""
+    rows' statistics there too (``form="fragments"``, ``stages`` 1 and 2); the fragment
+    form with its exps as ``ex2.approx.ftz`` (``ftz=True``) and, ``causal``, with the
+    whole tiles' loop too (``whole=True``)."""
+    frag = dataclasses.replace(cfg, stages=1, form="fragments")
     return [dataclasses.replace(cfg, stages=1), dataclasses.replace(cfg, stages=2),
-            dataclasses.replace(cfg, stages=1, form="registers"),
-            dataclasses.replace(cfg, stages=1, form="fragments"),
-            dataclasses.replace(cfg, stages=2, form="fragments")]
+            dataclasses.replace(cfg, stages=1, form="registers"), frag,
+            dataclasses.replace(cfg, stages=2, form="fragments"),
+            dataclasses.replace(frag, ftz=True)] + (
+                [dataclasses.replace(frag, whole=True, ftz=True)] if causal else [])
 
 
 def _flash_rings(d: int) -> list:

@@ -96,12 +96,32 @@ CASES = [
     (1, 2, 300, 260, 64, "float16", True, FlashConfig(4, 16, stages=2, form="fragments")),
     (1, 1, 100, 100, 128, "bfloat16", True, FlashConfig(4, 32, form="fragments")),
     (1, 1, 70, 90, 64, "float16", False, FlashConfig(4, 16, stages=3, form="fragments")),
+    # with whole=True, the key tiles before each block's first query in a loop of their
+    # own that runs x without the mask, the others testing each 16 x 16 tile's corner
+    # (blocks past the first; the rings; 64-row blocks of 32-key tiles; 32-row blocks of
+    # 64-key tiles, which rows do not divide)
+    (1, 2, 300, 260, 64, "float16", True, FlashConfig(4, 16, form="fragments", whole=True)),
+    (1, 1, 300, 300, 64, "bfloat16", True, FlashConfig(4, 16, stages=2, form="fragments",
+                                                       whole=True, ftz=True)),
+    (1, 1, 130, 200, 64, "float16", True, FlashConfig(2, 32, form="fragments", whole=True)),
+    (1, 1, 100, 120, 64, "float16", True, FlashConfig(1, 64, form="fragments", whole=True)),
+    (1, 1, 270, 270, 128, "bfloat16", True, FlashConfig(4, 32, form="fragments", whole=True)),
+    # (the register form's p, masked by data, without the mask likewise)
+    (1, 2, 300, 260, 64, "float16", True, FlashConfig(4, 16, form="registers", whole=True)),
+    # with ftz=True, the exps as ex2.approx.ftz (subnormal results 0)
+    (1, 2, 64, 100, 128, "float16", False, FlashConfig(4, 32, form="fragments", ftz=True)),
 ]
 
 
+def _case_id(c) -> str:
+    cfg = c[7]
+    return "-".join(map(str, c[:7])) + ("" if cfg is None or cfg.form == "shared" else (
+        f"-{cfg.form}-{cfg.stages}" + ("-whole" if cfg.whole else "")
+        + ("-ftz" if cfg.ftz else "")))
+
+
 @needs_cxx
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c[:7])) + (
-    f"-{c[7].form}-{c[7].stages}" if c[7] is not None and c[7].form != "shared" else ""))
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_flash_attention_matches_float64(case):
     B, H, Lq, Lk, D, dtype, causal, cfg = case
     args = flash(B, H, Lq, Lk, D, dtype, causal)
@@ -213,6 +233,45 @@ def test_the_fragment_form_keeps_the_statistics_in_registers():
     for loop in re.findall(r"for \(j\.outer.*?tensorize cuda\.mma_f16f16f32 \(accumulate\)",
                            ring, re.S):
         assert loop.count("syncthreads()") == 1
+
+
+def test_the_fragment_form_runs_the_whole_tiles_without_the_mask():
+    """``FlashConfig(form="fragments", whole=True)``, causal: the key tiles before each
+    block's first query in a loop of their own whose ``x`` is the intrinsic without the
+    mask (no key positions copied there either); the others test each 16 x 16 tile's
+    corner (its last key at most its first query: the unmasked intrinsic, else the
+    causal one).  The default (``whole=None``) keeps one loop, the mask in every tile;
+    the register form's ``p`` likewise with ``whole=True``; ``ftz=True`` takes the
+    step's exps as ``ex2.approx.ftz``."""
+    args = flash(1, 2, 300, 300, 64, "float16", True)
+
+    def lowered(**fields):
+        cfg = FlashConfig(4, 16, form="fragments", **fields)
+        return str(tc.lower(schedule_flash_attention(args[3:], target="cuda-emu", config=cfg),
+                            args, target="cuda-emu"))
+    text = lowered(whole=True)
+    loops = text.split("for (j.outer, ")[1:]
+    assert len(loops) == 2
+    assert loops[0].startswith("0, i.outer*8) {") and loops[1].startswith("i.outer*8, 8) {")
+    whole, diagonal = (x[:x.index("tensorize cuda.mma_row_max_f32")] for x in loops)
+    assert "tensorize cuda.mma_flash_x_f32_0.125 " in whole
+    assert "flash.kpos" not in whole and "mma_flash_x_f32_causal" not in whole
+    assert "if (j.outer <= i.outer*8 + i.outer_1*2 + i.outer_4 - 1) {\n" \
+        "              tensorize cuda.mma_flash_x_f32_0.125 " in diagonal
+    assert "} else {\n              tensorize cuda.mma_flash_x_f32_causal_0.125 " in diagonal
+    one = lowered()
+    assert one.count("for (j.outer, ") == 1 and "mma_flash_x_f32_0.125" not in one
+    assert "exp_diff_or_zero_ftz" not in one
+    # (the register form: its p intrinsic likewise)
+    regs = str(tc.lower(schedule_flash_attention(args[3:], target="cuda-emu", config=FlashConfig(
+        4, 16, form="registers", whole=True)), args, target="cuda-emu")).split("for (j.outer, ")
+    assert len(regs) == 3 and "mma_flash_p_f32_causal" not in regs[1]
+    assert "tensorize cuda.mma_flash_p_f32_0.125 " in regs[1] and "flash.kpos" not in regs[1]
+    assert "tensorize cuda.mma_flash_p_f32_causal_0.125 " in regs[2]
+    ftz = lowered(ftz=True)
+    for intrin in ("mma_exp_diff_or_zero_ftz_f32", "mma_rows_exp_diff_or_zero_ftz_f32"):
+        assert f"tensorize cuda.{intrin} " in ftz
+    assert "exp_diff_or_zero_f32" not in ftz
 
 
 @needs_cxx
@@ -630,6 +689,26 @@ def test_the_register_form_spills_nothing(d, causal, form):
 
 
 @needs_nvcc
+@pytest.mark.parametrize("d", [64, pytest.param(128, marks=_SLOW)])
+def test_the_whole_tiles_and_ftz_exps_of_the_fragment_form_spill_nothing(d):
+    """``FlashConfig(form="fragments", whole=True, ftz=True)``, causal, at the issue's
+    shapes on sm_90a: no spill (head dim 128 at up to 255 registers); the PTX has
+    ``ex2.approx.ftz.f32`` for every exp of the step and no ``ex2.approx.f32`` (an
+    ``__expf``)."""
+    args = flash(4, 16, 2048, 2048, d, "float16", True)
+    tgt = "cuda -arch=sm_90a"
+    cfg = dataclasses.replace(flash_config(d, d, "float16", block_shared_limit("sm_90a")),
+                              form="fragments", whole=True, ftz=True)
+    src = tc.build(schedule_flash_attention(args[3:], target=tgt, config=cfg), args,
+                   target=tgt).get_source()
+    assert "ex2.approx.ftz.f32" in src and "__expf" not in src.split("main_kernel0(")[1]
+    ptx = compile_ptx(src, "sm_90a")
+    assert "ex2.approx.ftz.f32" in ptx and "ex2.approx.f32" not in ptx
+    for kernel, use in ptxas_usage(src, "sm_90a").items():
+        assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
+
+
+@needs_nvcc
 @pytest.mark.parametrize("arch,d,masked,dq", [pytest.param(a, d, m, dq, marks=_SLOW)
                                               for a in ("sm_80", "sm_90") for d in (64, 128)
                                               for m in (False, True)
@@ -1038,12 +1117,19 @@ def test_gpu_backward_matches_float64(gpu_driver, dq, d, dtype, causal, masked):
     (64, "bfloat16", True, FlashConfig(4, 16, stages=2, form="fragments")),
     (64, "float16", False, FlashConfig(4, 16, stages=2, form="fragments")),
     (128, "float16", False, FlashConfig(4, 32, form="fragments")),
-    (128, "bfloat16", True, FlashConfig(4, 32, form="fragments"))])
+    (128, "bfloat16", True, FlashConfig(4, 32, form="fragments")),
+    (64, "float16", True, FlashConfig(4, 16, form="fragments", whole=True, ftz=True)),
+    (64, "bfloat16", True, FlashConfig(4, 16, stages=2, form="fragments", whole=True,
+                                       ftz=True)),
+    (128, "float16", True, FlashConfig(4, 32, form="fragments", whole=True, ftz=True)),
+    (128, "bfloat16", False, FlashConfig(4, 32, form="fragments", ftz=True))])
 def test_gpu_forward_matches_float64(gpu_driver, d, dtype, causal, cfg):
     """The forward on the GPU against float64: lengths that are not multiples of the
     tiles, causal with many blocks (at head dim 64 the key tiles before each block's
     first query in their loop without the mask, then the diagonal ones), the rings of
-    cp.async tiles (whose waits the emulation's synchronous copies cannot check)."""
+    cp.async tiles (whose waits the emulation's synchronous copies cannot check), the
+    fragment form's whole tiles and ``ex2.approx.ftz`` exps (whose approximation the
+    emulation computes exactly)."""
     B, H, Lq, Lk = 2, 3, 1000, 1000 if causal else 777
     args = flash(B, H, Lq, Lk, d, dtype, causal)
     mod = tc.build(schedule_flash_attention(args[3:], target="cuda", config=cfg), args,

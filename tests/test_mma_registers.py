@@ -190,6 +190,43 @@ def _scores_then(M, D, L, value, intrin):
     return s, Q, Kt, X, w
 
 
+def _row_max_at(s, Mx, at, w):
+    """The rows' maximum ``Mx`` (``[rows, 16]``, a row tile) in each warp's registers at
+    ``at``'s warp loop ``w`` (``cuda.mma_row_max_f32`` per 16 columns of the scores)."""
+    s[Mx].set_scope("mma.accumulator")
+    s[Mx].compute_at(s[at], w)
+    mf, mc = s[Mx].split(s[Mx].op.reduce_axis[0], 16)
+    mi, mj = s[Mx].op.axis
+    s[Mx].reorder(mf, mi, mj, mc)
+    s[Mx].tensorize(mi, tc.tensor_intrin("cuda.mma_row_max_f32"))
+
+
+def exp_tile(intrin: str, M=16, D=16, L=48):
+    """``X = exp(S - m)`` (0 where ``m`` is ``-inf``) of the scores ``S = Q K^T`` and their
+    rows' maximum ``m``, in registers, each 16 x 16 tile by ``intrin``
+    (``cuda.mma_exp_diff_or_zero_f32`` or its ftz twin), stored (float32, global)."""
+    Q, Kt = (tc.placeholder(shape, "float16", name=n) for n, shape in (("Q", (M, D)),
+                                                                      ("K", (L, D))))
+    S = _mm(Q, Kt, "S", transpose_b=True)
+    c = tc.reduce_axis((0, L), name="c")
+    Mx = tc.compute((M, 16), lambda i, j: tc.max(S[i, c], axis=c), name="m")
+    ninf = tc.const(float("-inf"), F32)
+    X = tc.compute((M, L), lambda i, j: tc.if_then_else(
+        Mx[i, j % 16] > ninf, tc.fast_exp(S[i, j] - Mx[i, j % 16]), tc.const(0.0, F32)),
+        name="x")
+    s = tc.create_schedule(X.op)
+    XF, w = _warp_store(s, X)
+    QS, KS = _shared(s, (Q, Kt), (S, S), X, w, M // 16)
+    s[S].set_scope("mma.accumulator")
+    _gemm_into(s, S, QS, KS, "f16", (s[X], w), transposed=True)
+    _row_max_at(s, Mx, X, w)
+    xi, xj = s[XF].op.axis
+    fj, xj = s[XF].split(xj, 16)
+    s[XF].reorder(fj, xi, xj)
+    s[XF].tensorize(xi, tc.tensor_intrin(intrin))
+    return s, [Q, Kt, X]
+
+
 def biased_scores(M=32, D=32, L=48):
     """``X = Q K^T + bias[j]`` in registers (``cuda.mma_add_cols_f32``: the bias a vector
     of the keys in global memory, ``-inf`` where a key is masked), stored."""
@@ -274,12 +311,7 @@ def masked_tile(M=32, D=32, L=48, N=32, off=12, guarded=True):
         fj, xj = s[x].split(xj, 16)
         s[x].reorder(fj, xi, xj)
         s[x].tensorize(xi, tc.tensor_intrin(intrin))
-    s[Mx].set_scope("mma.accumulator")
-    s[Mx].compute_at(s[E], w)
-    mf, mc = s[Mx].split(s[Mx].op.reduce_axis[0], 16)
-    mi, mj = s[Mx].op.axis
-    s[Mx].reorder(mf, mi, mj, mc)
-    s[Mx].tensorize(mi, tc.tensor_intrin("cuda.mma_row_max_f32"))
+    _row_max_at(s, Mx, E, w)
     (VS,) = _shared(s, (V,), (OF,), E, w, M // 16)
     s[P].set_scope("mma.accumulator")
     s[P16].set_scope("mma.matrix_a")
@@ -448,6 +480,42 @@ def test_a_bias_of_the_keys_is_added_in_registers():
     check_biased(tc.build(s, args, target="cuda-emu"), [3, 17, 40, 47], "serial")
 
 @needs_cxx
+@pytest.mark.parametrize("ftz", [False, True])
+def test_an_exp_in_registers_flushes_subnormal_results_with_ftz(ftz):
+    """``exp(S - m)`` of scores 4 apart (row ``i``'s key ``j`` at ``-4 j`` below its
+    maximum): down to ``exp(-84)`` normal floats, ``exp(-88)`` to ``exp(-100)`` subnormal
+    ones, which ``cuda.mma_exp_diff_or_zero_ftz_f32`` (``ex2.approx.ftz``, as the CUDA
+    emulation runs it) gives as 0 and ``cuda.mma_exp_diff_or_zero_f32`` keeps; a row of
+    ``-inf`` scores (its maximum ``-inf``) gives 0, a row of an infinite maximum NaN
+    (``inf - inf``) where its scores are infinite too."""
+    name = f"cuda.mma_exp_diff_or_zero{'_ftz' if ftz else ''}_f32"
+    s, args = exp_tile(name)
+    mod = tc.build(s, args, target="cuda-emu")
+    assert ("ex2.approx.ftz.f32" in mod.get_source()) == ftz
+    q = np.zeros((16, 16), np.float16)
+    k = np.zeros((48, 16), np.float16)
+    q[:, 0] = 1
+    k[:, 0] = -4 * np.arange(48)
+    k[:, 1] = 1
+    q[3, :2] = 0, -np.inf    # (row 3: every score -inf)
+    q[5, 0] = 0              # (row 5: every score 0)
+    q[9, :2] = 0, np.inf     # (row 9: every score inf)
+    x = np.full((16, 48), 7.0, np.float32)
+    mod(q, k, x, mode="serial")
+    want = np.exp(-4.0 * np.arange(48))
+    tiny = want < np.finfo(np.float32).tiny
+    assert tiny[22:].all() and not tiny[:22].any() and (want[22:26] > 1e-45).all()
+    for r in (0, 7, 15):
+        np.testing.assert_allclose(x[r, :22], want[:22], rtol=2e-5)   # (x log2(e) rounded)
+        if ftz:
+            assert (x[r, 22:] == 0).all()
+        else:
+            assert (x[r, 22:26] > 0).all() and (x[r, 22:26] < 1.2e-38).all()
+    np.testing.assert_allclose(x[5], 1.0, rtol=1e-6)
+    assert (x[3] == 0).all() and np.isnan(x[9]).all()
+
+
+@needs_cxx
 @pytest.mark.parametrize("positions", ["computed", "given"])
 def test_a_causal_mask_in_registers(positions):
     """The scores of key ``j`` past query ``i + 16`` set to ``-inf`` in registers from the
@@ -458,6 +526,33 @@ def test_a_causal_mask_in_registers(positions):
     mod = tc.build(s, args, target="cuda-emu")
     assert "-INFINITY" in mod.get_source()
     check_causal(mod, positions == "given", mode="serial")
+
+
+def _copy_intrin():
+    """An accumulator tile copied (``c = a``), register by register: the causal mask's
+    intrinsic without the mask, for ``Stage._tensorize_unmasked``."""
+    a = tc.placeholder((16, 16), F32, name="a")
+
+    def emit(cb, ins, outs):
+        cb.emit(f"for (int r = 0; r < 8; ++r) {outs[0].fragment}[r] = {ins[0].fragment}[r];")
+    return tc.decl_tensor_intrin(tc.compute((16, 16), lambda i, j: a[i, j], name="c"),
+                                 cuda=emit, dense=False, name="test.mma_copy_f32")
+
+
+@needs_cxx
+def test_the_tiles_the_causal_mask_leaves_whole_run_without_it():
+    """``Stage._tensorize_unmasked``: the causal mask's tiles whose last key comes before
+    their first query (positions ``i + 16`` and ``j``, computed: read as those
+    expressions of the indices) run a copy instead, the others the mask (a test per 16 x
+    16 tile: 3 of the 6 tiles of 32 rows and 48 keys whole); the values are the mask's."""
+    s, args = causal_scores()
+    XF = s.stages[[st.name for st in s.stages].index("x.mma.accumulator")]
+    XF._tensorize_unmasked(_copy_intrin())
+    text = str(tc.lower(s, args, target="cuda-emu"))
+    assert text.count("tensorize test.mma_copy_f32 ") == 1
+    assert "} else {\n" in text and text.count("tensorize cuda.mma_mask_causal_f32 ") == 1
+    mod = tc.build(s, args, target="cuda-emu")
+    check_causal(mod, False, mode="serial")
 
 
 @needs_cxx

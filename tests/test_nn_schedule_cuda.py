@@ -708,6 +708,24 @@ def test_gpu_benchmark_workloads_check_out(w):
         assert "mma_sync" in mod.get_source() or "tc_mma_m16n8k16" in mod.get_source()
 
 
+def test_the_flash_forward_ab_forms():
+    """``--ab``'s forms of the flash forward: the shared form (stages 1 and 2), the
+    register form, the fragment form (stages 1 and 2), with ``ftz`` and, causal, with
+    ``whole`` too; each of the causal ones builds (the lease times them: none may fail
+    to build)."""
+    for causal in (False, True):
+        forms = BENCH.flash_workload(1, 2, 256, 64, causal).ab()
+        got = [(c.form, c.stages, c.whole, c.ftz) for c in forms]
+        assert got == [("shared", 1, None, False), ("shared", 2, None, False),
+                       ("registers", 1, None, False), ("fragments", 1, None, False),
+                       ("fragments", 2, None, False), ("fragments", 1, None, True)] + (
+                           [("fragments", 1, True, True)] if causal else [])
+    w = BENCH.flash_workload(1, 2, 256, 64, True)
+    for c in forms:
+        src = w.build("cuda", config=c).get_source()
+        assert "__global__" in src and ("ex2.approx.ftz.f32" in src) == c.ftz
+
+
 def _emulated_timing(monkeypatch):
     """(clock, driver) for benchmarks/gpu.py's sweep and tune lines in the emulation: its
     launches run the emulation; the first launch made "takes" 2 ms, every other 1 ms."""

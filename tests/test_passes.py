@@ -353,6 +353,40 @@ def test_causal_tiles_test_the_mask_in_the_diagonal_tiles_only():
         assert one.count("for (j.outer,") == 1 and "select(" in one, one
 
 
+def test_causal_tiles_prove_a_test_of_whole_tiles():
+    """A test that a tile's last column comes before its block's first row (``(j // 32)
+    * 32 + 31 <= (i // 64) * 64``, which the simplifier divides by the tile: ``j.outer <=
+    i.outer*2 - 1``, a coefficient of the tile loop that is no multiple of its 32
+    columns), the body's only comparison, is proved true in the whole tiles' loop,
+    whose bound is exact where the columns divide the rows (the last whole tile's test
+    holds with no slack): the loop is split there (FlashAttention's masked scores per
+    16 x 16 tile, ``Stage._tensorize_unmasked``).  The emulation runs it against
+    numpy."""
+    A = tc.placeholder((256, 256), name="A")
+    B = tc.compute((256, 256), lambda i, j: tc.if_then_else(
+        (j // 32) * 32 + 31 <= (i // 64) * 64, A[i, j] * 2.0, A[i, j] * 3.0), name="B")
+    s, jo = _column_tiles(B)
+    s[B]._causal_tiles(jo, "before", 64, 32, whole=True)
+    before, after = _through("causal_tiles", s, [A, B], "cuda")
+    assert "select(j.outer <= i.outer*2 - 1, " in before, before
+    first, second = (after.index(x) for x in ("for (j.outer, 0, i.outer*2) {",
+                                              "for (j.outer, i.outer*2, 2) {"))
+    whole, diagonal = after[first:second], after[second:]
+    assert "select(" not in whole and "A[i.outer*64 + i.inner, j.outer*32 + j.inner]*2f" in whole
+    # (the diagonal tiles' range tells the simplifier that the test fails there)
+    assert "select(" not in diagonal and "*3f" in diagonal and "*2f" not in diagonal
+    mod = tc.build(s, [A, B], target="cuda-emu")
+    a = np.random.default_rng(1).standard_normal((256, 256)).astype(np.float32)
+    b = np.full((256, 256), np.nan, np.float32)
+    mod(a, b)
+    r, c = np.indices((256, 256))
+    want = np.where(c // 32 * 32 + 31 <= r // 64 * 64, a * 2, a * 3)
+    ran = np.isfinite(b)
+    np.testing.assert_array_equal(b[ran], want[ran])
+    # (the tiles past each block's last row are skipped)
+    np.testing.assert_array_equal(ran, c // 32 <= r // 64 * 2 + 1)
+
+
 def test_insert_barriers():
     s, args = gpu_shared_tile()
     before, after = _through("insert_barriers", s, args, "cuda")

@@ -1181,6 +1181,14 @@ inline void mma_m16n8k16(float* d, const unsigned int* a, const unsigned int* b,
 
 // cvt.rna.tf32.f32: a float rounded to 10 mantissa bits, to nearest with ties away from
 // zero (NaN and inf kept; a value that rounds past the largest finite becomes inf).
+// ex2.approx.ftz.f32: 2^x with a subnormal input read as 0 and a subnormal result
+// flushed to (positive) zero (the hardware's approximation taken as exact).
+inline float ex2_ftz(float x) {
+  if (fabsf(x) < 1.17549435e-38f) x = 0.0f;   // (FLT_MIN)
+  const float r = exp2f(x);
+  return r < 1.17549435e-38f ? 0.0f : r;
+}
+
 inline unsigned int round_tf32(float x) {
   unsigned int b;
   memcpy(&b, &x, sizeof b);

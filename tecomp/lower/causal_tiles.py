@@ -18,25 +18,30 @@ mask's job; the schedule that sets the pragma answers for it).  Without an enclo
 
 With ``whole`` after the numbers (``"before 128 16 whole"``), the tiles the mask leaves
 whole (``before``: the tiles up to the block's first row,
-``cols * ko <= rows * block + 1 - cols``; ``after``: those from its last row on, ``cols *
+``cols * ko <= rows * block + 1 - cols``, ``<= rows * block - cols`` where ``cols > 1``
+divides ``rows``; ``after``: those from its last row on, ``cols *
 ko >= rows * block + rows - 1``) then run in a loop of their own, a copy of the body in
 which every integer comparison that those bounds prove true is ``true``: the causal mask
-(``j <= i``) is tested in the diagonal tiles only (FlashAttention's masking steps).  A
-comparison ``a*ko + rest <= 0`` is proved with ``a = m * cols`` and ``cols * ko``
-replaced by its bound (an upper one for ``m > 0``, a lower one for ``m < 0``): what is
-left, ``m * bound + rest``, is linear in the block and in counters of constant ranges
-(the enclosing loops', the body's), which :func:`tecomp.ir.arith.prove` decides.  Where
-no comparison is proved the loop stays one (no copy).
+(``j <= i``) is tested in the diagonal tiles only (FlashAttention's masking steps), and
+so is a test of a tile's corner (``ko <= 8 * block + 2 * w - 1``, lowering's
+``Stage._tensorize_unmasked``).  A comparison ``a*ko + rest <= 0`` is proved as ``n (a*ko
++ rest) <= 0`` with ``n = cols / gcd(a, cols)``, so that ``n a = m * cols``, and ``cols *
+ko`` replaced by its bound (an upper one for ``m > 0``, a lower one for ``m < 0``): what
+is left, ``m * bound + n rest``, is linear in the block and in counters of constant
+ranges (the enclosing loops', the body's), which :func:`tecomp.ir.arith.prove` decides.
+Where no comparison is proved the loop stays one (no copy).
 """
 from __future__ import annotations
+
+import math
 
 from ..errors import ScheduleError, TecompError
 from ..ir import op
 from ..ir.arith import prove
 from ..ir.expr import LE, Add, Cast, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
-from ..ir.functor import Mutator, Visitor
+from ..ir.functor import Mutator, Visitor, node_fields
 from ..ir.simplify import simplify
-from ..ir.stmt import AttrStmt, For, PrimFunc, seq
+from ..ir.stmt import Allocate, AttrStmt, BufferStore, For, PrimFunc, seq
 from .loop_partition import _linear
 
 KEY = "pragma_causal_tiles"
@@ -126,9 +131,12 @@ class _Whole(Mutator):
     def _holds(self, d) -> bool:
         """Whether ``d <= 0`` (an int expression) holds in the whole tiles."""
         lin = _linear(_Uncast().visit(d), self.ko)
-        if lin is None or lin[0] == 0 or lin[0] % self.cols:
+        if lin is None or lin[0] == 0:
             return False
-        m, rest = lin[0] // self.cols, lin[1]
+        # (d <= 0 as n d <= 0, n = cols / gcd(a, cols) > 0: a coefficient of ko that is a
+        # multiple of cols, a simplified test such as ko <= 8 block + 2 w - 1)
+        n = self.cols // math.gcd(lin[0], self.cols)
+        m, rest = lin[0] * n // self.cols, op.mul(lin[1], Const(n, lin[1].dtype))
         sign, b = self.bound
         if (m > 0) != (sign > 0):
             return False
@@ -155,6 +163,46 @@ class _Whole(Mutator):
 
     def visit_GT(self, e):
         return self._compare(e, op.add(op.sub(e.b, e.a), Const(1, e.a.dtype)))
+
+
+class _Read(Visitor):
+    """Whether a statement names ``buf`` other than as the buffer a store writes (a load,
+    an intrinsic's operand, any other use)."""
+
+    def __init__(self, buf):
+        self.buf, self.found = buf, False
+
+    def generic_visit(self, node):
+        if self.found:
+            return
+        for name in node_fields(type(node)):
+            if name == "buffer" and isinstance(node, BufferStore):
+                continue
+            v = getattr(node, name)
+            if v is self.buf or (isinstance(v, tuple) and any(x is self.buf for x in v)):
+                self.found = True
+                return
+        super().generic_visit(node)
+
+
+class _Unread(Mutator):
+    """A body without the shared or local buffers it allocates and no longer reads, and
+    without their stores (the whole tiles' copy: the positions that only the mask read)."""
+
+    def __init__(self):
+        self.dropped = set()
+
+    def visit_Allocate(self, s):
+        body = self.visit(s.body)
+        seen = _Read(s.buffer)
+        seen.visit(body)
+        if s.buffer.scope in ("shared", "local") and not seen.found:
+            self.dropped.add(id(s.buffer))
+            return self.visit(body)
+        return s if body is s.body else Allocate(s.buffer, body)
+
+    def visit_BufferStore(self, s):
+        return seq() if id(s.buffer) in self.dropped else s
 
 
 class _CausalTiles(Mutator):
@@ -192,8 +240,9 @@ class _CausalTiles(Mutator):
             lo = f.min
             hi = op.minimum(f.extent, op.floordiv(op.add(op.mul(op.add(bo, c(1)), c(rows)),
                                                          c(cols - 1)), c(cols)))
-            # whole tiles: cols * ko <= rows * block + 1 - cols, ko < (rows * block + 1) // cols
-            bound = (1, op.add(first, c(1 - cols)))
+            # whole tiles: ko < (rows * block + 1) // cols, so cols * ko <= rows * block + 1
+            # - cols, and <= rows * block - cols where cols > 1 divides rows
+            bound = (1, op.add(first, c(-cols if rows % cols == 0 and cols > 1 else 1 - cols)))
             split = op.minimum(hi, op.floordiv(op.add(first, c(1)), c(cols)))
         else:
             lo = op.minimum(f.extent, op.floordiv(first, c(cols)))
@@ -211,6 +260,7 @@ class _CausalTiles(Mutator):
         wbody = whole.visit(f.body)
         if not whole.proved:
             return part(lo, hi, f.body)
+        wbody = _Unread().visit(simplify(wbody))
         if side == "before":
             return seq(part(lo, split, wbody), part(split, hi, f.body))
         return seq(part(lo, split, f.body), part(split, hi, wbody))

@@ -60,7 +60,7 @@ from ..te.range_check import symbolic_read_conditions
 from ..te.scan import ScanOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, input_tensors_of
 from .prefetch import PrefetchRequest
-from .tensorize import declared_call, tensorize_call
+from .tensorize import declared_call, tensorize_call, unmasked_version
 from ..te.tensor_intrin import tensor_intrin
 from ..te.reduce import ZERO_WHERE
 from .hoist_guards import conjuncts
@@ -1630,6 +1630,10 @@ class LowerContext:
                                  self._loops(st, leaves[t:], _guard(store, inf.guards)), False)
             if st.atomic is not None:
                 tic = dataclasses.replace(tic, intrin=tensor_intrin("cuda.mma_atomic_add_f32"))
+            if st.unmasked is not None:   # (Stage._tensorize_unmasked)
+                tic = unmasked_version(self, st, leaves, t, vmap, store_idx, tic, lambda v: (
+                    self._loops(st, leaves[t:], _guard(BufferStore(bufs[0], v, store_idx),
+                                                       inf.guards))))
             return self._loops(st, leaves[:t], _guard(tic, inf.guards))
         return self._loops(st, leaves, _guard(store, inf.guards))
 

@@ -21,23 +21,29 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List
 
-from ..errors import ScheduleError
-from ..ir.expr import Add, BufferLoad, Const, Expr, Max, Min, Mul, ProducerLoad, Reduce, Var
-from ..ir.functor import Mutator, free_vars, substitute
+from ..errors import InternalError, ScheduleError
+from ..ir import op as _op
+from ..ir.expr import (GE, GT, LE, LT, Add, BufferLoad, Const, Expr, Max, Min, Mul,
+                       ProducerLoad, Reduce, Select, Var)
+from ..ir.functor import Mutator, collect, free_vars, substitute
 from ..ir.names import display
 from ..ir.printer import to_str
 from ..ir.simplify import affine_steps, simplify
-from ..ir.stmt import BufferStore, For, TensorIntrinCall
+from ..ir.stmt import BufferStore, For, IfThenElse, TensorIntrinCall
+from ..te.tensor import ComputeOp
 from ..te.reduce import ZERO_WHERE
 from ..te.tensor_intrin import row_major
 
 
-def tensorize_call(ctx, st, leaves, t: int, value: Expr, store_idx, fallback, reduce: bool):
+def tensorize_call(ctx, st, leaves, t: int, value: Expr, store_idx, fallback, reduce: bool,
+                   intrin=None):
     """The :class:`TensorIntrinCall` for stage ``st`` tensorized at ``leaves[t]``.
 
     ``value``: the lowered expression the region computes per point (a reduction's
-    source); ``store_idx``: where it is stored; ``fallback``: the region's loop nest."""
-    iv0, intrin = st.tensorized
+    source); ``store_idx``: where it is stored; ``fallback``: the region's loop nest;
+    ``intrin``: another intrinsic than the stage's (:func:`unmasked_version`)."""
+    iv0, own = st.tensorized
+    intrin = intrin if intrin is not None else own
     inf = ctx.info[st]
     region = leaves[t:]
     what = f"tensorize on stage {display(st.name)} at loop {display(iv0.name)} with {display(intrin.name)}"
@@ -112,6 +118,83 @@ def tensorize_call(ctx, st, leaves, t: int, value: Expr, store_idx, fallback, re
         flat.append(is_flat)
     return TensorIntrinCall(intrin, st.name, tuple(buffers), tuple(bases), tuple(coefs), reduce,
                             fallback, tuple(flat) if any(flat) else ())
+
+
+class _Positions(Mutator):
+    """Reads of an integer compute whose value is an expression of its own indices alone
+    (``qpos[i] = i``, ``i + 16``: no load) as that expression of the indices read."""
+
+    def visit_ProducerLoad(self, e):
+        op = e.producer.op
+        if type(op) is ComputeOp and len(op.bodies) == 1 and e.dtype in ("int32", "int64"):
+            body, axes = op.bodies[0], {iv.var: x for iv, x in zip(op.axis, e.indices)}
+            if body.dtype == e.dtype and set(free_vars(body)) <= set(axes) and not collect(
+                    body, lambda n: isinstance(n, (ProducerLoad, BufferLoad, Reduce))):
+                return substitute(body, axes)
+        return self.generic_visit(e)
+
+
+#: the integer ``d`` of a comparison that holds where ``d <= 0``
+_EXCESS = {LE: lambda a, b: _op.sub(a, b), LT: lambda a, b: _op.add(_op.sub(a, b), 1),
+           GE: lambda a, b: _op.sub(b, a), GT: lambda a, b: _op.add(_op.sub(b, a), 1)}
+
+
+def _masks(body) -> list:
+    """The selects of ``body`` whose condition is an integer comparison of its indices
+    (reads of positions as :class:`_Positions` reads them): ``(select, d)`` with the
+    condition ``d <= 0``."""
+    out = []
+    # (one select read twice, the same node, counts once)
+    for sel in {id(n): n for n in collect(body, lambda n: isinstance(n, Select))}.values():
+        cond = _Positions().visit(sel.cond)
+        excess = _EXCESS.get(type(cond))
+        if excess is not None and cond.a.dtype in ("int32", "int64") and not collect(
+                cond, lambda n: isinstance(n, (ProducerLoad, BufferLoad))):
+            out.append((sel, excess(cond.a, cond.b)))
+    return out
+
+
+class _Unmask(Mutator):
+    """An expression with one select replaced by its true value."""
+
+    def __init__(self, sel):
+        self.sel = sel
+
+    def visit_Select(self, e):
+        return self.visit(e.true_value) if e is self.sel else self.generic_visit(e)
+
+
+def unmasked_version(ctx, st, leaves, t: int, vmap: dict, store_idx, tic, nest):
+    """``Stage._tensorize_unmasked``: the stage's value holds one ``select(c, a, b)``
+    with ``c`` an integer comparison of its indices (reads of positions,
+    :class:`_Positions`, as expressions of the indices); returns ``if (c holds at the
+    tile's corner where it is hardest) <the value with a for the select, on the unmasked
+    intrinsic> else tic`` (``nest(value)``: the region's loops storing ``value``, the
+    fallback).  ``c`` is ``d <= 0`` with ``d`` affine in the region's loops: its largest
+    value on the tile is its value at the region's start plus each positive step times
+    its loop's extent less one."""
+    what = f"_tensorize_unmasked of {st.name}"
+    body = ctx.info[st].bodies[0]
+    masks = _masks(body)
+    if len(masks) != 1:
+        raise InternalError(f"{what}: the stage holds {len(masks)} selects on a comparison "
+                            "of its indices, not one (a tecomp bug: the FlashAttention "
+                            "template made it)")
+    sel, d = masks[0]
+    d = ctx.lower_expr(substitute(d, vmap))
+    region = leaves[t:]
+    got = affine_steps([d], [iv.var for iv in region], ctx.leaf_ranges(st))
+    if got is None:
+        raise InternalError(f"{what}: the comparison is not affine in the tile's loops (a "
+                            "tecomp bug)")
+    worst = got[0][0]
+    for iv, step in zip(region, got[1]):
+        if step[0] > 0:
+            worst = _op.add(worst, Const(step[0] * (int(ctx.info[st].extent[iv].value) - 1),
+                                         worst.dtype))
+    a = ctx.lower_expr(substitute(_Unmask(sel).visit(body), vmap))
+    whole = tensorize_call(ctx, st, leaves, t, a, store_idx, nest(a), False, intrin=st.unmasked)
+    return IfThenElse(simplify(_op.compare(LE, worst, Const(0, worst.dtype))), whole, tic)
 
 
 def _check_region(ctx, st, leaves, t, what):

@@ -107,6 +107,7 @@ class Stage(TracedStage):
         self.bound_aligns: Dict[int, int] = {}   # output dimension -> align_bounds factor
         self.reduce_aligns: Dict[int, int] = {}  # reduce axis position -> align_bounds factor
         self.tensorized: Optional[tuple] = None  # (IterVar, TensorIntrin): tensorize
+        self.unmasked = None      # _tensorize_unmasked: the TensorIntrin of the whole tiles
         self.double_buffered = False  # double_buffer
         self.buffer_stages = 2        # double_buffer(stages=...)
         self.buffer_producer = "threads"   # double_buffer(producer=...)
@@ -474,6 +475,24 @@ class Stage(TracedStage):
         if tr.problem is None:
             tr.problem = (f"_lockstep_view on stage {self.name}: the FlashAttention template's "
                           "single pass, not a schedule primitive")
+
+    def _tensorize_unmasked(self, intrin) -> None:
+        """FlashAttention's masked scores (:mod:`tecomp.strategy.cuda.attention`): not a
+        schedule primitive (untraced).  This stage, tensorized (:meth:`tensorize`), computes
+        ``select(c, a, b)`` with ``c`` an integer comparison of its indices (a read of a
+        compute whose value is an expression of its own index alone, as the template's
+        positions ``qpos[i] = i``, counts as that expression of the index read); each tile of the intrinsic's region is then run as
+        ``intrin``, which must compute ``a``, where ``c`` holds on the whole tile (a test of
+        the tile's corner, made by lowering and proved there by the ``causal_tiles``
+        pragma's copy of the whole tiles), as the stage's own intrinsic elsewhere."""
+        if self.tensorized is None or not isinstance(intrin, TensorIntrin):
+            raise ScheduleError(f"_tensorize_unmasked on stage {self.name}: a tensorized stage "
+                                "and a tensor intrinsic (a tecomp bug: the template calls it)")
+        self.unmasked = intrin
+        tr = self.schedule.trace
+        if tr.problem is None:
+            tr.problem = (f"_tensorize_unmasked on stage {self.name}: the FlashAttention "
+                          "template's whole tiles, not a schedule primitive")
 
     def _atomic_add(self, region) -> None:
         """FlashAttention-2's ``dq`` (:mod:`tecomp.strategy.cuda.attention`): not a

@@ -73,6 +73,10 @@ floats, ``C[g][8h+2t:8h+2t+2]`` and ``C[g+8][8h+2t:8h+2t+2]``.
   ``cuda.mma_exp_diff_or_zero_f32`` -- ``C[i, j] = fast_exp(A[i, j] - B[i, j])`` where
   ``B[i, j] > -inf``, else 0: a row whose maximum is ``-inf`` (every key masked) gives 0,
   not ``exp(-inf + inf)`` (NaN), as ``flash_attention``'s ``p``;
+  ``cuda.mma_exp_diff_or_zero_ftz_f32`` and ``cuda.mma_rows_exp_diff_or_zero_ftz_f32``
+  -- the same with ``ex2.approx.ftz.f32`` of the difference times ``log2(e)``: a result
+  below ``2**-126`` is 0 (two instructions fewer an exp than ``__expf``, whose
+  ``ex2.approx`` keeps subnormals: ``FlashConfig(ftz=True)``);
 * ``cuda.mma_add_cols_f32`` -- ``C[i, j] = A[i, j] + v[j]``: a vector in memory (a 16 x 16
   view of it, row stride 0) added along the columns of an accumulator tile, each lane
   loading the 4 elements of its columns: a per-key bias on the scores in registers (a
@@ -333,7 +337,7 @@ def _elementwise(kind: str):
     f32 = "float32"
     if kind == "exp_diff":
         return compute((16, 16), lambda i, j: fast_exp(a[i, j] - b[i, j]), name="c")
-    if kind == "exp_diff_or_zero":
+    if kind in ("exp_diff_or_zero", "exp_diff_or_zero_ftz"):
         return compute((16, 16), lambda i, j: if_then_else(
             b[i, j] > const(float("-inf"), f32), fast_exp(a[i, j] - b[i, j]),
             const(0.0, f32)), name="c")
@@ -346,6 +350,10 @@ _ELEMENTWISE_C = {
     # (the argument selected, not the result: exp(-inf) is 0, and the exp runs
     # unconditionally instead of in a branch)
     "exp_diff_or_zero": "__expf(({y} > -INFINITY) ? ({x} - {y}) : -INFINITY)",
+    # (the same as ex2.approx.ftz of the argument times log2(e): two instructions fewer
+    # than __expf's ex2.approx, a result below 2^-126 flushed to 0)
+    "exp_diff_or_zero_ftz": "{ex2}((({y} > -INFINITY) ? ({x} - {y}) : -INFINITY) * "
+                            "1.44269504f)",
     "mul": "{x} * {y}",
     # (the row tiles' own; the reciprocal fast: 2 ulp)
     "copy": "{x}",
@@ -359,10 +367,16 @@ def _elementwise_emit(name: str, kind: str):
         by = {v.name: v for v in ins}     # (the operands in the order the body reads them)
         a = _fragment(name, by["a"], "mma.accumulator")
         b = _fragment(name, by["b"], "mma.accumulator")
+        ex2 = _ex2(cb, kind)
         for reg in range(8):
             cb.emit(f"{c}[{reg}] = " + _ELEMENTWISE_C[kind].format(
-                x=f"{a}[{reg}]", y=f"{b}[{reg}]") + ";")
+                x=f"{a}[{reg}]", y=f"{b}[{reg}]", ex2=ex2) + ";")
     return emit
+
+
+def _ex2(cb, kind: str):
+    """The helper of ``ex2.approx.ftz`` where ``kind`` is an ftz exp, else None."""
+    return cb.helper("tc_ex2_ftz") if kind.endswith("_ftz") else None
 
 
 def _rows(kind: str):
@@ -381,7 +395,7 @@ def _rows(kind: str):
         "exp_diff_or_zero": lambda: if_then_else(b[i, j] > ninf, fast_exp(a[i, j] - b[i, j]),
                                                  const(0.0, f32)),
         "mul": lambda: a[i, j] * b[i, j],
-    }[kind](), name="c")
+    }[kind.removesuffix("_ftz")](), name="c")
 
 
 def _rows_emit(name: str, kind: str):
@@ -392,9 +406,11 @@ def _rows_emit(name: str, kind: str):
     def emit(cb, ins, outs):
         c = _fragment(name, outs[0], "mma.accumulator")
         by = {v.name: _fragment(name, v, "mma.accumulator") for v in ins}
+        ex2 = _ex2(cb, kind)
         for half in range(2):   # (b: the second operand, where the kind has one)
             x, y = (f"{by[n]}[{2 * half}]" if n in by else None for n in ("a", "b"))
-            cb.emit(f"const float tc_v{half} = " + _ELEMENTWISE_C[kind].format(x=x, y=y) + ";")
+            cb.emit(f"const float tc_v{half} = " + _ELEMENTWISE_C[kind].format(
+                x=x, y=y, ex2=ex2) + ";")
         for reg in range(8):
             cb.emit(f"{c}[{reg}] = tc_v{(reg >> 1) & 1};")
     return emit
@@ -634,10 +650,10 @@ def declarations():
                 "cuda.mma_fill_neg_inf_f32", False, None))
     out.append((_rows("copy"), _store_rows_emit("cuda.mma_store_rows_f32"),
                 "cuda.mma_store_rows_f32", False, None))
-    for kind in ("copy", "exp_diff_or_zero", "mul", "rcp_or_zero"):
+    for kind in ("copy", "exp_diff_or_zero", "exp_diff_or_zero_ftz", "mul", "rcp_or_zero"):
         name = f"cuda.mma_rows_{kind}_f32"
         out.append((_rows(kind), _rows_emit(name, kind), name, False, None))
-    for kind in ("exp_diff", "exp_diff_or_zero", "mul"):
+    for kind in ("exp_diff", "exp_diff_or_zero", "exp_diff_or_zero_ftz", "mul"):
         name = f"cuda.mma_{kind}_f32"
         out.append((_elementwise(kind), _elementwise_emit(name, kind), name, False, None))
     for kind, init in (("max", "cuda.mma_fill_neg_inf_f32"), ("sum", "cuda.mma_fill_f32")):

@@ -90,6 +90,28 @@ def test_config_form_of_another_name():
                                  config=FlashConfig(4, 16, form="register"))
 
 
+@pytest.mark.parametrize("form", ["shared", "registers"])
+def test_config_ftz_exps_of_another_form(form):
+    """``ftz`` makes the exps of the fragment form's step ``ex2.approx.ftz``; the other
+    forms' exps are the computes' own (``__expf``): asking for it there is a mistake, not
+    a silent no-op."""
+    out, lse = nn.flash_attention(*_qkv())
+    with pytest.raises(tc.ScheduleError, match=r"ftz \(the exps as ex2.approx.ftz\) is the "
+                                               r"exps of form='fragments'.*; take that form or "
+                                               r"leave ftz False"):
+        schedule_flash_attention([out, lse], target="cuda",
+                                 config=FlashConfig(4, 16, form=form, ftz=True))
+
+
+@pytest.mark.parametrize("field, value", [("whole", "yes"), ("whole", 1), ("ftz", None)])
+def test_config_whole_or_ftz_of_another_type(field, value):
+    out, lse = nn.flash_attention(*_qkv(), causal=True)
+    with pytest.raises(tc.ScheduleError, match=r"whole is None \(the template's rule\), True "
+                                               r"or False, and ftz True or False"):
+        schedule_flash_attention([out, lse], target="cuda",
+                                 config=FlashConfig(4, 16, form="fragments", **{field: value}))
+
+
 @pytest.mark.parametrize("field, value", [("warps", "4"), ("block_kv", 16.0),
                                           ("warp_rows", True), ("block_kv", None)])
 def test_config_field_that_is_no_int(field, value):

@@ -159,6 +159,7 @@ def test_unknown_builtin_name():
                                                r"cuda.mma_atomic_add_f32, "
                                                r"cuda.mma_bf16bf16f32, cuda.mma_exp_diff_f32, "
                                                r"cuda.mma_exp_diff_or_zero_f32, "
+                                               r"cuda.mma_exp_diff_or_zero_ftz_f32, "
                                                r"cuda.mma_f16f16f32, "
                                                r"cuda.mma_fill_f32, .*, cuda.wmma_fill_f32, .*, "
                                                r"x86.avx2_u8s8s32_8x4"):

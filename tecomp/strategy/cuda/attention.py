@@ -41,6 +41,10 @@ loop, updated per step by :data:`FRAGMENT_STEP`'s intrinsics (``Stage._lockstep`
 l`` (:data:`P_FROM_STEP`: one exp an element); ``m`` and ``l`` are stored to global
 memory once, after the loop, for the logsumexp.  No scores tile, no
 statistics in memory inside the loop: three barriers a key tile (one with a ring).
+``FlashConfig(whole=True)`` gives a causal one the whole tiles' loop too, whose ``x``
+is the intrinsic without the mask (``Stage._tensorize_unmasked``: elsewhere each 16 x 16
+tile whose last key comes before its first query skips the mask); ``ftz=True`` takes
+the step's exps as ``ex2.approx.ftz`` (:data:`FRAGMENT_STEP_FTZ`).
 
 With ``FlashConfig(stages=2)`` (or more) the key and value tiles are copied together at
 the top of each step, with ``cp.async`` into rings of ``stages`` tiles, ``stages - 1``
@@ -54,8 +58,8 @@ global memory (``b * h * Lq`` floats each, no ``Lq x Lk`` buffer); once the key 
 done, each thread writes its row's logsumexp ``m + log l`` (``Stage._written_at``: the
 logsumexp is no reader of the output).  Causal attention skips the key tiles past a block's last query
 (:meth:`_Kernels.skip_causal`) and masks the diagonal ones; where the registers allow
-(:data:`WHOLE_TILES_MAX_ACCUMULATORS`), the tiles before the block's first query run in
-a loop of their own that does not test the mask.
+(:data:`WHOLE_TILES_MAX_ACCUMULATORS`; ``FlashConfig.whole``), the tiles before the
+block's first query run in a loop of their own that does not test the mask.
 
 :class:`FlashConfig` holds the tiling; :func:`flash_config` picks it from the head
 dimension and the shared memory of the target (:func:`shared_bytes`).
@@ -142,6 +146,22 @@ class FlashConfig:
     #: ``m`` and ``l`` in each warp's registers too (:data:`FRAGMENT_STEP`: no scores
     #: tile).  The backward ignores it
     form: str = "shared"
+    #: causal only: whether the key tiles before each block's first query (the mask
+    #: leaves them whole) run in a loop of their own that does not apply the mask
+    #: (``pragma causal_tiles ... whole``: the loop's body twice in the kernel).  None:
+    #: where the accumulators allow (:data:`WHOLE_TILES_MAX_ACCUMULATORS`) in the forms
+    #: ``"shared"`` and ``"registers"``, never in ``"fragments"``; True: in every form,
+    #: and the intrinsic that masks by data (``p``'s in ``"registers"``, ``x``'s in
+    #: ``"fragments"``) runs without the mask on each 16 x 16 tile whose keys all come
+    #: before its first row (a test per tile, proved true in the whole tiles' loop:
+    #: ``Stage._tensorize_unmasked``); False: one loop.  The backward ignores it
+    whole: Optional[bool] = None
+    #: the forward's exps in ``form="fragments"`` (``exp(x - m)`` of each score and of
+    #: each row's maximum's change): ``ex2.approx.ftz.f32``, results below ``2**-126``
+    #: flushed to 0 (two instructions fewer an exp than ``__expf``'s ``ex2.approx``:
+    #: :data:`FRAGMENT_STEP_FTZ`; docs/numerics.md says why that is harmless there); a
+    #: ScheduleError with another form.  The backward ignores it
+    ftz: bool = False
 
     @property
     def block_q(self) -> int:
@@ -483,13 +503,20 @@ FRAGMENT_STEP = dict(
     factor="f",
     store="cuda.mma_store_rows_f32")
 
+#: :data:`FRAGMENT_STEP` with ``FlashConfig(ftz=True)``: its exps as ``ex2.approx.ftz``
+#: (``cuda.mma_*exp_diff_or_zero_ftz_f32``: a result below ``2**-126`` is 0)
+FRAGMENT_STEP_FTZ = dict(FRAGMENT_STEP, step=tuple(
+    (per_column, tuple((i.replace("exp_diff_or_zero", "exp_diff_or_zero_ftz"), o, a)
+                       for i, o, a in ops)) for per_column, ops in FRAGMENT_STEP["step"]))
+
 #: ``form="fragments"``'s ``p = exp(x - lse)`` at each 16-key tile, as
 #: ``Stage._lockstep_view``: the step's ``e = exp(x - m)`` times its ``r = 1 / l``
 #: (``cuda.mma_mul_f32``; 0 where the row has no key)
 P_FROM_STEP = ("cuda.mma_mul_f32", {"a": "e", "b": "r"})
 
 
-def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False) -> dict:
+def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False,
+                    unmask: bool = False) -> dict:
     """``FlashConfig(form="registers")``: ``p`` recomputed as the cast of a float32
     ``p32`` whose masks are data (what :func:`_p_intrin` computes on a tile in
     registers): ``kbias`` (the padding mask's value, or 0, for the keys; ``-inf`` past
@@ -549,8 +576,11 @@ def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False)
         s.stages[at:at] = group
     for y in stages:
         s._stage_of[id(y.op)] = y
+    # (unmask: the tiles the causal mask leaves whole run p, or x, without it)
     out = dict(p32=p32, kbias=kbias, qpos=qpos if causal else None,
-               kpos=kpos if causal else None, intrin=_p_intrin(scale, causal))
+               kpos=kpos if causal else None, intrin=_p_intrin(scale, causal),
+               unmasked=_p_intrin(scale, False, "x" if fragments else "p")
+               if causal and unmask else None)
     if fragments:
         out.update(x=x, x_intrin=_p_intrin(scale, causal, "x"), intrin=None)
     return out
@@ -603,7 +633,14 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig, target="cuda") -> None
     k = _Kernels(s, cfg, q.dtype, _cint(q.shape[2]), _cint(t["k"].shape[2]))
     causal = bool(t["out"].op.attrs.get("causal"))
     frag = cfg.form == "fragments"
-    regs = _p_in_registers(s, t, causal, frag) if cfg.form != "shared" else None
+    if cfg.ftz and not frag:
+        raise ScheduleError(f"{cfg}: ftz (the exps as ex2.approx.ftz) is the exps of "
+                            "form='fragments' (the rows' statistics in registers); take that "
+                            "form or leave ftz False")
+    whole = causal and (cfg.whole if cfg.whole is not None else not frag and (
+        cfg.block_kv + _cint(t["v"].shape[3]) <= WHOLE_TILES_MAX_ACCUMULATORS))
+    regs = (_p_in_registers(s, t, causal, frag, cfg.whole is True) if cfg.form != "shared"
+            else None)
     # the rows' logsumexp, for p: a shared copy per key tile (with fragments: from the
     # statistics' row tiles in registers); the output's: read from the statistics the
     # output kernel leaves in global memory
@@ -625,8 +662,7 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig, target="cuda") -> None
         sm_arch(target), shared_bytes(replace(cfg, form="shared"), _cint(q.shape[3]),
                                       _cint(t["v"].shape[3]), q.dtype)))
     if causal:
-        k.skip_causal(pf, ko, "before",
-                      whole=cfg.block_kv + _cint(t["v"].shape[3]) <= WHOLE_TILES_MAX_ACCUMULATORS)
+        k.skip_causal(pf, ko, "before", whole=whole)
     k.shared_copy(t["q"], ot, bo)
     pad = scores_pad(_cint(q.shape[3]), _cint(t["v"].shape[3]))
     if regs:
@@ -656,7 +692,8 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig, target="cuda") -> None
     st = s[t["m"]]
     st.compute_at(pf, ko)
     _cooperative_copy(st, k.threads, cfg.block_q)
-    st._lockstep(cfg.block_kv, _rescale, FRAGMENT_STEP if frag else None)
+    st._lockstep(cfg.block_kv, _rescale, None if not frag else
+                 FRAGMENT_STEP_FTZ if cfg.ftz else FRAGMENT_STEP)
     if frag:
         # p from the statistics' step (its exp(x - m) and 1 / l) at each 16-key tile
         s[regs["p32"]]._lockstep_view(st, *P_FROM_STEP)
@@ -703,6 +740,9 @@ class _Kernels:
             raise ScheduleError(f"{cfg}: form is 'shared' (p in a shared tile), "
                                 "'registers' (p in each warp's registers) or 'fragments' "
                                 "(p and the rows' statistics in each warp's registers)")
+        if not (cfg.whole is None or isinstance(cfg.whole, bool)) or not isinstance(cfg.ftz, bool):
+            raise ScheduleError(f"{cfg}: whole is None (the template's rule), True or "
+                                "False, and ftz True or False")
         self.s, self.cfg = s, cfg
         self.names = family_intrinsics("mma", dtype)
         self.per16 = 16 // _dt.nbytes(dtype)
@@ -827,6 +867,8 @@ class _Kernels:
             io, i = st.split(i, factor=FRAG)
             st.reorder(io, i, j)
             st.tensorize(i, intrin)
+            if x is not P and regs["unmasked"] is not None:
+                st._tensorize_unmasked(regs["unmasked"])
         if "x" in regs:
             # (form="fragments") the masked scores at the key loop, whose tiles the
             # statistics read
@@ -838,6 +880,8 @@ class _Kernels:
             jo, j = st.split(j, factor=FRAG)
             st.reorder(io, jo, i, j)
             st.tensorize(i, regs["x_intrin"])
+            if regs["unmasked"] is not None:
+                st._tensorize_unmasked(regs["unmasked"])
 
     def tile16(self, T, at, axis) -> None:
         """The elementwise 16-bit tile ``T`` (``p``, ``dS``) in shared memory at ``at``'s
