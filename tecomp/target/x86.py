@@ -20,6 +20,9 @@ CROSS_COMPILERS = ("x86_64-linux-gnu-gcc",)
 CROSS_CC_VARIABLE = "TECOMP_CC_X86_64"
 #: the ``-mcpu`` of a target that names none
 DEFAULT_CPU = "x86-64"
+#: an arithmetic instruction may read one operand from memory (an FMA's ``m512``
+#: operand): ``CpuModel.memory_operands``
+MEMORY_OPERANDS = True
 
 # x86 feature sets by vector ISA: the features tecomp's code generator asks about, where
 # LLVM cannot be asked for a CPU's (Target.features asks LLVM wherever it is there)
