@@ -458,3 +458,59 @@ def test_rows_in_lanes(M, lanes):
         np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
     s = apply_rules(args, Knobs({"skinny.rows_in_lanes": False}), info)
     assert "C.rf" in str(tc.lower(s, args))
+
+
+EACH_DEFAULT = {1, 2, 7, 16}
+
+
+@pytest.mark.parametrize("M", range(1, SKINNY_MAX_ROWS + 1))
+def test_each_fma_loads_its_vector_of_w(M):
+    """``A @ W^T`` with odd N and K where the machine model's FMAs take a memory operand
+    (x86: ``memory_operands``): a tile of 2 rows of A or more reads W at each FMA
+    (``pragma load_each_use`` on W at the step loop; LLVM's loads of W's vectors
+    volatile, none merged), one row once per vector as before; numpy's results, no copy of
+    W; with the knob ``skinny.w_each_use`` off, or for an AArch64 model, no such pragma."""
+    import dataclasses
+
+    if not LONG and M not in EACH_DEFAULT:
+        pytest.skip("the full matrix: set TECOMP_LONG_TESTS=1")
+    info = dataclasses.replace(cpu_model(), memory_operands=True)
+    args = _plain(M, 37, 203, "wt")
+    knobs = Knobs()
+    s = apply_rules(args, knobs, info)
+    lanes = knobs.values.get("skinny.rows_in_lanes", False)
+    # (vectors along A's rows, W's elements broadcast: no such choice)
+    assert ("skinny.w_each_use" in knobs.values) is not lanes
+    each = (not lanes and knobs.values["skinny.w_each_use"]
+            and knobs.values["skinny.rows"] > 1)
+    ir = _no_copy_of(s, args, args[1])
+    assert ("pragma_load_each_use = 'W'" in ir) == each, ir
+    assert ("load volatile" in tc.build(s, args).get_source("llvm")) == each
+    c, want = _run(s, args, "wt")
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+    if each:
+        s = apply_rules(args, Knobs({"skinny.w_each_use": False}), info)
+        assert "load_each_use" not in str(tc.lower(s, args))
+        c, want = _run(s, args, "wt")
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+    arm = tc.Target("llvm -mtriple=aarch64-linux-gnu").machine
+    assert not arm.memory_operands
+    assert "load_each_use" not in str(tc.lower(apply_rules(args, Knobs(), arm), args))
+
+
+def test_each_fma_of_four_rows_reads_w_from_memory():
+    """For an x86 CPU (``-mcpu=znver4``, compiled only), the 4 x 6 tile's FMAs each take
+    their vector of W as a memory operand (``vfmadd231ps`` from memory, 24 a step),
+    rather than 6 loads into registers that 4 FMAs each read (a vector register fewer
+    per FMA in flight; 1 thread, Zen 4, under load: 6.7 ms against 7.8); with the knob
+    off, no FMA reads memory."""
+    target = "llvm -mcpu=znver4"
+    info = tc.Target(target).machine
+    assert info.memory_operands and info.lanes == 16
+    args = _plain(4, 48, 1024, "wt")
+    counts = []
+    for knobs in (Knobs(), Knobs({"skinny.w_each_use": False})):
+        s = apply_rules(args, knobs, info)
+        asm = tc.build(s, args, target=target).get_source("asm")
+        counts.append(len(re.findall(r"vfmadd\d+ps\s+-?\d*\(", asm)))
+    assert counts[0] >= 24 and counts[1] == 0, counts

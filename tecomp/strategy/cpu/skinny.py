@@ -31,7 +31,15 @@ streaming its own columns of C, the sums accumulated in vector registers:
   one line of each of its rows of W :data:`L2_PREFETCH_BYTES` ahead (a block of four
   such distances or more) or of the next tile's rows (``SkinnyPlan.stream``,
   ``stream_level``; into L1 the prefetches held the loads up: 4 rows, 1 thread, Zen 4,
-  under load, 48-53% of the read stream against 71-78%); where the rows are a
+  under load, 48-53% of the read stream against 71-78%); from 2 rows on, where the
+  machine model's FMAs take a memory operand (``memory_operands``: x86), each FMA loads
+  its vector of W itself (``pragma load_each_use``, ``SkinnyPlan.w_each_use``) rather
+  than the ``mb`` FMAs reading one load of it into a register: a renamed vector register
+  fewer per vector of W in flight, so the core holds more lines of W on their way (4
+  rows, 1 thread, Zen 4, under load: 6.7 ms against 7.8, 2 rows 6.7 against 7.2, 8 rows
+  11.3 against 12.1; in C models of the 4 x 6 tile 85% of the read stream against 73%
+  with W's vectors held in registers, whether A's 4 rows were read from L2 or one row
+  from L1); where the rows are a
   multiple of the lanes (16 with AVX-512), the vectors run along A's rows instead, W's
   elements broadcast (``SkinnyPlan.rows_in_lanes``, :func:`_schedule_rows_in_lanes`; by
   default where the FMAs take a broadcast operand: AVX-512, the machine model's
@@ -61,7 +69,7 @@ The auto-scheduler (:func:`tecomp.strategy.apply_rules`) gives every such GEMM t
 schedule, whether written in plain TE or with ``tecomp.nn``, its decisions as knobs
 (``skinny``, ``skinny.rows``, ``skinny.cols``, ``skinny.kblock``, ``skinny.copy_a``,
 ``skinny.prefetch``, ``skinny.stream``, ``skinny.stream_level``, ``skinny.stream_bytes``,
-``skinny.rows_in_lanes``).
+``skinny.rows_in_lanes``, ``skinny.w_each_use``).
 """
 from __future__ import annotations
 
@@ -146,6 +154,9 @@ class SkinnyPlan:
     #                              chosen (by default where the target has AVX-512)
     stream_level: int = 2  # W[j, k]: the cache level `stream` prefetches into
     stream_bytes: int = L2_PREFETCH_BYTES  # ... and how far ahead ("rows"), in bytes
+    w_each_use: bool = False  # W[j, k]: each FMA loads its vector of W itself (its
+    #                           memory operand) where a tile has 2 rows of A or more
+    #                           (by default where the machine model's memory_operands)
 
 
 def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
@@ -188,7 +199,8 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
                       copy_a=dense and rows_share_sets(K, mb),
                       prefetch=1 if dense and kb < K else 0,
                       stream=_stream_prefetch(M, kb, w_kfirst, info),
-                      rows_in_lanes=not w_kfirst and M % info.lanes == 0 and batch == 1)
+                      rows_in_lanes=not w_kfirst and M % info.lanes == 0 and batch == 1,
+                      w_each_use=not w_kfirst and info.memory_operands)
 
 
 def _rows_block(cols: int, info: CpuModel) -> int:
@@ -273,13 +285,15 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     # AVX2 each would be a broadcast load of its own: unmeasured, the knob only)
     lanes = plan.rows_in_lanes and knobs.choose("skinny.rows_in_lanes", [True, False],
                                                 info.masks)
+    each = (plan.rows_of_w and not lanes
+            and knobs.choose("skinny.w_each_use", [True, False], plan.w_each_use))
     level, ahead = plan.stream_level, plan.stream_bytes
     if stream != "off":
         level = knobs.choose("skinny.stream_level", [1, 2], level)
         ahead = knobs.choose("skinny.stream_bytes", [1024, 2048, 4096], ahead)
     return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf,
                                stream=stream, rows_in_lanes=lanes, stream_level=level,
-                               stream_bytes=ahead)
+                               stream_bytes=ahead, w_each_use=each)
 
 
 def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
@@ -354,6 +368,10 @@ def _schedule_rows_of_w(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan
     kbo, tile, step = accumulate_lanes(s, rf, st, jo, plan.mb, plan.nb,
                                        max(1, plan.kb // L))
     W = _contraction_operands(C.op)[2][0]
+    if plan.w_each_use and plan.mb > 1:
+        # each of the mb FMAs of a vector of W loads it (its memory operand) rather than
+        # one load into a register they all read (see the module docstring)
+        s[rf].pragma(step, "load_each_use", W.name)
     if plan.prefetch and kbo is not None and plan.kb < plan.K:
         # at each tile, its rows of W in the next block of the reduction
         s[rf].prefetch(W, tile, plan.prefetch, along=kbo)
