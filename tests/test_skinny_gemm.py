@@ -460,22 +460,24 @@ def test_rows_in_lanes(M, lanes):
     assert "C.rf" in str(tc.lower(s, args))
 
 
-EACH_DEFAULT = {1, 2, 7, 16}
+EACH = [(m, lay) for lay in ("wt", "w") for m in range(1, SKINNY_MAX_ROWS + 1)]
+EACH_DEFAULT = {(1, "wt"), (2, "wt"), (7, "wt"), (16, "wt"), (3, "w"), (8, "w")}
 
 
-@pytest.mark.parametrize("M", range(1, SKINNY_MAX_ROWS + 1))
-def test_each_fma_loads_its_vector_of_w(M):
-    """``A @ W^T`` with odd N and K where the machine model's FMAs take a memory operand
-    (x86: ``memory_operands``): a tile of 2 rows of A or more reads W at each FMA
-    (``pragma load_each_use`` on W at the step loop; LLVM's loads of W's vectors
-    volatile, none merged), one row once per vector as before; numpy's results, no copy of
-    W; with the knob ``skinny.w_each_use`` off, or for an AArch64 model, no such pragma."""
+@pytest.mark.parametrize("M, layout", EACH, ids=[f"M{m}-{lay}" for m, lay in EACH])
+def test_each_fma_loads_its_vector_of_w(M, layout):
+    """``A @ W^T`` and ``A @ W`` with odd N and K where the machine model's FMAs take a
+    memory operand (x86: ``memory_operands``): a tile of 2 rows of A or more reads W at
+    each FMA (``pragma load_each_use`` on W at the step loop; LLVM's loads of W's
+    vectors volatile, none merged), one row once per vector as before; numpy's results,
+    no copy of W; with the knob ``skinny.w_each_use`` off, or for an AArch64 model, no
+    such pragma."""
     import dataclasses
 
-    if not LONG and M not in EACH_DEFAULT:
+    if not LONG and (M, layout) not in EACH_DEFAULT:
         pytest.skip("the full matrix: set TECOMP_LONG_TESTS=1")
     info = dataclasses.replace(cpu_model(), memory_operands=True)
-    args = _plain(M, 37, 203, "wt")
+    args = _plain(M, 37, 203, layout)
     knobs = Knobs()
     s = apply_rules(args, knobs, info)
     lanes = knobs.values.get("skinny.rows_in_lanes", False)
@@ -486,12 +488,12 @@ def test_each_fma_loads_its_vector_of_w(M):
     ir = _no_copy_of(s, args, args[1])
     assert ("pragma_load_each_use = 'W'" in ir) == each, ir
     assert ("load volatile" in tc.build(s, args).get_source("llvm")) == each
-    c, want = _run(s, args, "wt")
+    c, want = _run(s, args, layout)
     np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
     if each:
         s = apply_rules(args, Knobs({"skinny.w_each_use": False}), info)
         assert "load_each_use" not in str(tc.lower(s, args))
-        c, want = _run(s, args, "wt")
+        c, want = _run(s, args, layout)
         np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
     arm = tc.Target("llvm -mtriple=aarch64-linux-gnu").machine
     assert not arm.memory_operands
