@@ -114,8 +114,8 @@ class CpuModel:
     fma_ports: int = 2
     #: the rows of a matrix that a loop reading one line of each per step may stream at
     #: once and still have the hardware prefetchers keep up with memory (more rows, and
-    #: each is followed less far ahead): a skinny GEMM's tile that leaves W's prefetch
-    #: to the hardware reads at most this many rows of W at a time (8 where unmeasured)
+    #: each is followed less far ahead): a skinny GEMM's tile of 1 to 3 rows of A reads
+    #: at most this many rows of W at a time (8 where unmeasured)
     read_streams: int = 8
     #: the bytes one core reads and writes per cycle in a pass over arrays that stay in
     #: its L2 (a Winograd convolution's transforms, ``nn.winograd.winograd_tile``): 32
