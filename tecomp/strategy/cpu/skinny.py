@@ -40,9 +40,9 @@ streaming its own columns of C, the sums accumulated in vector registers:
   than the ``mb`` FMAs reading one load of it into a register: a renamed vector register
   fewer per vector of W in flight, so the core holds more lines of W on their way (4
   rows, 1 thread, Zen 4, under load: 6.7 ms against 7.8, 2 rows 6.7 against 7.2, 8 rows
-  11.3 against 12.1; in C models of the 4 x 6 tile 85% of the read stream against 73%
-  with W's vectors held in registers, whether A's 4 rows were read from L2 or one row
-  from L1); where the rows are a
+  11.3 against 12.1; in C models of the 4 x 6 tile 81-90% of the read stream against
+  68-81% with W's vectors held in registers, benchmarks/skinny_ceiling.py); where the
+  rows are a
   multiple of the lanes (16 with AVX-512), the vectors run along A's rows instead, W's
   elements broadcast (``SkinnyPlan.rows_in_lanes``, :func:`_schedule_rows_in_lanes`; by
   default where the FMAs take a broadcast operand: AVX-512, the machine model's
