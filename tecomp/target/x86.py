@@ -157,8 +157,8 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   take the block with the fewest loads per FMA (6 x 64 at 2048^3)
 #:   (benchmarks/DECISIONS.md, "GEMM: the register block with the fewest loads per FMA");
 #: * ``read_streams``: the rows of W a skinny GEMM's tile streams at once with 1 to 3
-#:   rows of A (measured while the hardware prefetchers alone fetched them, before those
-#:   tiles also prefetched W into L2 in session 20): on Zen 5, 1 thread, under
+#:   rows of A (measured while the hardware prefetchers alone fetched them, without
+#:   the tiles' own prefetch of W into L2): on Zen 5, 1 thread, under
 #:   load, a GEMV of 11008 x 4096 read W at 97-102% of the read stream 2-4 rows at a time
 #:   against 88-89% at 6-8, 2 rows of A at 80-91% 4 rows at a time against 72-79% at 2 or
 #:   8 (the same in a C model of the kernel: ``benchmarks/skinny_ceiling.py``,

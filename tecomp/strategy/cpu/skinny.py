@@ -30,9 +30,9 @@ streaming its own columns of C, the sums accumulated in vector registers:
   each of its rows of W :data:`L2_PREFETCH_BYTES` ahead (a block of four
   such distances or more) or of the next tile's rows (``SkinnyPlan.stream``,
   ``stream_level``; into L1 the prefetches held the loads up: 4 rows, 1 thread, Zen 4,
-  under load, 48-53% of the read stream against 71-78%; below 4 rows, where the
-  hardware prefetchers were left to fetch W alone until session 20, 1 thread, Zen 4,
-  under load: 1 row 5.6 ms against 6.7, 94% of the read stream against 79%, 2 rows
+  under load, 48-53% of the read stream against 71-78%; below 4 rows too, against the
+  hardware prefetchers alone, 1 thread, Zen 4, under load: 1 row 5.6 ms against 6.7,
+  94% of the read stream against 79%, 2 rows
   5.9 against 6.6, 3 rows 6.4 against 7.0; 2 threads: 1 row 5.8 against 6.5); from 2
   rows on, where the
   machine model's FMAs take a memory operand (``memory_operands``: x86), each FMA loads
@@ -192,7 +192,7 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
     if w_kfirst:
         kb = min(K, _rows_block(nb * info.lanes, info))
     elif M < A_IN_L2_MIN_ROWS and 4 * M * K <= info.l1_bytes:
-        kb = K  # rows of W that the hardware prefetches: read whole, A kept in L1
+        kb = K  # few rows of A: the rows of W read whole, A kept in L1
     elif 4 * M * K <= info.l2_bytes // 4:
         kb = K  # rows of W streamed into L2 ahead of the tile (stream "rows"): read
         #         whole, A re-read from L2
