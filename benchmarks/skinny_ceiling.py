@@ -16,6 +16,11 @@ schedule for ``A @ W^T``):
 * ``M=2``, and ``M=4`` with each row prefetched ``prefetcht0`` 1, 2 and 4 KiB ahead,
   ``prefetchnta`` 1 KiB, ``prefetcht1`` (into L2) 2, 4 and 8 KiB, ``prefetcht2`` 4 KiB;
   tiles of 8 rows of W (with and without a prefetch) and of 3;
+* ``M=4, prefetcht1 2 KiB`` with W's vectors held in registers (each loaded once, the 4
+  FMAs reading the register: what LLVM made of tecomp's kernel before ``pragma
+  load_each_use``; gcc otherwise has each FMA load W, its memory operand), and with A's 4
+  rows all one row (one load of A a step, from L1; not a GEMM of 4 rows), with and
+  without W in registers (benchmarks/history/2026-12-01.md, session 20);
 * tecomp's ``auto_schedule`` of the plain-TE ``A @ W^T`` with 1, 2 and 4 rows, and the
   read stream (a plain-TE row sum of W, the share's 100%); ``--knobs JSON`` (repeatable)
   adds tecomp's 4-row kernel with those knob values (the rest as ``auto_schedule``
@@ -78,7 +83,8 @@ _KERN = r"""
 #define LD(p) _mm512_loadu_ps(p)
 #define NT(p) _mm512_castsi512_ps(_mm512_stream_load_si512((void*)(p)))
 #define KERN(NAME, M, NB, FREE, PF, LOAD) KERNH(NAME, M, NB, FREE, PF, LOAD, _MM_HINT_T0)
-#define KERNH(NAME, M, NB, FREE, PF, LOAD, HINT)                                       \
+#define KERNH(NAME, M, NB, FREE, PF, LOAD, HINT) KERNX(NAME, M, NB, FREE, PF, LOAD, HINT, 0, K)
+#define KERNX(NAME, M, NB, FREE, PF, LOAD, HINT, WREG, ASTR)                           \
 static void NAME(const float* A, const float* W, float* C, long N, long K, long j0, long j1) { \
   for (long j = j0; j < j1; j += NB) {                                                 \
     __m512 acc[M][NB], idle[FREE + 1][NB], half = _mm512_set1_ps(0.5f);                \
@@ -89,9 +95,10 @@ static void NAME(const float* A, const float* W, float* C, long N, long K, long 
       for (int b = 0; b < NB; b++) {                                                   \
         if (PF) _mm_prefetch((const char*)(W + (j + b) * K + k) + PF, HINT);           \
         w[b] = LOAD(W + (j + b) * K + k);                                              \
+        if (WREG) __asm__("" : "+v"(w[b]));                                            \
       }                                                                                \
       for (int i = 0; i < M; i++) {                                                    \
-        __m512 a = _mm512_loadu_ps(A + i * K + k);                                     \
+        __m512 a = _mm512_loadu_ps(A + i * (ASTR) + k);                                \
         for (int b = 0; b < NB; b++) acc[i][b] = _mm512_fmadd_ps(a, w[b], acc[i][b]);  \
       }                                                                                \
       for (int e = 0; e < FREE; e++) {                                                 \
@@ -108,6 +115,8 @@ static void NAME(const float* A, const float* W, float* C, long N, long K, long 
 }
 #define WHOLE(NAME, M, FREE, PF) WHOLEH(NAME, M, 6, FREE, PF, _MM_HINT_T0)
 #define WHOLEH(NAME, M, NB, FREE, PF, HINT) KERNH(NAME##_tiles, M, NB, FREE, PF, LD, HINT) \
+void NAME(const float* A, const float* W, float* C, long N, long K) { NAME##_tiles(A, W, C, N, K, 0, N); }
+#define WHOLEX(NAME, M, NB, PF, HINT, WREG, ASTR) KERNX(NAME##_tiles, M, NB, 0, PF, LD, HINT, WREG, ASTR) \
 void NAME(const float* A, const float* W, float* C, long N, long K) { NAME##_tiles(A, W, C, N, K, 0, N); }
 """
 _C = _KERN + r"""
@@ -127,6 +136,9 @@ WHOLEH(m4x8_t1_4k, 4, 8, 0, 4096, _MM_HINT_T1)
 WHOLEH(m4x8, 4, 8, 0, 0, _MM_HINT_T0)
 WHOLEH(m4x8_pf1k, 4, 8, 0, 1024, _MM_HINT_T0)
 WHOLEH(m4x3, 4, 3, 0, 0, _MM_HINT_T0)
+WHOLEX(m4_t1_2k_wreg, 4, 6, 2048, _MM_HINT_T1, 1, K)
+WHOLEX(m4_t1_2k_a1, 4, 6, 2048, _MM_HINT_T1, 0, 0)
+WHOLEX(m4_t1_2k_wreg_a1, 4, 6, 2048, _MM_HINT_T1, 1, 0)
 """
 
 _KERNELS = [("GEMV", "gemv", 1), ("GEMV + 3 FMAs not on W", "gemv_free3", 1),
@@ -141,7 +153,10 @@ _KERNELS = [("GEMV", "gemv", 1), ("GEMV + 3 FMAs not on W", "gemv_free3", 1),
             ("M=4, prefetcht0 4 KiB ahead", "m4_t0_4k", 4),
             ("M=4, 4 x 8, prefetcht1 4 KiB", "m4x8_t1_4k", 4),
             ("M=4, 4 x 8 tile", "m4x8", 4), ("M=4, 4 x 8, prefetcht0 1 KiB", "m4x8_pf1k", 4),
-            ("M=4, 4 x 3 tile", "m4x3", 4)]
+            ("M=4, 4 x 3 tile", "m4x3", 4),
+            ("M=4, prefetcht1 2 KiB, W in registers", "m4_t1_2k_wreg", 4),
+            ("M=4, prefetcht1 2 KiB, A one row (L1)", "m4_t1_2k_a1", 4),
+            ("M=4, t1 2 KiB, W in regs, A one row", "m4_t1_2k_wreg_a1", 4)]
 
 
 # 16 rows: TILE(NAME, MB, NB, LOADA): the register tile alone, everything in L1 (A and W
@@ -640,7 +655,9 @@ def main() -> None:
             call = (lambda fn=fn, c=c: fn(a.ctypes.data_as(P), w.ctypes.data_as(P),
                                           c.ctypes.data_as(P), N, K))
             call()
-            np.testing.assert_allclose(c, want[:M], rtol=1e-3, atol=1e-2)
+            # (A one row: the 4 rows of C are its row's)
+            ref = np.repeat(want[:1], 4, 0) if name.endswith("_a1") else want[:M]
+            np.testing.assert_allclose(c, ref, rtol=1e-3, atol=1e-2)
             fns[f"C {label}"] = call
         t = interleaved_turns(fns, args.rounds, clock=time.process_time)
     stream = w.nbytes / t["read stream: tecomp row sum"] / 1e9

@@ -292,14 +292,13 @@ def test_tiles_fit_the_machine_models_registers(lanes, vregs):
 
 @pytest.mark.parametrize("streams", [1, 3])
 def test_few_rows_read_at_most_read_streams_rows_of_w(streams):
-    """Below STREAM_PREFETCH_MIN_ROWS rows of A (tiles that leave W's prefetch to the
-    hardware) a tile of ``A @ W^T`` reads at most the machine model's ``read_streams``
-    rows of W at a time, each whole where A fits in L1, and gives numpy's results; from
-    there on (the tiles prefetch W) the tile and the blocks do not depend on it; ``A @
-    W`` neither."""
+    """Below A_IN_L2_MIN_ROWS rows of A a tile of ``A @ W^T`` reads at most the machine
+    model's ``read_streams`` rows of W at a time, each whole where A fits in L1, and
+    gives numpy's results; from there on the tile and the blocks do not depend on it;
+    ``A @ W`` neither."""
     import dataclasses
 
-    from tecomp.strategy.cpu.skinny import STREAM_PREFETCH_MIN_ROWS
+    from tecomp.strategy.cpu.skinny import A_IN_L2_MIN_ROWS
 
     base = cpu_model()
     info = dataclasses.replace(base, read_streams=streams)
@@ -309,7 +308,7 @@ def test_few_rows_read_at_most_read_streams_rows_of_w(streams):
         for layout in ("wt", "w"):
             op = _plain(M, 11008, K, layout)[2].op
             plan, plan8 = skinny_plan(op, info), skinny_plan(op, wide)
-            if layout == "wt" and M < STREAM_PREFETCH_MIN_ROWS:
+            if layout == "wt" and M < A_IN_L2_MIN_ROWS:
                 assert plan.nb == min(streams, plan8.nb), (M, plan)
                 assert plan.kb == (K if M <= 2 else plan8.kb), (M, plan)
             else:
@@ -355,12 +354,9 @@ ODD_DEFAULT = {(3, 1), (5, 2), (13, 1)}
 def test_odd_rows_stream_prefetch_and_threads(M, threads):
     """``A @ W^T`` with odd M, N and K (tails of the row block, of the tile of W's rows
     and of the vectors along K), scheduled for 1 and 2 threads: numpy's results, no copy
-    of W; from STREAM_PREFETCH_MIN_ROWS rows on each step prefetches W (one prefetch per
-    row of the tile, the rows unrolled), below it none, and with the ``skinny.stream``
-    knob off neither."""
+    of W; each step prefetches W into L2 (one prefetch per row of the tile, the rows
+    unrolled), from 1 row on, and with the ``skinny.stream`` knob off none."""
     import dataclasses
-
-    from tecomp.strategy.cpu.skinny import STREAM_PREFETCH_MIN_ROWS
 
     if not LONG and (M, threads) not in ODD_DEFAULT:
         pytest.skip("the full matrix: set TECOMP_LONG_TESTS=1")
@@ -371,18 +367,17 @@ def test_odd_rows_stream_prefetch_and_threads(M, threads):
     args = _plain(M, 71, 2100 if M <= 7 else 301, "wt")
     knobs = Knobs()
     s = apply_rules(args, knobs, info)
-    want_stream = "off" if M < STREAM_PREFETCH_MIN_ROWS else knobs.values["skinny.stream"]
-    assert knobs.values["skinny.stream"] == want_stream != ("off" if M >= 4 else "-")
-    if (LONG or M == 5) and info.lanes == 16:     # (kb from a 32-48 KiB L1)
-        assert want_stream == ("off" if M < 4 else "rows" if M <= 7 else "tile")
+    assert knobs.values["skinny.stream"] != "off"
+    if (LONG or M in (3, 5)) and info.lanes == 16:     # (kb from a 32-48 KiB L1)
+        assert knobs.values["skinny.stream"] == ("rows" if M <= 7 else "tile")
     ir = _no_copy_of(s, args, args[1])
     assert ("parallel (" in ir) == (threads > 1)
     steps = [ln for ln in _prefetches_of(ir) if "pf1" not in ln]
-    assert bool(steps) == (M >= STREAM_PREFETCH_MIN_ROWS), ir
+    assert steps, ir
     assert all(ln.startswith("prefetch (L2) W[") for ln in steps), steps
     c, want = _run(s, args, "wt")
     np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
-    if M >= STREAM_PREFETCH_MIN_ROWS and (LONG or M == 5):
+    if LONG or M in (3, 5):
         s = apply_rules(args, Knobs({"skinny.stream": "off"}), info)
         ir = str(tc.lower(s, args))
         assert not [ln for ln in _prefetches_of(ir) if "pf1" not in ln]
@@ -458,3 +453,61 @@ def test_rows_in_lanes(M, lanes):
         np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
     s = apply_rules(args, Knobs({"skinny.rows_in_lanes": False}), info)
     assert "C.rf" in str(tc.lower(s, args))
+
+
+EACH = [(m, lay) for lay in ("wt", "w") for m in range(1, SKINNY_MAX_ROWS + 1)]
+EACH_DEFAULT = {(1, "wt"), (2, "wt"), (7, "wt"), (16, "wt"), (3, "w"), (8, "w")}
+
+
+@pytest.mark.parametrize("M, layout", EACH, ids=[f"M{m}-{lay}" for m, lay in EACH])
+def test_each_fma_loads_its_vector_of_w(M, layout):
+    """``A @ W^T`` and ``A @ W`` with odd N and K where the machine model's FMAs take a
+    memory operand (x86: ``memory_operands``): a tile of 2 rows of A or more reads W at
+    each FMA (``pragma load_each_use`` on W at the step loop; LLVM's loads of W's
+    vectors volatile, none merged), one row once per vector as before; numpy's results,
+    no copy of W; with the knob ``skinny.w_each_use`` off, or for an AArch64 model, no
+    such pragma."""
+    import dataclasses
+
+    if not LONG and (M, layout) not in EACH_DEFAULT:
+        pytest.skip("the full matrix: set TECOMP_LONG_TESTS=1")
+    info = dataclasses.replace(cpu_model(), memory_operands=True)
+    args = _plain(M, 37, 203, layout)
+    knobs = Knobs()
+    s = apply_rules(args, knobs, info)
+    lanes = knobs.values.get("skinny.rows_in_lanes", False)
+    # (vectors along A's rows, W's elements broadcast: no such choice)
+    assert ("skinny.w_each_use" in knobs.values) is not lanes
+    each = (not lanes and knobs.values["skinny.w_each_use"]
+            and knobs.values["skinny.rows"] > 1)
+    ir = _no_copy_of(s, args, args[1])
+    assert ("pragma_load_each_use = 'W'" in ir) == each, ir
+    assert ("load volatile" in tc.build(s, args).get_source("llvm")) == each
+    c, want = _run(s, args, layout)
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+    if each:
+        s = apply_rules(args, Knobs({"skinny.w_each_use": False}), info)
+        assert "load_each_use" not in str(tc.lower(s, args))
+        c, want = _run(s, args, layout)
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+    arm = tc.Target("llvm -mtriple=aarch64-linux-gnu").machine
+    assert not arm.memory_operands
+    assert "load_each_use" not in str(tc.lower(apply_rules(args, Knobs(), arm), args))
+
+
+def test_each_fma_of_four_rows_reads_w_from_memory():
+    """For an x86 CPU (``-mcpu=znver4``, compiled only), the 4 x 6 tile's FMAs each take
+    their vector of W as a memory operand (``vfmadd231ps`` from memory, 24 a step),
+    rather than 6 loads into registers that 4 FMAs each read (a vector register fewer
+    per FMA in flight; 1 thread, Zen 4, under load: 6.7 ms against 7.8); with the knob
+    off, no FMA reads memory."""
+    target = "llvm -mcpu=znver4"
+    info = tc.Target(target).machine
+    assert info.memory_operands and info.lanes == 16
+    args = _plain(4, 48, 1024, "wt")
+    counts = []
+    for knobs in (Knobs(), Knobs({"skinny.w_each_use": False})):
+        s = apply_rules(args, knobs, info)
+        asm = tc.build(s, args, target=target).get_source("asm")
+        counts.append(len(re.findall(r"vfmadd\d+ps\s+-?\d*\(", asm)))
+    assert counts[0] >= 24 and counts[1] == 0, counts

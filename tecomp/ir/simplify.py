@@ -1631,7 +1631,8 @@ def _decide_bounds(t, lo, hi):
 #: loop is removed for having one iteration (a pragma on a loop's own behaviour, such as
 #: ``unroll_count``, goes with it)
 NEST_PRAGMAS = frozenset({"pragma_fp_contract", "pragma_fp_reciprocal",
-                          "pragma_nontemporal", "pragma_masked_wide_loads"})
+                          "pragma_nontemporal", "pragma_masked_wide_loads",
+                          "pragma_load_each_use"})
 
 
 def _holding(c: Expr, body: Stmt, truth: bool):

@@ -354,6 +354,10 @@ class Stage(TracedStage):
         not a gather (docs/schedule.md); ``zero_terms``, on any loop of a convolution's
         stage, computes the products on its zero padding that its sum leaves out
         (``tecomp.te.reduce.ZERO_WHERE``: the tap loops keep constant bounds);
+        ``load_each_use`` (the value: the name of a tensor the stage reads) has the LLVM
+        backend load each use of that tensor's whole vectors in the nest on its own
+        rather than once into a register, so that each may be the memory operand of the
+        instruction that uses it (an x86 FMA; the machine model's ``memory_operands``);
         ``min_blocks_per_sm`` (an int from 1 to
         :data:`MAX_MIN_BLOCKS_PER_SM`), on a loop outside a CUDA kernel's thread loops,
         asks ptxas to fit the kernel's registers to that many resident blocks per SM
@@ -385,6 +389,14 @@ class Stage(TracedStage):
                 f"pragma {name} on stage {display(self.name)}, axis {display(iv.name)}: the "
                 f"pragma takes no value (set, it is on; to keep it off, do not set it), got "
                 f"{value!r:.60}; write s[T].pragma(axis, {name!r})")
+        if name == "load_each_use":
+            read = sorted({t.name for t in self.op.input_tensors})
+            if not isinstance(value, str) or value not in read:
+                raise ScheduleError(
+                    f"pragma load_each_use on stage {display(self.name)}, axis "
+                    f"{display(iv.name)}: the value is the name of a tensor the stage reads "
+                    f"(here {', '.join(map(repr, read)) or 'none'}), whose vectors the nest "
+                    f"then loads at each use; got {value!r:.60}")
         if name == "causal_tiles":
             raise ScheduleError(
                 f"pragma causal_tiles on stage {display(self.name)}, axis {display(iv.name)}: "

@@ -339,7 +339,7 @@ class Target:
             lanes, vregs, self.threads, self.l1_bytes, self.l2_bytes, self.l3_bytes,
             masks="avx512f" in self.features,
             fma_lanes=min(lanes, fma_bits // 32) if fma_bits else lanes,
-            target=str(self), **costs)
+            memory_operands=ISAS[self._isa].MEMORY_OPERANDS, target=str(self), **costs)
 
     @property
     def isa(self) -> str:

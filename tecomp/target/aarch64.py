@@ -44,6 +44,9 @@ CROSS_COMPILERS = ("aarch64-linux-gnu-gcc",)
 CROSS_CC_VARIABLE = "TECOMP_CC_AARCH64"
 #: the ``-mcpu`` of a target that names none
 DEFAULT_CPU = "generic"
+#: a load/store instruction set: arithmetic reads registers only
+#: (``CpuModel.memory_operands``)
+MEMORY_OPERANDS = False
 
 _V8 = frozenset({"neon", "fp-armv8"})
 _V82 = _V8 | {"fullfp16", "dotprod", "rcpc", "lse"}

@@ -71,6 +71,8 @@ class CpuModel:
     stream_bytes : int, optional
         Bytes one core reads and writes per cycle in a pass over arrays that stay in its
         L2 cache.
+    memory_operands : bool, optional
+        Whether an arithmetic instruction may read one of its operands from memory (x86).
     target : str, optional
         The target (its string) these facts are from.
     """
@@ -112,13 +114,19 @@ class CpuModel:
     fma_ports: int = 2
     #: the rows of a matrix that a loop reading one line of each per step may stream at
     #: once and still have the hardware prefetchers keep up with memory (more rows, and
-    #: each is followed less far ahead): a skinny GEMM's tile that leaves W's prefetch
-    #: to the hardware reads at most this many rows of W at a time (8 where unmeasured)
+    #: each is followed less far ahead): a skinny GEMM's tile of 1 to 3 rows of A reads
+    #: at most this many rows of W at a time (8 where unmeasured)
     read_streams: int = 8
     #: the bytes one core reads and writes per cycle in a pass over arrays that stay in
     #: its L2 (a Winograd convolution's transforms, ``nn.winograd.winograd_tile``): 32
     #: where unmeasured (half a 64-byte line each way)
     stream_bytes: int = 32
+    #: whether an arithmetic instruction may read one of its operands straight from
+    #: memory (x86: an FMA's memory operand; not AArch64, whose arithmetic reads
+    #: registers only): a vector that several FMAs read may then be loaded by each of
+    #: them rather than once into a register of its own (``pragma load_each_use``, the
+    #: skinny GEMM's rows of W: ``strategy.cpu.skinny``)
+    memory_operands: bool = False
     target: str = "llvm"   # the tc.Target (its string) these facts are from
 
     def __post_init__(self):

@@ -20,6 +20,9 @@ CROSS_COMPILERS = ("x86_64-linux-gnu-gcc",)
 CROSS_CC_VARIABLE = "TECOMP_CC_X86_64"
 #: the ``-mcpu`` of a target that names none
 DEFAULT_CPU = "x86-64"
+#: an arithmetic instruction may read one operand from memory (an FMA's ``m512``
+#: operand): ``CpuModel.memory_operands``
+MEMORY_OPERANDS = True
 
 # x86 feature sets by vector ISA: the features tecomp's code generator asks about, where
 # LLVM cannot be asked for a CPU's (Target.features asks LLVM wherever it is there)
@@ -153,8 +156,9 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   picks are the same from 0.3 to 0.5 over 120 shapes): GEMMs of 128 columns or more
 #:   take the block with the fewest loads per FMA (6 x 64 at 2048^3)
 #:   (benchmarks/DECISIONS.md, "GEMM: the register block with the fewest loads per FMA");
-#: * ``read_streams``: the rows of W a skinny GEMM's tile streams at once where the
-#:   hardware prefetchers alone fetch them (1 to 3 rows of A): on Zen 5, 1 thread, under
+#: * ``read_streams``: the rows of W a skinny GEMM's tile streams at once with 1 to 3
+#:   rows of A (measured while the hardware prefetchers alone fetched them, without
+#:   the tiles' own prefetch of W into L2): on Zen 5, 1 thread, under
 #:   load, a GEMV of 11008 x 4096 read W at 97-102% of the read stream 2-4 rows at a time
 #:   against 88-89% at 6-8, 2 rows of A at 80-91% 4 rows at a time against 72-79% at 2 or
 #:   8 (the same in a C model of the kernel: ``benchmarks/skinny_ceiling.py``,

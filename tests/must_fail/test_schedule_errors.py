@@ -1829,3 +1829,19 @@ def test_flag_pragma_given_a_value(name, value):
         s[C].pragma(C.op.axis[0], name, value)
     s[C].pragma(C.op.axis[0], name)          # no value, or True: on
     s[C].pragma(C.op.axis[1], name, True)
+
+
+@pytest.mark.parametrize("value", [None, "X", 3, True])
+def test_load_each_use_names_a_tensor_the_stage_reads(value):
+    """``pragma load_each_use`` takes the name of a tensor the stage reads (whose vectors
+    each use in the nest then loads itself): no value, another tensor's name or a
+    non-string is a ScheduleError that lists the names it may take."""
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=rf"pragma load_each_use on stage C, axis i: the "
+                                               rf"value is the name of a tensor the stage reads "
+                                               rf"\(here 'A', 'B'\), whose vectors the nest then "
+                                               rf"loads at each use; got {value!r}"):
+        s[C].pragma(C.op.axis[0], "load_each_use", value)
+    s[C].pragma(C.op.axis[0], "load_each_use", "B")      # B's loads in the nest: each kept
+    assert "pragma_load_each_use = 'B'" in str(tc.lower(s, [A, B, C]))

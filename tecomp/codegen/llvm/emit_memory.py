@@ -27,7 +27,7 @@ from ...ir.stmt import (
 from ...lower.vectorize import node_text
 from .abi import ERR_BOUNDS, ERR_MALLOC
 from .threadpool import WS_ALLOC, WS_FREE
-from .intrinsics import _bf16_to_f32, _f32_to_bf16
+from .intrinsics import _VolatileLoad, _bf16_to_f32, _f32_to_bf16
 from .values import (
     _F16, _F32, _I1, _I8, _I32, _I64, _IR_SIZE, _MEM, _PTR, _REG, _SIZE, Val, _Buf, _is_const,
     _join_pieces, _piece, _poison, _sanitize, _splat, _with_lanes,
@@ -485,7 +485,7 @@ class _MemoryEmitter:
         elif off.v is None and off.step == 1:
             p = self._elem_ptr(bi, off.s, self.mask is None)
             if self.mask is None:
-                x = self._tag(b.load(p, typ=vty, align=align), bi)
+                x = self._tag(self._vector_load(p, vty, align, bi), bi)
             else:
                 x = self.masked_load(p, vty, align, self.mask, bi)
         elif (off.v is None and self.mask is None
@@ -513,6 +513,18 @@ class _MemoryEmitter:
             m = self.mask if self.mask is not None else self.all_true()
             x = self._tag(b.call(f, [ptrs, ir.Constant(_I32, align), m, _splat(vty, 0)]), bi)
         return Val(v=self.from_mem(x, dtype))
+
+    def _vector_load(self, p, vty, align: int, bi: _Buf):
+        """A plain vector load of ``vty`` at ``p``: volatile where the nest loads each use
+        of ``bi``'s vectors on its own (``pragma load_each_use``), so that LLVM neither
+        merges it with another load of the same vector nor keeps it in a register, and
+        folds it into the instruction that uses it where the target can."""
+        if bi.buffer.name not in self.mb.load_each_use:
+            return self.b.load(p, typ=vty, align=align)
+        ld = _VolatileLoad(self.b.block, p, typ=vty)
+        ld.align = align
+        self.b._insert(ld)
+        return ld
 
     def wide_load(self, bi, off, memty, align, width: int, step: int):
         """The lanes ``base + i*step`` as one ``llvm.masked.load`` of ``width`` contiguous

@@ -378,6 +378,17 @@ class _FnEmitter(_MemoryEmitter, _ControlEmitter, _ExprEmitter, _MathEmitter,
             finally:
                 self.mb.masked_wide_loads = False
             return
+        if s.key == "pragma_load_each_use" and isinstance(s.value, str):
+            # a schedule's word that each use of this buffer's vectors in the nest loads
+            # it on its own (an FMA's memory operand: a stream read by several FMAs,
+            # strategy.cpu.skinny), not once into a register
+            old = self.mb.load_each_use
+            self.mb.load_each_use = old | {s.value}
+            try:
+                self.stmt(s.body)
+            finally:
+                self.mb.load_each_use = old
+            return
         flag = _FLAG_PRAGMAS.get(s.key)
         if flag is not None and not getattr(self.mb, flag[0]):
             # a schedule's opt-in to fast-math flags in the nest: s[T].pragma(axis,

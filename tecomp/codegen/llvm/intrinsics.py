@@ -4,7 +4,8 @@ lacks, and what a tensor intrinsic's ``llvm`` function gets.
 * :func:`_mangle`: the type suffix of an overloaded intrinsic's name (``llvm.fabs.v8f32``,
   used by ``_ModuleBuilder.intrinsic``); :func:`_fabs_decl` declares ``llvm.fabs`` in a
   builder's module.
-* :class:`_Freeze`: the ``freeze`` instruction, which llvmlite lacks.
+* :class:`_Freeze`: the ``freeze`` instruction, which llvmlite lacks;
+* :class:`_VolatileLoad`: ``load volatile``, which it lacks too.
 * float16 and bfloat16 conversions in plain integer and float instructions (no libcall,
   no bfloat16 instruction needed): :func:`_bf16_to_f32`, :func:`_f32_to_bf16`,
   :func:`_f64_to_f16`.
@@ -70,6 +71,17 @@ class _Freeze(ir.Instruction):
     def descr(self, buf):
         v, = self.operands
         buf.append(f"freeze {v.type} {v.get_reference()}\n")
+
+
+class _VolatileLoad(ir.LoadInstr):
+    """``load volatile``, which llvmlite's load lacks: LLVM keeps every such load (none
+    merged with another of the same address, none hoisted) and may still fold it into
+    the x86 instruction that uses it."""
+
+    def descr(self, buf):
+        text = []
+        super().descr(text)
+        buf.append("".join(text).replace("load ", "load volatile ", 1))
 
 
 def _bf16_to_f32(b: ir.IRBuilder, x):

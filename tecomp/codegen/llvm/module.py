@@ -109,6 +109,11 @@ class _ModuleBuilder:
         #: in a nest under ``pragma masked_wide_loads``: a strided load under a lane mask
         #: is a wide masked load and a shuffle, not a gather (_MemoryEmitter.load)
         self.masked_wide_loads = False
+        #: the buffers (by name) whose whole-vector loads in the nest being emitted are
+        #: each kept for its one use (``pragma load_each_use``: volatile, which LLVM
+        #: neither merges nor hoists but still folds into an x86 instruction's memory
+        #: operand; _FnEmitter.s_attr, _MemoryEmitter.load)
+        self.load_each_use: frozenset = frozenset()
         #: the schedule vectorized some loop: scalar float min/max may be the target's own
         #: instruction (_FnEmitter._minmax), which LLVM's loop vectorizer cannot widen
         self.has_vectorized_loop = _has_vectorized_loop(func.body)

@@ -14,31 +14,45 @@ streaming its own columns of C, the sums accumulated in vector registers:
   re-read from there by every tile of the thread task's rows of W, the accumulators
   kept in the task's buffer between blocks; with whole rows of A re-read from L2
   instead, 16 rows ran 1.3x slower, 1 thread on the Xeon, under load); below
-  :data:`STREAM_PREFETCH_MIN_ROWS` rows, where the hardware prefetchers alone fetch W,
-  a tile reads at most the machine model's ``read_streams`` rows of W at a time, each
+  :data:`A_IN_L2_MIN_ROWS` rows, a tile reads at most the machine model's
+  ``read_streams`` rows of W at a time, each
   whole where all of A fits in L1 (each block of a row is a stream they pick up again;
   2 rows x 4096 columns, Zen 5, 1 thread, under load: 4 rows of W at a time, whole,
   83-91% of the read stream; in blocks of 2048 columns 80-87%; 8 rows 76%, 2 rows 72%);
-  from :data:`STREAM_PREFETCH_MIN_ROWS` rows on, where A fits in a quarter of L2, the
+  from :data:`A_IN_L2_MIN_ROWS` rows on, where A fits in a quarter of L2, the
   rows of W are read whole, A re-read from L2, and prefetched as they go (below; 1
   thread, Zen 4, under load: 8 rows 12.3 ms against 17.4 in blocks of 512 columns, 12
   rows 15.4 against 20.8); from :data:`PREFETCH_MIN_ROWS` rows on, A is read from a copy whose rows lie in
   different cache sets (``storage_align``; rows 16 KiB apart shared one set with the
   tile's rows of W) and, where A does not fit, each tile prefetches its rows of W in
   the next block (a task's rows are each read a block at a time: too many streams for
-  the hardware prefetchers); from
-  :data:`STREAM_PREFETCH_MIN_ROWS` rows on, each step of a tile also prefetches into L2
-  one line of each of its rows of W :data:`L2_PREFETCH_BYTES` ahead (a block of four
+  the hardware prefetchers); each step of a tile also prefetches into L2 one line of
+  each of its rows of W :data:`L2_PREFETCH_BYTES` ahead (a block of four
   such distances or more) or of the next tile's rows (``SkinnyPlan.stream``,
   ``stream_level``; into L1 the prefetches held the loads up: 4 rows, 1 thread, Zen 4,
-  under load, 48-53% of the read stream against 71-78%); where the rows are a
+  under load, 48-53% of the read stream against 71-78%; below 4 rows too, against the
+  hardware prefetchers alone, 1 thread, Zen 4, under load: 1 row 5.6 ms against 6.7,
+  94% of the read stream against 79%, 2 rows
+  5.9 against 6.6, 3 rows 6.4 against 7.0; 2 threads: 1 row 5.8 against 6.5); from 2
+  rows on, where the
+  machine model's FMAs take a memory operand (``memory_operands``: x86), each FMA loads
+  its vector of W itself (``pragma load_each_use``, ``SkinnyPlan.w_each_use``) rather
+  than the ``mb`` FMAs reading one load of it into a register: a renamed vector register
+  fewer per vector of W in flight, so the core holds more lines of W on their way (4
+  rows, 1 thread, Zen 4, under load: 6.7 ms against 7.8, 2 rows 6.7 against 7.2, 8 rows
+  11.3 against 12.1; in C models of the 4 x 6 tile 81-90% of the read stream against
+  68-81% with W's vectors held in registers, benchmarks/skinny_ceiling.py); where the
+  rows are a
   multiple of the lanes (16 with AVX-512), the vectors run along A's rows instead, W's
   elements broadcast (``SkinnyPlan.rows_in_lanes``, :func:`_schedule_rows_in_lanes`; by
   default where the FMAs take a broadcast operand: AVX-512, the machine model's
   ``masks``);
 * ``W[k, j]``: vectors along ``j``, a register block of ``mb`` rows by ``nv`` vectors,
   ``A[i, k]`` broadcast (``nv`` vector loads of one row of W and ``mb`` broadcasts per
-  ``mb * nv`` FMAs), accumulated in registers over a block of ``kb`` rows of W and
+  ``mb * nv`` FMAs; from 2 rows on, where the machine model's ``memory_operands``, each
+  FMA loads its vector of W itself, as above: 1 thread, Zen 4, under load, 8 rows 11.4
+  ms against 17.0, 16 rows 19.0 against 22.9, 2 and 4 rows 1.02-1.07x), accumulated in
+  registers over a block of ``kb`` rows of W and
   added into C after each: a task's tiles go across the same ``kb`` rows one after the
   other, each reading a strip of them (``kb`` rows by the tile's columns) a strip
   further on than the one before, whose lines the prefetchers have brought into L2: a
@@ -61,7 +75,7 @@ The auto-scheduler (:func:`tecomp.strategy.apply_rules`) gives every such GEMM t
 schedule, whether written in plain TE or with ``tecomp.nn``, its decisions as knobs
 (``skinny``, ``skinny.rows``, ``skinny.cols``, ``skinny.kblock``, ``skinny.copy_a``,
 ``skinny.prefetch``, ``skinny.stream``, ``skinny.stream_level``, ``skinny.stream_bytes``,
-``skinny.rows_in_lanes``).
+``skinny.rows_in_lanes``, ``skinny.w_each_use``).
 """
 from __future__ import annotations
 
@@ -96,15 +110,19 @@ CACHE_WAY_BYTES = 4096
 #: against 11.4; 4 rows, a block of 1024 columns, 6.8-7.9 against 6.3-7.0: slower)
 PREFETCH_MIN_ROWS = 8
 
-#: ``W[j, k]``: from this many rows on (4 FMAs or more per line of W), the tiles prefetch
-#: W as they stream it (``SkinnyPlan.stream``): the FMAs held up by lines still on their
-#: way fill the core's window, and the hardware prefetchers alone fall behind (2 rows:
-#: no change; 1 row: slower in a C model of the kernel).  Into L2 (``prefetcht1``) 2 KiB
-#: ahead, not into L1: in C models of the 4 x 6 tile (benchmarks/skinny_ceiling.py, 1
-#: thread, Zen 4, under load) 82-87% of the read stream against 73-76% without a
-#: prefetch and 64-67% with ``prefetcht0`` 1 KiB ahead; ``prefetcht1`` 4 KiB 81-82%,
-#: 8 KiB 76%; tecomp's kernel 71-78% against 48-53% into L1)
-STREAM_PREFETCH_MIN_ROWS = 4
+#: ``W[j, k]``: below this many rows a tile reads at most the machine model's
+#: ``read_streams`` rows of W, each whole where all of A fits in L1; from it on (4 FMAs
+#: or more per line of W) the rows of W are read whole where A fits in a quarter of L2,
+#: A re-read from L2.  The tiles of any row count prefetch W as they stream it
+#: (``SkinnyPlan.stream``, :func:`_stream_prefetch`): the FMAs held up by lines still
+#: on their way fill the core's window, and the hardware prefetchers alone fall behind.
+#: Into L2 (``prefetcht1``) 2 KiB ahead, not into L1: in C models of the 4 x 6 tile
+#: (benchmarks/skinny_ceiling.py, 1 thread, Zen 4, under load) 82-87% of the read
+#: stream against 73-76% without a prefetch and 64-67% with ``prefetcht0`` 1 KiB ahead;
+#: ``prefetcht1`` 4 KiB 81-82%, 8 KiB 76%; tecomp's kernel 71-78% against 48-53% into L1
+#: (1 and 2 rows, in earlier measurements into L1 on Zen 5: slower or no change; into
+#: L2 on Zen 4: faster, see the module docstring)
+A_IN_L2_MIN_ROWS = 4
 
 #: ``W[j, k]``: the distance, in bytes of each row, that served best prefetching W into
 #: L1 (the knobs ``skinny.stream_level`` 1 and ``skinny.stream_bytes`` 1024; 16 vector
@@ -114,7 +132,7 @@ PREFETCH_BYTES = 1024
 
 #: ``W[j, k]``: how far ahead a tile prefetches its own rows of W into L2
 #: (``SkinnyPlan.stream_level`` 2, the default), in bytes of each row (32 vector steps
-#: of 16 lanes; see :data:`STREAM_PREFETCH_MIN_ROWS`)
+#: of 16 lanes; see :data:`A_IN_L2_MIN_ROWS`)
 L2_PREFETCH_BYTES = 2048
 
 #: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
@@ -146,6 +164,9 @@ class SkinnyPlan:
     #                              chosen (by default where the target has AVX-512)
     stream_level: int = 2  # W[j, k]: the cache level `stream` prefetches into
     stream_bytes: int = L2_PREFETCH_BYTES  # ... and how far ahead ("rows"), in bytes
+    w_each_use: bool = False  # each FMA loads its vector of W itself (its memory
+    #                           operand) where a tile has 2 rows of A or more (by
+    #                           default where the machine model's memory_operands)
 
 
 def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
@@ -170,8 +191,8 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
     mb, nb = skinny_tile(M, N, not w_kfirst, info, batch)
     if w_kfirst:
         kb = min(K, _rows_block(nb * info.lanes, info))
-    elif M < STREAM_PREFETCH_MIN_ROWS and 4 * M * K <= info.l1_bytes:
-        kb = K  # rows of W that the hardware prefetches: read whole, A kept in L1
+    elif M < A_IN_L2_MIN_ROWS and 4 * M * K <= info.l1_bytes:
+        kb = K  # few rows of A: the rows of W read whole, A kept in L1
     elif 4 * M * K <= info.l2_bytes // 4:
         kb = K  # rows of W streamed into L2 ahead of the tile (stream "rows"): read
         #         whole, A re-read from L2
@@ -187,8 +208,9 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
     return SkinnyPlan(M, N, K, not w_kfirst, mb, nb, kb, batch,
                       copy_a=dense and rows_share_sets(K, mb),
                       prefetch=1 if dense and kb < K else 0,
-                      stream=_stream_prefetch(M, kb, w_kfirst, info),
-                      rows_in_lanes=not w_kfirst and M % info.lanes == 0 and batch == 1)
+                      stream=_stream_prefetch(kb, w_kfirst, info),
+                      rows_in_lanes=not w_kfirst and M % info.lanes == 0 and batch == 1,
+                      w_each_use=info.memory_operands)
 
 
 def _rows_block(cols: int, info: CpuModel) -> int:
@@ -203,13 +225,13 @@ def _rows_block(cols: int, info: CpuModel) -> int:
     return max(K_BLOCK, 1 << max(0, rows.bit_length() - 1))
 
 
-def _stream_prefetch(M: int, kb: int, w_kfirst: bool, info: CpuModel) -> str:
-    """``W[j, k]`` with :data:`STREAM_PREFETCH_MIN_ROWS` rows or more: each step of a
-    tile prefetches its own rows :data:`L2_PREFETCH_BYTES` ahead (``"rows"``) where
-    a block of the reduction is long enough for that to run ahead of most of it (four
-    distances or more), else the next tile's rows at the same step (``"tile"``: a block
-    of the tile's rows of A later); ``"off"`` below that or for ``W[k, j]``."""
-    if w_kfirst or M < STREAM_PREFETCH_MIN_ROWS:
+def _stream_prefetch(kb: int, w_kfirst: bool, info: CpuModel) -> str:
+    """``W[j, k]``: each step of a tile prefetches its own rows :data:`L2_PREFETCH_BYTES`
+    ahead (``"rows"``) where a block of the reduction is long enough for that to run
+    ahead of most of it (four distances or more), else the next tile's rows at the same
+    step (``"tile"``: a block of the tile's rows of A later); ``"off"`` for ``W[k,
+    j]``."""
+    if w_kfirst:
         return "off"
     return "rows" if kb // info.lanes >= 4 * prefetch_steps(info, L2_PREFETCH_BYTES) else "tile"
 
@@ -231,7 +253,7 @@ def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel, batch: int = 1)
     rows of A (in equal blocks of at most a quarter of the vector registers), and as many
     ``nb`` (rows of W, or vectors of its columns) as the registers hold besides the
     ``mb * nb`` accumulators and the operands' loads, at most 8 (rows of W with fewer
-    than :data:`STREAM_PREFETCH_MIN_ROWS` rows of A, which the tile does not prefetch: at
+    than :data:`A_IN_L2_MIN_ROWS` rows of A: at
     most the machine model's ``read_streams``), fewer where the tiles would not give
     every thread two (counting the ``batch`` GEMMs' tiles)."""
     R = info.vregs
@@ -245,9 +267,9 @@ def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel, batch: int = 1)
     nb = (R - 2) // (mb + 1)
     width = 1 if rows_of_w else info.lanes
     nb = max(1, min(nb, 8))
-    if rows_of_w and M < STREAM_PREFETCH_MIN_ROWS:
-        # the tile's rows of W fetched by the hardware prefetchers alone: as many at a
-        # time as they follow far enough ahead (the machine model's read_streams)
+    if rows_of_w and M < A_IN_L2_MIN_ROWS:
+        # as many rows of W at a time as the hardware prefetchers follow far enough
+        # ahead (the machine model's read_streams, measured without W's prefetch)
         nb = max(1, min(nb, info.read_streams))
     while nb > 1 and _ceil(N, nb * width) * batch < 2 * info.threads:
         nb -= 1
@@ -273,13 +295,14 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     # AVX2 each would be a broadcast load of its own: unmeasured, the knob only)
     lanes = plan.rows_in_lanes and knobs.choose("skinny.rows_in_lanes", [True, False],
                                                 info.masks)
+    each = not lanes and knobs.choose("skinny.w_each_use", [True, False], plan.w_each_use)
     level, ahead = plan.stream_level, plan.stream_bytes
     if stream != "off":
         level = knobs.choose("skinny.stream_level", [1, 2], level)
         ahead = knobs.choose("skinny.stream_bytes", [1024, 2048, 4096], ahead)
     return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf,
                                stream=stream, rows_in_lanes=lanes, stream_level=level,
-                               stream_bytes=ahead)
+                               stream_bytes=ahead, w_each_use=each)
 
 
 def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
@@ -306,6 +329,9 @@ def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPl
     _parallel_tasks(st, bs, jo, plan.batch * _ceil(tiles, per_task), info)
     st.pragma(ki, "unroll_count", 4)
     st.pragma(ki, "fp_contract")
+    if plan.w_each_use and plan.mb > 1:
+        # each of the mb FMAs of a vector of W loads it (see the module docstring)
+        st.pragma(ki, "load_each_use", _contraction_operands(C.op)[2][0].name)
 
 
 def _task_tiles(plan: SkinnyPlan, tiles: int, info: CpuModel) -> int:
@@ -354,6 +380,10 @@ def _schedule_rows_of_w(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan
     kbo, tile, step = accumulate_lanes(s, rf, st, jo, plan.mb, plan.nb,
                                        max(1, plan.kb // L))
     W = _contraction_operands(C.op)[2][0]
+    if plan.w_each_use and plan.mb > 1:
+        # each of the mb FMAs of a vector of W loads it (its memory operand) rather than
+        # one load into a register they all read (see the module docstring)
+        s[rf].pragma(step, "load_each_use", W.name)
     if plan.prefetch and kbo is not None and plan.kb < plan.K:
         # at each tile, its rows of W in the next block of the reduction
         s[rf].prefetch(W, tile, plan.prefetch, along=kbo)
