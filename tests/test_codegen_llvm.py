@@ -2517,6 +2517,85 @@ def test_select_operands_reading_only_what_the_condition_reads_are_speculated():
         np.testing.assert_allclose(out, want.astype(np.float32), rtol=3e-7, atol=0)
 
 
+
+_GUARDED_SELECT_CHILD = r"""
+import ctypes, mmap, sys
+import numpy as np
+import tecomp as tc
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+keep = []
+
+
+def at_page_end(a):
+    # a copy of a whose last element is the last byte before an unreadable page
+    page = mmap.PAGESIZE
+    size = -(-a.nbytes // page) * page
+    buf = mmap.mmap(-1, size + page)
+    keep.append(buf)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    assert libc.mprotect(base + size, page, 0) == 0   # PROT_NONE: reading it faults
+    out = np.frombuffer(buf, dtype=a.dtype, count=a.size, offset=size - a.nbytes)
+    out[:] = a.ravel()
+    return out.reshape(a.shape)
+
+
+n = 64
+X = tc.placeholder((n,), name="X")
+Y = tc.placeholder((n,), name="Y")
+nxt = lambda B, i: tc.if_then_else(i < n - 1, B[i + 1], tc.const(0.0))
+BODIES = {
+    # the condition reads X[i + 1] only where i < n - 1 (a select inside it)
+    "same_buffer": lambda i: tc.if_then_else(nxt(X, i) > 0, X[i + 1] * 2, tc.const(-1.0)),
+    # ... and the operand reads another buffer of that shape at that place
+    "other_buffer": lambda i: tc.if_then_else(nxt(X, i) > 0, Y[i + 1] + 1, tc.const(-1.0)),
+    # ... and the select is inside the condition's comparison's other operand
+    "both_sides": lambda i: tc.if_then_else(X[i] < nxt(Y, i), tc.exp(Y[i + 1]), X[i]),
+}
+
+
+def want(kind, x, y):
+    nx, ny = np.append(x[1:], 0), np.append(y[1:], 0)
+    with np.errstate(all="ignore"):
+        if kind == "same_buffer":
+            return np.where(nx > 0, nx * 2, -1)
+        if kind == "other_buffer":
+            return np.where(nx > 0, ny + 1, -1)
+        return np.where(x < ny, np.exp(ny.astype(np.float64)), x)
+
+
+for kind, lanes in zip(sys.argv[1::2], sys.argv[2::2]):
+    T = tc.compute((n,), BODIES[kind], name="T")
+    s = tc.create_schedule(T.op)
+    if int(lanes) > 1:
+        s[T].vectorize(s[T].split(T.op.axis[0], factor=int(lanes))[1])
+    f = tc.build(s, [X, Y, T])
+    rng = np.random.default_rng(3)
+    x = at_page_end(rng.standard_normal(n).astype(np.float32))
+    y = at_page_end(rng.standard_normal(n).astype(np.float32))
+    out = np.zeros(n, np.float32)
+    f(x, y, out)
+    np.testing.assert_allclose(out, want(kind, x, y).astype(np.float32), rtol=3e-7)
+print("ok")
+"""
+
+
+def test_select_operand_loads_guarded_only_inside_the_condition_stay_lazy():
+    """A select whose condition reads ``X[i + 1]`` only inside a select of its own
+    (``if_then_else(i < n - 1, X[i + 1], 0) > 0``) does not make an operand that reads
+    there (``X[i + 1] * 2``, ``Y[i + 1]``) safe to evaluate on every lane: at the last
+    element it would read past the array (it did: a fault with the array before an
+    unreadable page; found in session 20).  Checked vectorized and scalar, in a child
+    process, so that a fault fails the test instead of ending the run."""
+    argv = []
+    for kind in ("same_buffer", "other_buffer", "both_sides"):
+        for lanes in ("16", "8", "1"):
+            argv += [kind, lanes]
+    r = subprocess.run([sys.executable, "-c", _GUARDED_SELECT_CHILD, *argv],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
+
 def _symbolic_block_kernel(nest):
     """C[i] = A[i] * 2 with i split by 8 (and the inner part by 2 when ``nest``), the inner
     parts unrolled: their extents are symbolic in the tail, at most 8 (2)."""

@@ -3,6 +3,8 @@ each finds its class of bug where the code that prevents it is taken away (so a 
 with them would have found what issue 47's hour of careless and hostile use found)."""
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,8 +13,8 @@ import tecomp as tc
 from tecomp.testing import edges
 from tecomp.testing.edges import (
     FAMILIES, MORE_FAMILIES, SESSION9_FAMILIES, SESSION14_FAMILIES, SESSION18_FAMILIES,
-    SESSION19_FAMILIES, draw_edge_case, family_of, in_session9_slot, in_session14_slot,
-    in_session18_slot, in_session19_slot, run_edge_case,
+    SESSION19_FAMILIES, SESSION20_FAMILIES, draw_edge_case, family_of, in_session9_slot,
+    in_session14_slot, in_session18_slot, in_session19_slot, in_session20_slot, run_edge_case,
 )
 
 LONG = os.environ.get("TECOMP_LONG_TESTS") == "1"
@@ -28,14 +30,15 @@ def _seeds(family, count):
     return out
 
 
-def test_the_families_of_sessions_8_9_14_18_and_19_leave_the_other_seeds_alone():
+def test_the_families_of_sessions_8_9_14_18_19_and_20_leave_the_other_seeds_alone():
     """A seed draws one of MORE_FAMILIES only where (seed // 9) % 8 == 7, one of
-    SESSION9_FAMILIES, SESSION14_FAMILIES, SESSION18_FAMILIES or SESSION19_FAMILIES only
-    in their slots (from seed 576 on, one in sixteen each: those seeds drew an earlier
+    SESSION9_FAMILIES, SESSION14_FAMILIES, SESSION18_FAMILIES, SESSION19_FAMILIES or
+    SESSION20_FAMILIES only in their slots (from seed 576 on, one in sixteen each: those seeds drew an earlier
     family before; none of them is pinned below); every other seed keeps the family
     seed % 9 gave it (the pinned seeds below among them)."""
     pinned = [64, 65, 66, 69, 135, 10011706, 10017506, *WRAPPED_SEEDS]
-    slots = (in_session9_slot, in_session14_slot, in_session18_slot, in_session19_slot)
+    slots = (in_session9_slot, in_session14_slot, in_session18_slot, in_session19_slot,
+             in_session20_slot)
     assert not any(slot(s) for slot in slots for s in list(range(576)) + pinned)
     for seed in list(range(4000)) + pinned:
         assert sum(slot(seed) for slot in slots) <= 1
@@ -47,19 +50,22 @@ def test_the_families_of_sessions_8_9_14_18_and_19_leave_the_other_seeds_alone()
             assert family_of(seed) in SESSION18_FAMILIES
         elif in_session19_slot(seed):
             assert family_of(seed) in SESSION19_FAMILIES
+        elif in_session20_slot(seed):
+            assert family_of(seed) in SESSION20_FAMILIES
         elif (seed // len(FAMILIES)) % 8 != 7:
             assert family_of(seed) == FAMILIES[seed % len(FAMILIES)]
         else:
             assert family_of(seed) in MORE_FAMILIES
     assert {family_of(s) for s in range(4000)} == set(FAMILIES) | set(MORE_FAMILIES) | \
         set(SESSION9_FAMILIES) | set(SESSION14_FAMILIES) | set(SESSION18_FAMILIES) | \
-        set(SESSION19_FAMILIES)
+        set(SESSION19_FAMILIES) | set(SESSION20_FAMILIES)
     for slot in slots:
         assert sum(map(slot, range(576 * 20))) == 576 * 20 // 16
 
 
 @pytest.mark.parametrize("family", FAMILIES + MORE_FAMILIES + SESSION9_FAMILIES +
-                         SESSION14_FAMILIES + SESSION18_FAMILIES + SESSION19_FAMILIES)
+                         SESSION14_FAMILIES + SESSION18_FAMILIES + SESSION19_FAMILIES +
+                         SESSION20_FAMILIES)
 def test_family_runs_clean(family):
     if family in ("lazy_bits", "torch_autograd", "torch_inplace"):
         pytest.importorskip("torch")
@@ -607,3 +613,29 @@ def test_flash_config_family_finds_configs_taken_unchecked(monkeypatch):
     monkeypatch.setattr(attention, "_checked_config", lambda cfg, forward: cfg)
     kinds = {run_edge_case(ec).kind for ec in cases}
     assert kinds & {"crash", "mismatch"}, kinds
+
+
+_OLD_SPECULATION = """
+import sys
+from tecomp.codegen.llvm import emit_expr
+from tecomp.ir.expr import Expr
+from tecomp.ir.functor import collect
+from tecomp.testing.edges import draw_edge_case, run_edge_case
+# the speculation rule before session 20: every node of the condition counted as
+# evaluated, the operands of a select inside it among them
+emit_expr._unconditional = lambda c: set(collect(c, lambda n: isinstance(n, Expr)))
+for seed in map(int, sys.argv[1:]):
+    print(seed, run_edge_case(draw_edge_case(seed)).kind, flush=True)
+"""
+
+
+def test_guarded_select_family_finds_operands_speculated_past_the_array():
+    """With a select's operands speculated on loads its condition makes only inside a
+    select of its own (the rule before session 20), the family's cases read past an
+    array into the unreadable page after (or before) it: the child process ends by a
+    signal (or reports a crash) within the first dozen seeds; with the rule, they run."""
+    seeds = _seeds("guarded_select", 12)
+    assert all(run_edge_case(draw_edge_case(s)).ok for s in seeds[:4])
+    r = subprocess.run([sys.executable, "-c", _OLD_SPECULATION, *map(str, seeds)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0 or " crash" in r.stdout, (r.returncode, r.stdout[-2000:])

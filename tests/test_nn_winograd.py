@@ -435,6 +435,33 @@ def test_an_infinite_input_reaches_its_tiles(tile, groups):
     assert (np.isnan(g) & np.isinf(d)).any()
 
 
+
+@pytest.mark.parametrize("tile, groups, big", [(2, 4, 2e37), (4, 1, 3e36), (4, 2, 3e36)])
+def test_huge_finite_inputs_below_the_documented_bound_stay_finite(tile, groups, big):
+    """float32 pixels of magnitude up to docs/numerics.md's bound for the tile (FLT_MAX /
+    100 for F(4x4), FLT_MAX / 16 for F(2x2): the input transform's largest sum of
+    coefficients) with weights of at most 1 / 9 give finite outputs within 1e-4 of the
+    direct convolution's largest, where the transforms add and subtract them (a pixel of
+    1e37 made some of F(4x4)'s outputs inf or NaN where the direct sum was finite)."""
+    N, H, W, C, O = 1, 9, 10, 8, 8
+    x = RNG.standard_normal((N, H, W, C)).astype("float32")
+    w = (RNG.uniform(-1, 1, (3, 3, C // groups, O)) / 9).astype("float32")
+    for y, xx in ((0, 0), (4, 5), (8, 9), (3, 3)):
+        x[0, y, xx, :] = big * np.sign(RNG.standard_normal(C))
+    X = tc.placeholder(x.shape, name="X")
+    Wt = tc.placeholder(w.shape, name="W")
+    outs = []
+    for Y in (nn.conv2d_nhwc(X, Wt, padding=1, groups=groups),
+              nn.conv2d_winograd(X, nn.winograd_weight_transform(Wt, "NHWC", tile, groups),
+                                 "NHWC", padding=1, groups=groups)):
+        f = tc.build(tc.create_schedule(Y.op), [X, Wt, Y])
+        out = np.zeros((N, H, W, O), "float32")
+        f(x, w, out)
+        outs.append(out)
+    d, g = outs
+    assert np.isfinite(d).all() and np.isfinite(g).all()
+    np.testing.assert_allclose(g, d, rtol=0, atol=1e-4 * np.abs(d).max())
+
 def _stage_tags(ts):
     from tecomp.autodiff.reference import _topo
     return {x.strip() for t in _topo(ts) for x in (getattr(t.op, "tag", "") or "").split(",")}

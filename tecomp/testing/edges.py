@@ -166,6 +166,21 @@ Session 19's family, in a slot of its own (:func:`in_session19_slot`):
     integers among them) lowers; three in ten of those run in the emulation, within the
     16-bit inputs' tolerance of a float64 attention.
 
+Session 20's family, in a slot of its own (:func:`in_session20_slot`):
+
+``guarded_select``
+    ``T[i] = if_then_else(cond, a, b)`` over 1-70 elements (float32, float64 or int32),
+    whose condition reads a neighbour ``A[i + d]`` (or ``A[i - d]``) only inside a select
+    of its own that guards it (``if_then_else(i < n - d, A[i + d], 0) > t``, on either
+    side of the comparison), and whose operands read that neighbour (in ``A`` or in
+    another array of the same shape) where the condition holds (it cannot hold where
+    the guard does not), the element or a constant elsewhere (maybe written as
+    ``if_then_else(~cond, other, neighbour)``); vectorized by 4, 8,
+    16 or 32 lanes, split, or scalar; every input placed against an unreadable page (after
+    its last element for ``+d``, before its first for ``-d``): numpy's values, and never a
+    read past an array (a fault, a crash of the case) -- a select's operands evaluated on
+    every lane where only the condition's own select made their loads safe.
+
 The ``foreign_target`` family also draws (one case in five, after its other draws) a
 triple of another system or ABI (``aarch64-apple-darwin``, ``x86_64-linux-gnux32``): a
 ``TargetError``.
@@ -177,7 +192,9 @@ fuzzer's worker process, so a signal is recorded as a crash of the case.
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import mmap
 import os
 import shutil
 import stat
@@ -225,6 +242,9 @@ SESSION18_FAMILIES = ("row_division",)
 #: session 19's family (see the module doc), in a slot of its own (:func:`family_of`)
 SESSION19_FAMILIES = ("flash_config",)
 
+#: session 20's family (see the module doc), in a slot of its own (:func:`family_of`)
+SESSION20_FAMILIES = ("guarded_select",)
+
 #: -mtriple values of another system or a 32-bit-pointer ABI (a TargetError)
 FOREIGN_SYSTEM_TRIPLES = (
     "llvm -mtriple=aarch64-apple-darwin", "llvm -mtriple=arm64-apple-ios",
@@ -270,13 +290,21 @@ def in_session19_slot(seed: int) -> bool:
     return (seed // 576) % 2 == 1 and (seed // len(FAMILIES)) % 8 == 4
 
 
+def in_session20_slot(seed: int) -> bool:
+    """Whether edge seed ``seed`` draws one of :data:`SESSION20_FAMILIES`: ``seed // 576``
+    odd and ``(seed // 9) % 8 == 1`` (as session 9's slot: no seed below 576, none that
+    the earlier sessions' families draw, and none pinned by a test)."""
+    return (seed // 576) % 2 == 1 and (seed // len(FAMILIES)) % 8 == 1
+
+
 def family_of(seed: int) -> str:
     """The family of edge seed ``seed``: one of :data:`FAMILIES` by ``seed % 9``, except
     the seeds with ``(seed // 9) % 8 == 7``, which draw one of :data:`MORE_FAMILIES`, and
     those of :func:`in_session9_slot`, :func:`in_session14_slot`,
-    :func:`in_session18_slot` and :func:`in_session19_slot`, which draw one of
-    :data:`SESSION9_FAMILIES`, :data:`SESSION14_FAMILIES`, :data:`SESSION18_FAMILIES` and
-    :data:`SESSION19_FAMILIES`."""
+    :func:`in_session18_slot`, :func:`in_session19_slot` and :func:`in_session20_slot`,
+    which draw one of :data:`SESSION9_FAMILIES`, :data:`SESSION14_FAMILIES`,
+    :data:`SESSION18_FAMILIES`, :data:`SESSION19_FAMILIES` and
+    :data:`SESSION20_FAMILIES`."""
     if in_session9_slot(seed):
         return SESSION9_FAMILIES[seed % len(SESSION9_FAMILIES)]
     if in_session14_slot(seed):
@@ -285,6 +313,8 @@ def family_of(seed: int) -> str:
         return SESSION18_FAMILIES[seed % len(SESSION18_FAMILIES)]
     if in_session19_slot(seed):
         return SESSION19_FAMILIES[seed % len(SESSION19_FAMILIES)]
+    if in_session20_slot(seed):
+        return SESSION20_FAMILIES[seed % len(SESSION20_FAMILIES)]
     if (seed // len(FAMILIES)) % 8 == 7:
         return MORE_FAMILIES[seed % len(MORE_FAMILIES)]
     return FAMILIES[seed % len(FAMILIES)]
@@ -459,6 +489,12 @@ def draw_edge_case(seed: int) -> EdgeCase:
                              for _ in range(twist["rows"])]
     elif family == "flash_config":
         twist = _draw_flash_config(d)
+    elif family == "guarded_select":
+        twist = {"n": d.int(1, 70), "d": d.int(1, 3), "down": d.bool(0.5),
+                 "dtype": d.choice(("float32", "float32", "float64", "int32")),
+                 "cond": d.choice(GUARDED_CONDITIONS), "true": d.choice(GUARDED_OPERANDS),
+                 "other": d.choice(OTHER_OPERANDS), "negated": d.bool(0.5),
+                 "schedule": d.choice((1, 4, 8, 8, 16, 16, 32, "split"))}
     return EdgeCase(prog, steps, base.n, base.seed, target, f"edge seed {seed} ({family})",
                     family=family, twist=twist, fuzz_seed=seed)
 
@@ -640,7 +676,7 @@ def run_edge_case(ec: EdgeCase) -> Outcome:
               "torch_autograd": _run_torch_autograd, "quant_scales": _run_quant_scales,
               "gpu_gather": _run_gather_ids, "torch_inplace": _run_torch_inplace,
               "device_array": _run_device_array, "row_division": _run_row_division,
-              "flash_config": _run_flash_config}
+              "flash_config": _run_flash_config, "guarded_select": _run_guarded_select}
     return runner[ec.family](ec)
 
 
@@ -2250,3 +2286,129 @@ def _run_row_division(ec: EdgeCase) -> Outcome:
 def _rules_schedule(args, values: dict):
     """The auto-scheduler's rules' schedule of ``args`` with the knobs ``values``."""
     return apply_rules(args, Knobs(values), cpu_model("llvm"), {})
+
+
+#: the guarded_select family's conditions: the neighbour ``A[i + d]`` read under a select
+#: of the condition's own that guards it (0 where it does not hold), compared with 0 or
+#: multiplied by the element; each false where the guard does not hold, so that the
+#: operand it picks may read the neighbour (a read the program makes out of range is the
+#: user's, which the range check lets through where a condition reads data)
+GUARDED_CONDITIONS = ("next_gt", "next_times_elem", "next_ne", "plain_guard")
+
+#: the guarded_select family's operands: the neighbour in ``A`` or in ``B`` (the same
+#: shape), a function of it (for the operand the condition picks), the element, a
+#: constant (for the other)
+GUARDED_OPERANDS = ("a_next", "b_next", "a_next_twice")
+OTHER_OPERANDS = ("a_elem", "const")
+
+
+def _guarded_select(tw: dict):
+    """(T's body over the placeholders A, B, its numpy reference over a, b) of a
+    guarded_select twist."""
+    n, dd, down, dt = tw["n"], tw["d"], tw["down"], tw["dtype"]
+    zero = tc.const(0, dt)
+
+    def guard(i):
+        return i >= dd if down else i < n - dd
+
+    def nb(X, i):
+        return X[i - dd] if down else X[i + dd]
+
+    def body(A, B):
+        def opnd(kind, i):
+            if kind == "a_next":
+                return nb(A, i)
+            if kind == "b_next":
+                return nb(B, i)
+            if kind == "a_next_twice":
+                return nb(A, i) * tc.const(2, dt) + tc.const(1, dt)
+            if kind == "a_elem":
+                return A[i]
+            return tc.const(-7, dt)
+
+        def f(i):
+            g = tc.if_then_else(guard(i), nb(A, i), zero)
+            c = {"next_gt": lambda: g > zero, "next_times_elem": lambda: A[i] * g > zero,
+                 "next_ne": lambda: zero != g, "plain_guard": lambda: guard(i)}[tw["cond"]]()
+            if tw["negated"]:     # not c: the neighbour's operand second
+                return tc.if_then_else(~c, opnd(tw["other"], i), opnd(tw["true"], i))
+            return tc.if_then_else(c, opnd(tw["true"], i), opnd(tw["other"], i))
+        return f
+
+    def reference(a, b):
+        idx = np.arange(n)
+        ok = idx >= dd if down else idx < n - dd
+        src = np.clip(idx - dd if down else idx + dd, 0, n - 1)
+        g = np.where(ok, a[src], 0)
+        c = {"next_gt": g > 0, "next_times_elem": a * g > 0, "next_ne": g != 0,
+             "plain_guard": ok}[tw["cond"]]
+
+        def opnd(kind):
+            if kind == "a_next":
+                return a[src]
+            if kind == "b_next":
+                return b[src]
+            if kind == "a_next_twice":
+                return a[src] * 2 + 1
+            if kind == "a_elem":
+                return a
+            return np.full(n, -7, a.dtype)
+        # (an operand read where the condition says the neighbour is out: any value, as
+        # the select discards it; clipped here)
+        return np.where(c, opnd(tw["true"]), opnd(tw["other"])).astype(a.dtype)
+    return body, reference
+
+
+def _against_guard_page(a: np.ndarray, before: bool, keep: list) -> np.ndarray:
+    """A copy of the 1-d ``a`` whose last element ends at an unreadable page (its first
+    starts at one: ``before``); the mapping is appended to ``keep``, which must outlive
+    the array's uses."""
+    page = mmap.PAGESIZE
+    size = max(page, -(-a.nbytes // page) * page)
+    buf = mmap.mmap(-1, size + 2 * page)
+    keep.append(buf)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    if libc.mprotect(base, page, 0) or libc.mprotect(base + page + size, page, 0):
+        raise OSError(ctypes.get_errno(), "mprotect failed")
+    out = np.frombuffer(buf, dtype=a.dtype, count=a.size,
+                        offset=page if before else page + size - a.nbytes)
+    out[:] = a
+    return out
+
+
+def _run_guarded_select(ec: EdgeCase) -> Outcome:
+    tw = ec.twist
+    n, dt, how = tw["n"], tw["dtype"], tw["schedule"]
+    rng = np.random.default_rng(ec.fuzz_seed)
+    body, reference = _guarded_select(tw)
+    keep: list = []
+    stage = "compute"
+    try:
+        A = tc.placeholder((n,), dtype=dt, name="A")
+        B = tc.placeholder((n,), dtype=dt, name="B")
+        T = tc.compute((n,), body(A, B), name="T")
+        stage = "schedule"
+        s = tc.create_schedule(T.op)
+        if how == "split":
+            s[T].split(T.op.axis[0], factor=5)
+        elif how > 1:
+            s[T].vectorize(s[T].split(T.op.axis[0], factor=how)[1])
+        stage = "build"
+        f = tc.build(s, [A, B, T])
+        if dt == "int32":
+            a, b = (rng.integers(-3, 4, n).astype(dt) for _ in range(2))
+        else:
+            a, b = (rng.standard_normal(n).astype(dt) for _ in range(2))
+        out = np.full(n, 42, dt)
+        stage = "call"
+        f(_against_guard_page(a, tw["down"], keep), _against_guard_page(b, tw["down"], keep),
+          out)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, stage, e)
+    want = reference(a, b)
+    msg = compare(out, want.astype(np.float64) if dt != "int32" else want, dt, "T")
+    if msg:
+        return Outcome("mismatch", ec, "compare", msg)
+    return Outcome("ok", ec, "compare")

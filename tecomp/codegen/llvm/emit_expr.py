@@ -457,7 +457,7 @@ class _ExprEmitter:
         if not loading:
             return True
         try:
-            evaluated = set(collect(cond, lambda n: isinstance(n, Expr)))
+            evaluated = _unconditional(cond)
             if all(x in evaluated for x in loading):
                 return True
             if not SPECULATE_CONDITION_LOADS:
@@ -523,6 +523,21 @@ class _ExprEmitter:
         instr = _Freeze(self.b.block, v)
         self.b._insert(instr)
         return instr
+
+
+def _unconditional(cond) -> set:
+    """The expressions evaluated wherever ``cond`` is: all of its nodes but the operands
+    of a select inside it (each evaluated only where its own condition picks it: a load
+    there, ``if_then_else(i < n - 1, X[i + 1], 0)``, may be out of bounds elsewhere, and
+    an operand of the outer select that loads the same place is not in bounds for it)."""
+    out, stack = set(), [cond]
+    while stack:
+        n = stack.pop()
+        if not isinstance(n, Expr) or n in out:
+            continue
+        out.add(n)
+        stack.extend([n.cond] if isinstance(n, Select) else children(n))
+    return out
 
 
 def _place(load: BufferLoad):
