@@ -204,3 +204,17 @@ def test_config_sets_the_trivial_schedule():
     assert cfg["trivial"] is False
     s = tc.autoschedule.apply_config(args, cfg.set("trivial", True))
     assert _sig(s.trace.to_json()) == _sig(trivial.trivial_schedule(args).trace.to_json())
+
+
+def test_no_comparison_where_the_rules_made_stages_of_their_own(monkeypatch):
+    # an argmax along rows of 40: the rules' vector partial pairs (rfactor), whose lanes
+    # the code generator combines as a tree, where the IR shows a serial loop of 16
+    def fail(*a, **k):
+        raise AssertionError("scored")
+    monkeypatch.setattr(trivial, "nest_cycles", fail)
+    X = tc.placeholder((6, 40), name="X")
+    Y = tc.nn.argmax(X, axis=-1)
+    assert trivial.tiny([X, Y], ZEN4)
+    k = Knobs()
+    apply_rules([X, Y], k, ZEN4)
+    assert k.defaults["trivial"] is False and k.values.get("argmax.tuple_rows") is True

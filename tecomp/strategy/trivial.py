@@ -97,13 +97,22 @@ def prefer_trivial(s: Schedule, args, info, shapes: Optional[dict] = None) -> bo
     DAG is :func:`tiny`, both are lowered and scored by the same estimate
     (:func:`tecomp.strategy.nest_cost.nest_cycles`: the instructions their loops issue,
     the parallel regions they start), and the trivial one is taken when it costs less.
-    Elsewhere, or where either does not lower or has no estimate, the rules' schedule
-    stays (their own models decide: register blocks, cache tiles, streams)."""
+    Elsewhere, where the rules made stages of their own (``rfactor``, ``cache_write``,
+    ``cache_read``), or where either does not lower or has no estimate, the rules'
+    schedule stays (their own models decide: register blocks, vector partial results,
+    cache tiles, streams)."""
     if not COMPARE_TINY or not tiny(args, info, shapes):
+        return False
+    t = trivial_schedule(args, info.lanes)
+    if len(s.stages) != len(t.stages):
+        # the rules made stages of their own (rfactor's vector partial results, a
+        # register block's cache_write): a plan their own models chose, with steps this
+        # estimate does not see (an argmax's lanes combined as a tree, not the serial
+        # loop the IR shows)
         return False
     try:
         mine = lower(s, list(args), target=info.target)
-        triv = lower(trivial_schedule(args, info.lanes), list(args), target=info.target)
+        triv = lower(t, list(args), target=info.target)
     except TecompError:
         return False
     a = nest_cycles(mine, info, _env(mine, shapes))
