@@ -49,14 +49,15 @@ def test_tecomp_logger_is_quiet_by_default():
 
 
 def test_search_logs_space_trials_and_why_it_stopped_early(caplog):
-    # 16 trials asked, but the space of this compute has 2 distinct schedules: the search
-    # must say it measured 2 because there are 2
+    # 16 trials asked, but the space of this compute has 3 distinct schedules (the rules'
+    # two, vectorized or not, and the trivial one): the search must say it measured 3
+    # because there are 3
     caplog.set_level(logging.DEBUG, logger="tecomp")
     s = tc.auto_schedule(_add_one(4), trials=16, runner=FakeRunner(), progress=False)
     res = s.tune_result
-    assert len(res.trials) == 2
-    assert res.stopped.startswith("measured 2 of trials=16 because the search space has "
-                                  "only 2 distinct schedules")
+    assert len(res.trials) == 3
+    assert res.stopped.startswith("measured 3 of trials=16 because the search space has "
+                                  "only 3 distinct schedules")
     msgs = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
     search_info = [m for n, lv, m in msgs
                    if n == "tecomp.autoschedule.search" and lv == logging.INFO]
@@ -65,7 +66,7 @@ def test_search_logs_space_trials_and_why_it_stopped_early(caplog):
     assert any(m.startswith("auto_schedule B: best") for m in search_info), search_info
     # every trial at DEBUG
     trials = [m for n, lv, m in msgs if lv == logging.DEBUG and ": trial " in m]
-    assert len(trials) == 2
+    assert len(trials) == 3
 
 
 def test_search_that_uses_its_trials_says_no_stop_reason(caplog):
@@ -196,10 +197,10 @@ def test_progress_uses_tqdm_on_a_terminal_when_installed(monkeypatch):
     monkeypatch.setattr(sys, "stderr", err)
     tc.auto_schedule(_add_one(4), trials=16, runner=FakeRunner())
     (bar,) = _FakeTqdm.made
-    assert bar.total == 16 and bar.n == 2 and bar.closed and bar.post.startswith("best ")
+    assert bar.total == 16 and bar.n == 3 and bar.closed and bar.post.startswith("best ")
     # (the bar writes itself; the fake one does not) why it stopped: a line after the bar
-    assert err.getvalue() == ("auto_schedule B: measured 2 of trials=16 because the search "
-                              "space has only 2 distinct schedules that lower (its 8 knob "
+    assert err.getvalue() == ("auto_schedule B: measured 3 of trials=16 because the search "
+                              "space has only 3 distinct schedules that lower (its 16 knob "
                               "combinations give no other)\n")
 
 
@@ -225,8 +226,8 @@ def test_progress_in_a_log_is_plain_lines_without_carriage_returns(monkeypatch):
     lines = out.splitlines()
     assert lines[:2] == [x for x in lines if "/16 trials" in x][:2]
     assert lines[0].startswith("auto_schedule B: 1/16 trials, best ")
-    assert lines[-1].startswith("auto_schedule B: stopped at 2/16 trials: measured 2 of "
-                                "trials=16 because the search space has only 2")
+    assert lines[-1].startswith("auto_schedule B: stopped at 3/16 trials: measured 3 of "
+                                "trials=16 because the search space has only 3")
 
 
 def test_progress_lines_are_about_ten_for_a_long_search(monkeypatch):

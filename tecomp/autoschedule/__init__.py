@@ -3,6 +3,7 @@
 ::
 
     s = tc.auto_schedule([Q, K, S])                          # analytic, no measurement
+    s = tc.auto_schedule([Q, K, S], check_trivial=True)      # against the trivial, once
     s = tc.auto_schedule([Q, K, S], trials=200, log="attn.jsonl")   # measured search
     s = tc.auto_schedule([Q, K, S], log="attn.jsonl")        # the best record, no search
     print(s.trace.python([Q, K, S]))                         # the schedule as Python
@@ -59,13 +60,17 @@ def auto_schedule(args: Sequence[Union[Tensor, Var]], target: Union[str, Target]
                   trials: int = 0, log: Union[str, os.PathLike, None] = None, seed: int = 0,
                   timeout: Optional[float] = None, progress: Optional[bool] = None,
                   shapes: Optional[dict] = None, runner: Union[str, object] = "local",
-                  search: str = "model") -> Schedule:
+                  search: str = "model", check_trivial: bool = False) -> Schedule:
     """A schedule for the computes in ``args`` (the list you give ``tc.build``).
 
     With ``trials=0``, the rule-based schedule (:mod:`tecomp.strategy.rules`), read
-    from the compute DAG and the machine; no measurement.  With ``trials=N``, a measured
-    search of N candidates, each run in a child process (a crash, a hang or a wrong
-    result is a failed candidate, never the answer).  For ``target="cuda"`` (or
+    from the compute DAG and the machine; no measurement.  With ``trials=0`` and
+    ``check_trivial=True``, that schedule and the trivial one
+    (:func:`tecomp.strategy.trivial.trivial_schedule`: outer axes parallel, the
+    innermost vectorized) measured once each, the faster returned.  With ``trials=N``, a
+    measured search of N candidates, each run in a child process (a crash, a hang or a
+    wrong result is a failed candidate, never the answer), the rule-based and the
+    trivial schedules among the first (so ``trials=1`` measures those two).  For ``target="cuda"`` (or
     ``"cuda-emu"``): the GPU rules (:mod:`tecomp.strategy.cuda_rules`), and with
     ``trials=N`` a search over their knobs measured on the GPU (``"cuda-emu"``: in the
     emulation, which checks the search but says nothing of a GPU's speed).
@@ -102,6 +107,11 @@ def auto_schedule(args: Sequence[Union[Tensor, Var]], target: Union[str, Target]
         (:mod:`tecomp.autoschedule.measure`).
     search : {"model", "random"}, optional
         Candidates chosen by a cost model trained on the measurements, or at random.
+    check_trivial : bool, optional
+        With ``trials=0`` on a CPU: measure the rule-based schedule and the trivial one
+        once each (two candidates, as a search measures them, appended to ``log``) and
+        return the faster (``s.tune_result`` says both times); False (the default)
+        measures nothing.  A search (``trials >= 1``) always measures the two.
 
     Returns
     -------
@@ -148,19 +158,28 @@ def auto_schedule(args: Sequence[Union[Tensor, Var]], target: Union[str, Target]
     if log is not None and not isinstance(log, (str, os.PathLike)):
         raise AutoScheduleError(f"auto_schedule: log must be a file path (str or Path) or "
                                 f"None, got {type(log).__name__}")
+    if not isinstance(check_trivial, bool):
+        raise AutoScheduleError(f"auto_schedule: check_trivial must be True or False (True: "
+                                f"measure the rule-based schedule against the trivial one "
+                                f"once), got {check_trivial!r:.60}")
+    if check_trivial and gpu:
+        raise AutoScheduleError(f"auto_schedule: check_trivial=True is for CPU targets (the "
+                                f"trivial schedule is a CPU schedule), and target is "
+                                f"{target}; use trials=N to measure the GPU rules' knobs")
     if log is not None:
         records.check_log_path(log, "auto_schedule: log")
     shapes = check_shapes(args, shapes)
-    why = (measure_unavailable(target) if gpu else target.runs_here()) if trials else None
+    measures = trials or check_trivial
+    why = (measure_unavailable(target) if gpu else target.runs_here()) if measures else None
     if why is not None:
         raise AutoScheduleError(f"auto_schedule: cannot measure here: {why}; "
-                                f"use trials=0 (the analytic schedule) or a log measured on "
-                                f"such a machine")
+                                f"use trials=0 (the analytic schedule, without "
+                                f"check_trivial) or a log measured on such a machine")
     info = None if gpu else cpu_model(target)
     key = None
     if log is not None:
         key = records.workload_key(args, target, shapes)
-    if trials == 0:
+    if trials == 0 and not check_trivial:
         if log is not None:
             s = _from_log(args, log, key, target, shapes)
             if s is not None:
@@ -179,9 +198,9 @@ def auto_schedule(args: Sequence[Union[Tensor, Var]], target: Union[str, Target]
     # (lazy: the search measures through llvmlite, which `import tecomp` does not load)
     from .search import tune
 
-    res = tune(args, info, trials=trials, shapes=shapes, seed=seed, runner=runner, log=log,
-               key=key, timeout=timeout, progress=progress, strategy=search, target=target,
-               rules=rules)
+    res = tune(args, info, trials=trials or 2, shapes=shapes, seed=seed, runner=runner,
+               log=log, key=key, timeout=timeout, progress=progress, strategy=search,
+               target=target, rules=rules, only_start=trials == 0)
     if res.best is None:
         errors = sorted({t.error for t in res.trials if t.error})
         raise AutoScheduleError(

@@ -2,7 +2,10 @@
 
 Candidates are the rules of :mod:`tecomp.strategy.rules` (for a cuda target, those of
 :mod:`tecomp.strategy.cuda_rules`) with other knob values: the
-analytic schedule first, then batches of candidates made by sampling every knob at random
+analytic schedule first and, on the CPU, the trivial schedule
+(:func:`tecomp.strategy.trivial.trivial_schedule`, the knob ``trivial``; where the
+analytic schedule is the trivial one, the rules' schedule) in the same first batch
+(even with ``trials=1``), then batches of candidates made by sampling every knob at random
 (``search="random"``), or (the default, ``search="model"``) by mutating the best measured
 ones and crossing them, ranked by a cost model trained on every measurement so far
 (:class:`tecomp.autoschedule.cost_model.CostModel`), with a few random ones mixed in so the
@@ -14,14 +17,17 @@ process: a crash, a hang or a wrong result (compared with the first candidate th
 recorded as a failure and never returned.  Every measurement is appended to the log (JSON
 lines, :mod:`tecomp.autoschedule.records`) when there is one.
 
-At the end the :data:`FINALISTS` fastest candidates and the analytic one are measured
-again, :data:`FINAL_ROUNDS` times, in an order that rotates every round (unless the
+At the end the :data:`FINALISTS` fastest candidates, the analytic one and the trivial
+one are measured again, :data:`FINAL_ROUNDS` times, in an order that rotates every round (unless the
 search used up its ``timeout``), and the fastest median over all of each one's timings
 wins (``Trial.final_seconds``; logged as records with ``"search": "final"``, which
 ``log=`` replays first).  One measurement per candidate,
 minutes apart on a busy machine, picked slower schedules than the analytic one where a
 few percent separated them (conv 1x1, GEMM 127x509x257 on the Zen 3;
 benchmarks/history/2026-11-26.md, "TE features, and the measured search on the Zen 3").
+So a search returns nothing measured slower than the analytic or the trivial schedule
+(by the finalists' medians), and neither does ``log=`` replaying its log (the final
+records come first).
 """
 from __future__ import annotations
 
@@ -200,7 +206,9 @@ class TuneResult:
             g = f"{self.flops / secs / 1e9:.4g}" if self.flops is not None and secs > 0 else "-"
             knobs = ", ".join(f"{k}={v}" for k, v in sorted(t.knobs.items(), key=lambda kv:
                                                             str(kv[0])))
-            rows.append([str(rank), str(t.index) + (" (analytic)" if t.index == 0 else ""),
+            role = " (analytic)" if t.index == 0 else \
+                " (trivial)" if t.knobs.get("trivial") is True else ""
+            rows.append([str(rank), str(t.index) + role,
                          f"{secs * 1e3:.4g}", g, knobs or "(the analytic defaults)"])
         lines.append("")
         lines.extend(format_table(head, rows))
@@ -329,10 +337,14 @@ class Progress:
 
 def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
          log=None, key=None, timeout: Optional[float] = None, progress=None,
-         strategy: str = "model", target="llvm", rules=apply_rules) -> TuneResult:
+         strategy: str = "model", target="llvm", rules=apply_rules,
+         only_start: bool = False) -> TuneResult:
     """Measure up to ``trials`` candidates of ``args``; the best one that ran correctly
     and the history.  ``rules(args, knobs, info, shapes)`` makes a candidate's schedule
-    (the CPU rules by default; the GPU rules for a cuda target)."""
+    (the CPU rules by default; the GPU rules for a cuda target).  The first candidates
+    are the analytic schedule and, on the CPU, the other of it and the trivial schedule
+    (the knob ``trivial``); ``only_start``: only those, measured once each (no final
+    round: ``tc.auto_schedule(..., check_trivial=True)``)."""
     if strategy not in ("model", "random"):
         raise AutoScheduleError(f"auto_schedule: search={strategy!r} is not a search; use "
                                 "'model' (cost-model guided) or 'random'")
@@ -398,6 +410,16 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
 
     first = realize(base.values)
     pending = [first] if first is not None else []
+    if "trivial" in base.space:
+        # the other of the rules' schedule and the trivial one (the CPU's knob
+        # ``trivial``): both measured first, so that no search returns a schedule
+        # measured slower than either
+        other = realize({**base.values, "trivial": not base.values["trivial"]})
+        if other is not None and all(other[2] != p[2] for p in pending):
+            pending.append(other)
+    starts = [p[2] for p in pending]
+    if only_start:
+        trials = result.requested = len(pending)
     stopped = ""
     while len(result.trials) < trials:
         if timeout is not None and time.monotonic() - start > timeout:
@@ -475,8 +497,9 @@ def tune(args, info, *, trials: int, shapes=None, seed: int = 0, runner=None,
     bar.close(stopped)
     if stopped:
         _log.info("auto_schedule %s: %s", name, stopped)
-    if timeout is None or time.monotonic() - start <= timeout:
-        _final(result, run, args, shapes, target, log, key)
+    if not only_start and (timeout is None or time.monotonic() - start <= timeout):
+        _final(result, run, args, shapes, target, log, key,
+               [seen[sig] for sig in starts if seen.get(sig) is not None])
         if result.finalists:
             _log.info("auto_schedule %s: measured the %d fastest candidates again (%d rounds)",
                       name, len(result.finalists), FINAL_ROUNDS)
@@ -557,14 +580,15 @@ def workload_flops(args, shapes=None) -> Optional[int]:
     return total
 
 
-def _final(result: TuneResult, run, args, shapes, target, log, key) -> None:
-    """Measure the fastest candidates and the analytic one again (see the module
-    docstring) and make the fastest by the median of all its timings ``result.best``."""
+def _final(result: TuneResult, run, args, shapes, target, log, key, starts) -> None:
+    """Measure the fastest candidates and the ``starts`` (the analytic schedule and the
+    trivial one) again (see the module docstring) and make the fastest by the median of
+    all its timings ``result.best``."""
     ok = sorted((t for t in result.trials if math.isfinite(t.seconds)), key=lambda t: t.seconds)
     finalists = ok[:FINALISTS]
-    analytic = result.trials[0] if result.trials else None
-    if analytic is not None and math.isfinite(analytic.seconds) and analytic not in finalists:
-        finalists.append(analytic)
+    for start in starts:
+        if math.isfinite(start.seconds) and start not in finalists:
+            finalists.append(start)
     if len(finalists) < 2:
         return
     extra = {} if str(target) == "llvm" else {"target": str(target)}

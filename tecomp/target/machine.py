@@ -75,6 +75,8 @@ class CpuModel:
         Whether an arithmetic instruction may read one of its operands from memory (x86).
     target : str, optional
         The target (its string) these facts are from.
+    parallel_region_cycles : int, optional
+        Cycles a parallel loop costs to start and join, however little it runs.
     """
 
     lanes: int          # float32 lanes of one vector register
@@ -128,6 +130,12 @@ class CpuModel:
     #: skinny GEMM's rows of W: ``strategy.cpu.skinny``)
     memory_operands: bool = False
     target: str = "llvm"   # the tc.Target (its string) these facts are from
+    #: what starting and joining one parallel region costs, in cycles, however little it
+    #: runs: an empty kernel of 6 regions took 5.0-5.5 us a call on the 2-core Zen 4
+    #: (about 0.6 us a region beyond the call itself; benchmarks/DECISIONS.md,
+    #: "an empty kernel of 6 parallel regions"); the estimates of
+    #: :mod:`tecomp.strategy.nest_cost` read it.  Not measured per CPU
+    parallel_region_cycles: int = 2200
 
     def __post_init__(self):
         if not self.fma_lanes:

@@ -168,6 +168,11 @@ def test_auto_schedule_bad_args(bad, msg):
     (dict(trials=1, search="annealing"), r"auto_schedule: search='annealing' is not a search; "
                                          r"use 'model' \(cost-model guided\) or 'random'"),
     (dict(trials=1, runner="ssh"), r"runner"),
+    (dict(check_trivial="yes"), r"auto_schedule: check_trivial must be True or False \(True: "
+                                r"measure the rule-based schedule against the trivial one "
+                                r"once\), got 'yes'"),
+    (dict(check_trivial=True, target="cuda-emu"), r"auto_schedule: check_trivial=True is for "
+                                                  r"CPU targets"),
 ])
 def test_auto_schedule_bad_options(kw, msg):
     with pytest.raises(AutoScheduleError, match=msg):

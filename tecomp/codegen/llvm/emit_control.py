@@ -17,6 +17,7 @@ from ...errors import BuildError, InternalError
 from ...ir import dtype as _dt
 from ...ir.arith import Analyzer
 from ...ir.expr import BufferLoad, Const, Expr, Max, Min, Var
+from ...ir.functor import collect
 from ...ir.stmt import AssertStmt, BufferStore, For, IfThenElse, LetStmt, SeqStmt
 from ...lower import parallel as _par
 from ...lower import vectorize as _vec
@@ -285,7 +286,12 @@ class _ControlEmitter:
         how = plan.how
         if how == "serial":
             self.mb.notes.append(plan.note(name))
-            self.serial(s, self.mb.loop_md(("llvm.loop.vectorize.enable", True)))
+            # LLVM's loop vectorizer takes innermost loops only: asked to vectorize one
+            # with a loop inside (a reduction computed at each of its iterations), it
+            # refuses and says so on stderr ("loop not vectorized")
+            ask = not collect(s.body, _is_loop)
+            self.serial(s, self.mb.loop_md(("llvm.loop.vectorize.enable", True)) if ask
+                        else None)
             return
         lo = self.scalar_index(s.min)
         if how == "empty":
@@ -542,6 +548,13 @@ class _ControlEmitter:
             self.if_(b.extract_value(pair, 1), copy)
             b.branch(self.error_block())
         self.guard(b.icmp_signed("!=", rc, ir.Constant(_I32, 0)), failed, name="par")
+
+
+def _is_loop(n) -> bool:
+    """Whether ``n`` is a loop the code generator emits as a loop (not a constant one it
+    unrolls into copies)."""
+    return type(n) is For and not (n.kind == "unrolled" and isinstance(n.extent, Const)
+                                   and n.extent.value <= MAX_FULL_UNROLL)
 
 
 def _stores_of(body) -> list:

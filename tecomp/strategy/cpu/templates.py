@@ -29,6 +29,7 @@ from .pool import pool_into
 from .skinny import _skinny_template
 from ...target import CpuModel
 from .softmax import schedule_softmax
+from ..trivial import prefer_trivial, trivial_schedule
 from .winograd import winograd_into
 
 #: the depthwise and grouped convolutions' templates, by their stages' tags, each with the
@@ -126,7 +127,22 @@ def apply_rules(args, knobs, info: CpuModel, shapes: Optional[dict] = None) -> S
     """The auto-scheduler's CPU schedule of ``args`` (the list ``tc.build`` takes): the
     operator's template where one fits (:func:`_auto_template`), else the generic rules
     (:func:`tecomp.strategy.rules.generic_rules`, with :data:`PART_TEMPLATES`); every
-    decision taken from ``knobs`` (:class:`tecomp.strategy.rules.Knobs`)."""
+    decision taken from ``knobs`` (:class:`tecomp.strategy.rules.Knobs`).  The knob
+    ``trivial`` replaces that schedule by the trivial one
+    (:func:`tecomp.strategy.trivial.trivial_schedule`); its default is
+    :func:`tecomp.strategy.trivial.prefer_trivial`'s comparison of the two."""
+    s = _rules_schedule(args, knobs, info, shapes)
+    # (the comparison lowers both schedules: not for a candidate whose value is given or
+    # sampled, whose default nobody reads)
+    asked = "trivial" in knobs.given or knobs.rng is not None
+    if knobs.choose("trivial", [False, True],
+                    not asked and prefer_trivial(s, args, info, shapes)):
+        return trivial_schedule(args, info.lanes)
+    return s
+
+
+def _rules_schedule(args, knobs, info: CpuModel, shapes: Optional[dict]) -> Schedule:
+    """:func:`apply_rules`' schedule before its comparison with the trivial one."""
     outs = _rules.outputs_of(args)
     s = _template(outs, knobs, info)
     if s is not None and _aligned_reads_hold(s, args, info):
