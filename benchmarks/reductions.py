@@ -19,7 +19,7 @@ counting its read and its write).  Every result is checked against PyTorch's fir
 
     python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...] [--rules-off]
         [--new-off] [--select-off] [--seed-off] [--steps-off]
-        [--minmax-off] [--stream-off] [--math-off] [--math20-off]
+        [--minmax-off] [--rowblock-off] [--stream-off] [--math-off] [--math20-off]
 """
 from __future__ import annotations
 
@@ -229,6 +229,21 @@ def minmax_off(tc, sig, ins):
     return flags_off(tc, sig, ins, [(vectorize, "FLOAT_MINMAX_REDUCTIONS")])
 
 
+def rowblock_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` scheduled and built as before session 20: a
+    selection along rows one row a step (``tecomp.strategy.rules.SELECTION_ROW_BLOCK``
+    1), a select on an or of two float compares emitted as written (an argmax's update:
+    ``tecomp.codegen.llvm.emit_expr.INVERT_OR_SELECTS`` False)."""
+    from tecomp.codegen.llvm import emit_expr
+    from tecomp.strategy import rules
+    old = rules.SELECTION_ROW_BLOCK
+    rules.SELECTION_ROW_BLOCK = 1
+    try:
+        return flags_off(tc, sig, ins, [(emit_expr, "INVERT_OR_SELECTS")])
+    finally:
+        rules.SELECTION_ROW_BLOCK = old
+
+
 def stream_off(tc, sig, ins):
     """A call of the kernel of ``sig`` scheduled with every store through the cache (no
     ``pragma nontemporal`` on an elementwise output over half the last-level cache, nor on
@@ -264,6 +279,7 @@ _AB = [("rules_off", "reduce", rules_off, "rules off"),
        ("seed_off", "reduce", seed_off, "seed off"),
        ("steps_off", "reduce", steps_off, "steps off"),
        ("minmax_off", "reduce", minmax_off, "minmax off"),
+       ("rowblock_off", "reduce", rowblock_off, "rowblock off"),
        ("stream_off", "elem", stream_off, "stream off"),
        ("math_off", "elem", math_off, "math off"),
        ("math20_off", "elem", math20_off, "math20 off")]
@@ -307,6 +323,10 @@ def main() -> None:
     ap.add_argument("--minmax-off", action="store_true", help="also time each reduction "
                     "built with a float max or min folded to one vector and its lanes "
                     "reduced in order (not as a tree of halves), in the same turns")
+    ap.add_argument("--rowblock-off", action="store_true", help="also time each "
+                    "reduction built with a selection along rows one row a step (not a "
+                    "block of rows) and a select on an or of float compares as written "
+                    "(not the and of their negations), in the same turns")
     ap.add_argument("--stream-off", action="store_true", help="also time each elementwise "
                     "operator scheduled with its output stored through the cache (no "
                     "non-temporal stores), in the same turns")

@@ -14,7 +14,7 @@ import threading
 import numpy as np
 import pytest
 
-from tecomp.codegen.llvm import build_llvm
+from tecomp.codegen.llvm import build_llvm, emit_expr
 from tecomp.runtime import llvm as llvm_runtime
 from tecomp.errors import ArgumentError, BoundsError, BuildError, InternalError
 from tecomp.ir import (
@@ -23,8 +23,8 @@ from tecomp.ir import (
 )
 from tecomp.ir import op
 from tecomp.ir.expr import (
-    GE, LT, Add, Div, FloorDiv, FloorMod, Let, Max, Min, Mul, Or, Reduce, Sub, TruncDiv,
-    TruncMod, as_expr,
+    EQ, GE, GT, LE, LT, NE, Add, Div, FloorDiv, FloorMod, Let, Max, Min, Mul, Or, Reduce,
+    Sub, TruncDiv, TruncMod, as_expr,
 )
 
 
@@ -3034,3 +3034,39 @@ def test_fp_reciprocal_pragma_multiplies_by_one_reciprocal_per_row():
         np.testing.assert_array_max_ulp(outs[1], outs[0], maxulp=1)
         assert (outs[1] != outs[0]).any()
         assert np.array_equal(outs[1], (x * (np.float32(1) / sv)[:, None]).astype("float32"))
+
+
+
+@pytest.mark.parametrize("first", ["==", "!=", "<", "<=", ">", ">="])
+def test_vector_select_on_an_or_of_float_compares_is_nan_exact(first):
+    """A vector select on ``(a op1 b) | (c op2 d)`` with both operands evaluated is
+    emitted as the select on the and of the negated compares, operands swapped
+    (``emit_expr.INVERT_OR_SELECTS``); every pair of compares, with NaN on either side of
+    each, equal values and infinities, answers as numpy does, switch on or off."""
+    kinds = {"==": (EQ, np.equal), "!=": (NE, np.not_equal), "<": (LT, np.less),
+             "<=": (LE, np.less_equal), ">": (GT, np.greater), ">=": (GE, np.greater_equal)}
+    vals = np.array([np.nan, -np.inf, -1.0, 0.0, 1.0, np.inf], np.float32)
+    a, b = (x.ravel().astype(np.float32) for x in np.meshgrid(vals, vals))
+    a, b = np.tile(a, 3), np.tile(b, 3)        # 108 lanes: whole vectors and a tail
+    cc, dd = np.roll(a, 7), np.roll(b, 13)
+    n = a.size
+    A, B, C, D, E = (buf(nm, (n,)) for nm in "ABCDE")
+    i = Var("i")
+    for second in kinds:
+        (K1, f1), (K2, f2) = kinds[first], kinds[second]
+        cond = Or(K1(ld(A, i), ld(B, i)), K2(ld(C, i), ld(D, i)))
+        want = np.where(f1(a, b) | f2(cc, dd), a, b)
+        for inverted in (True, False):
+            old = emit_expr.INVERT_OR_SELECTS
+            emit_expr.INVERT_OR_SELECTS = inverted
+            try:
+                body = loop(i, n, st(E, Select(cond, ld(A, i), ld(B, i), "float32"), i),
+                            "vectorized")
+                m = build_llvm(PrimFunc("sel_or", (A, B, C, D, E), body))
+            finally:
+                emit_expr.INVERT_OR_SELECTS = old
+            ll = m.get_source("ll")
+            assert (" or <" not in ll) == inverted, ll
+            out = np.zeros(n, np.float32)
+            m(a, b, cc, dd, out)
+            np.testing.assert_array_equal(out, want, err_msg=f"{first} | {second}")

@@ -812,3 +812,54 @@ def test_column_reductions_of_bytes_take_eight_steps_a_pass(op, dtype, c, steps)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     else:
         np.testing.assert_array_equal(got, want)
+
+
+def _block_rows(op, rows, k):
+    """``rows`` rows of ``k`` from :func:`_arg_rows`'s seven kinds (first NaN, ties, all
+    equal, all the identity's value, an extreme in the tail, neighbouring ties, a NaN
+    last), each rolled by its own amount: the rows of one block differ in where their
+    answers lie."""
+    base = _arg_rows(op)
+    return np.stack([np.roll(np.resize(base[r % 7], k), (5 * r) % k)
+                     for r in range(rows)]).astype("float32")
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("shape,dtype,keepdims", [
+    ((2, 64, 256), "int64", False), ((2, 64, 256), "int32", True), ((2, 64, 1024), "int64", False),
+    ((12, 40), "int32", False), ((3, 5, 300), "int64", True), ((6, 1), "int32", False),
+    ((7, 256), "int64", False)])
+def test_argmax_rows_in_blocks_of_rows(op, shape, dtype, keepdims):
+    """An argmax along rows takes ``SELECTION_ROW_BLOCK`` rows a step (fewer where their
+    partial vectors would fill over half the model's vector registers; one where the
+    block does not divide the last output axis, as with keepdims): its partials' buffer holds the block's
+    rows, unrolled; numpy's answers (first NaN, ties, the last index, rows all of the
+    identity's value, odd extents, extent 1, keepdims, the negative axis), the same with
+    a row a step (knob ``row_block`` 1)."""
+    info = info2()
+    L, k = info.lanes, shape[-1]
+    F = 4 * L if k >= 4 * L * rules.SELECTION_WIDE_STEPS else 2 * L if k >= 8 * L else L
+    want = rules.SELECTION_ROW_BLOCK
+    while want > 1 and want * (F // L) * 2 > info.vregs // 2:
+        want //= 2
+    rows = int(np.prod(shape[:-1]))
+    x = _block_rows(op, rows, k).reshape(shape)
+    name = f"{op}.acc" if dtype == "int64" else op
+    X = tc.placeholder(shape, name="X")
+    for last in (False, True):
+        Y = getattr(nn, op)(X, axis=-1, keepdims=keepdims, dtype=dtype,
+                            select_last_index=last)
+        oshape = tuple(int(e.value) for e in Y.shape)
+        want_x = _arg_want(op, x, -1, keepdims, last)
+        for block in (None, 1):
+            knobs = Knobs({} if block is None else {f"{name}.row_block": 1})
+            s = apply_rules([X, Y], knobs, info)
+            ir = str(tc.lower(s, [X, Y]))
+            got = np.full(oshape, -7, dtype)
+            tc.build(s, [X, Y])(x, got)
+            np.testing.assert_array_equal(got, want_x)
+            if block is None and k > 1:
+                b = want if oshape[-1] % want == 0 else 1
+                m = re.search(rf"allocate {re.escape(name)}\.rf\.v0: int32\[(?:\d+, )*(\d+), "
+                              rf"(\d+)\]", ir)
+                assert m and int(m.group(1)) == b and int(m.group(2)) == F, ir

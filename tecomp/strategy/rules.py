@@ -279,6 +279,14 @@ def schedule_stages(s: Schedule, outs, info, only=None, knobs: Optional[Knobs] =
 #: thread, Zen 4 under load; rows of 1024 the same either way)
 SELECTION_WIDE_STEPS = 8
 
+#: the rows of a selection along rows (an argmax over the last axis) taken per step of its
+#: row loop (knob ``<stage>.row_block``), unrolled: each row's vectors of partial pairs
+#: and the tree across their lanes at its end (:data:`SELECTION_WIDE_STEPS`) are a chain
+#: of dependent combines, and the rows' chains side by side overlap.  Rows of 256 from
+#: memory, one thread: 1.18x faster with 4 (benchmarks/history/2026-12-01.md, "Session
+#: 20, helper h20-redux").  1: a row per step
+SELECTION_ROW_BLOCK = 4
+
 
 class _Rules(BlockRules):
     def __init__(self, s: Schedule, outs, knobs: Knobs, info, shapes, only=None, parts=None):
@@ -1195,7 +1203,21 @@ class _Rules(BlockRules):
         axes = list(st.op.axis)
         exts = [self.ext(a.dom.extent) for a in axes]
         row = axes[0] if len(axes) == 1 else st.fuse(*axes)
+        # a block of rows a step: their partial vectors and the trees at their ends one
+        # straight-line body, each row still read whole before the next (two rows read
+        # in turns ran 2.8x slower from memory: the hardware prefetcher loses them)
+        # (each row's partials in registers until its tree: at most half of them in all)
+        want = SELECTION_ROW_BLOCK
+        while want > 1 and want * (steps[0] // L) * len(op.bodies) > self.info.vregs // 2:
+            want //= 2
+        block = self.k.choose(f"{op.name}.row_block", [1, 2, 4, 8], want) \
+            if len(parts) == 1 and selection_reducer(op.bodies[0].combiner) else 1
+        if exts[-1] is None or exts[-1] % block:
+            block = 1
         if epilogue is None:
+            if block > 1:
+                row, rb = st.split(row, factor=block)
+                st.unroll(rb)
             if self.info.threads > 1 and (None in exts or math.prod(exts) >= 2):
                 st.parallel(row)
         else:
@@ -1210,10 +1232,17 @@ class _Rules(BlockRules):
             if self.info.threads > 1 and (total is None or total >= 2):
                 epilogue.parallel(erow)
             st.compute_at(epilogue, erow)
+            if block > 1 and rb % block == 0:
+                row, rb = st.split(row, factor=block)
+                st.unroll(rb)
+            else:
+                block = 1
         for rf in parts:
             rf.compute_at(st, row)
             rki = rf.op.axis[-1]
             rf.reorder(*(list(rf.op.axis[:-1]) + list(rf.op.reduce_axis) + [rki]))
+            if block > 1:
+                rf.unroll(rf.op.axis[-2])
             rf.vectorize(rki)
             self.done.add(id(rf.op))
 

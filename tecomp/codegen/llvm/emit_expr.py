@@ -14,7 +14,7 @@ import llvmlite.ir as ir
 from ...errors import BuildError, InternalError
 from ...ir import dtype as _dt
 from ...ir.expr import (
-    EQ, GE, GT, LE, LT, NE, BufferLoad, Cast, CmpOp, Const, Expr, Select, Var,
+    EQ, GE, GT, LE, LT, NE, BufferLoad, Cast, CmpOp, Const, Expr, Or, Select, Var,
 )
 from ...ir.functor import children, collect
 from .intrinsics import _bf16_to_f32, _f32_to_bf16, _f64_to_f16, _Freeze
@@ -35,6 +35,15 @@ SELECT_FAST_PATH_NODES = 64
 #: ELU of 256K float32, one thread, under load: 0.107 -> 0.072 ms.  Off: only operands
 #: the condition itself evaluates
 SPECULATE_CONDITION_LOADS = True
+
+#: a vector select on an or of two float compares, both operands evaluated, is emitted
+#: as the select on the and of their negations (a NaN-exact negation: ``not (a >= b)``
+#: is ``a < b`` or unordered), its operands swapped: on AVX-512 an and of two compares is
+#: one compare under the other's mask, where the or needed a ``korw``.  The in-order
+#: update of an argmax over the middle axis (``keep = acc >= x or acc != acc``): 6 -> 5
+#: instructions a vector, in cache 1.09x faster (one thread, Zen 4, under load).  Off:
+#: the or as written
+INVERT_OR_SELECTS = True
 
 
 def _small(e) -> bool:
@@ -413,10 +422,13 @@ class _ExprEmitter:
                 return self.map2(t, f, lambda x, y: b.select(cond.s, x, y))
             return self.if_value(cond.s, lambda: self.expr(e.true_value),
                                  lambda: self.expr(e.false_value))
-        c = self.vec(cond)
         if safe:
+            inv = self._inverted_or(e.cond)
             t, f = self.expr(e.true_value), self.expr(e.false_value)
-            return Val(v=b.select(c, self.vec(t), self.vec(f)))
+            if inv is not None:
+                return Val(v=b.select(inv, self.vec(f), self.vec(t)))
+            return Val(v=b.select(self.vec(cond), self.vec(t), self.vec(f)))
+        c = self.vec(cond)
 
         def masked():
             old = self.mask
@@ -443,6 +455,25 @@ class _ExprEmitter:
         return self.if_value(all_true, lambda: self.expr(e.true_value), lambda: self.if_value(
             none_true, lambda: self.expr(e.false_value), masked, name="sel.none"),
             name="sel.all")
+
+    #: each compare's negation (an ordered compare's is unordered, ``!=``'s ordered)
+    _NEGATED = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+    def _inverted_or(self, cond):
+        """The vector of ``not cond`` as the and of two negated compares where ``cond``
+        is an or of two float compares (:data:`INVERT_OR_SELECTS`), else None."""
+        if not INVERT_OR_SELECTS or not isinstance(cond, Or) or not all(
+                isinstance(p, CmpOp) and _dt.is_float(p.a.dtype) for p in (cond.a, cond.b)):
+            return None
+        b = self.b
+        parts = []
+        for p in (cond.a, cond.b):
+            x, y, _ = self._operands(p)
+            neg = self._NEGATED[self._CMP[type(p)]]
+            fcmp = b.fcmp_ordered if neg == "==" else b.fcmp_unordered
+            parts.append(self.vec(self.map2(x, y, lambda u, v, fcmp=fcmp, neg=neg:
+                                            fcmp(neg, u, v))))
+        return b.and_(parts[0], parts[1])
 
     def _speculable(self, operands, cond) -> bool:
         """Whether the select ``operands`` may be evaluated whatever the condition: each
