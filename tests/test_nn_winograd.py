@@ -393,6 +393,22 @@ def _rows_reached(p: int, m: int, n: int, window: bool) -> slice:
     return slice(first * m, min((p // m + 1) * m, n))
 
 
+def _direct_and_winograd(x, w, tile, groups):
+    """The outputs of ``x`` (NHWC) by ``w`` (HWIO), padding 1: the direct convolution's
+    and Winograd F(tile x tile)'s, each with its default schedule."""
+    X = tc.placeholder(x.shape, name="X")
+    Wt = tc.placeholder(w.shape, name="W")
+    outs = []
+    for Y in (nn.conv2d_nhwc(X, Wt, padding=1, groups=groups),
+              nn.conv2d_winograd(X, nn.winograd_weight_transform(Wt, "NHWC", tile, groups),
+                                 "NHWC", padding=1, groups=groups)):
+        f = tc.build(tc.create_schedule(Y.op), [X, Wt, Y])
+        out = np.zeros(x.shape[:3] + (w.shape[3],), "float32")
+        f(x, w, out)
+        outs.append(out)
+    return outs
+
+
 @pytest.mark.parametrize("tile, groups", [(2, 4), (4, 1)])
 def test_an_infinite_input_reaches_its_tiles(tile, groups):
     """An infinite input pixel makes the outputs whose 3x3 window holds it not finite,
@@ -407,17 +423,7 @@ def test_an_infinite_input_reaches_its_tiles(tile, groups):
     spots = [(0, 0, 1, np.inf), (4, 5, 2, -np.inf), (8, 9, 0, np.inf), (2, 9, 5, np.nan)]
     for y, xx, c, val in spots:
         x[0, y, xx, c] = val
-    X = tc.placeholder(x.shape, name="X")
-    Wt = tc.placeholder(w.shape, name="W")
-    outs = []
-    for Y in (nn.conv2d_nhwc(X, Wt, padding=1, groups=groups),
-              nn.conv2d_winograd(X, nn.winograd_weight_transform(Wt, "NHWC", tile, groups),
-                                 "NHWC", padding=1, groups=groups)):
-        f = tc.build(tc.create_schedule(Y.op), [X, Wt, Y])
-        out = np.zeros((N, H, W, O), "float32")
-        f(x, w, out)
-        outs.append(out[0])
-    d, g = outs
+    d, g = (out[0] for out in _direct_and_winograd(x, w, tile, groups))
     assert np.isinf(d).any() and np.isnan(d).any()
     window = np.zeros((H, W, O), bool)
     tiles = np.zeros((H, W, O), bool)
@@ -448,17 +454,7 @@ def test_huge_finite_inputs_below_the_documented_bound_stay_finite(tile, groups,
     w = (RNG.uniform(-1, 1, (3, 3, C // groups, O)) / 9).astype("float32")
     for y, xx in ((0, 0), (4, 5), (8, 9), (3, 3)):
         x[0, y, xx, :] = big * np.sign(RNG.standard_normal(C))
-    X = tc.placeholder(x.shape, name="X")
-    Wt = tc.placeholder(w.shape, name="W")
-    outs = []
-    for Y in (nn.conv2d_nhwc(X, Wt, padding=1, groups=groups),
-              nn.conv2d_winograd(X, nn.winograd_weight_transform(Wt, "NHWC", tile, groups),
-                                 "NHWC", padding=1, groups=groups)):
-        f = tc.build(tc.create_schedule(Y.op), [X, Wt, Y])
-        out = np.zeros((N, H, W, O), "float32")
-        f(x, w, out)
-        outs.append(out)
-    d, g = outs
+    d, g = _direct_and_winograd(x, w, tile, groups)
     assert np.isfinite(d).all() and np.isfinite(g).all()
     np.testing.assert_allclose(g, d, rtol=0, atol=1e-4 * np.abs(d).max())
 
