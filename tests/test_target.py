@@ -38,10 +38,13 @@ def _arr(*shape):
     ("cuda-emu", "cuda-emu"),
 ])
 def test_parse_and_print(text, canon):
+    from tecomp.target import names_host
     from tecomp.target.host import host_cpu as _host_cpu
 
-    # the host's own CPU by name is the host: printed without it (on a Zen 4, znver4)
-    canon = canon.replace(f" -mcpu={_host_cpu()}", "")
+    # the host's own CPU by name is the host: printed without it (on a Zen 4, znver4),
+    # where the name describes it (names_host: not a hypervisor's masked model)
+    if names_host(_host_cpu()):
+        canon = canon.replace(f" -mcpu={_host_cpu()}", "")
     t = tc.Target(text)
     assert str(t) == canon
     assert t == canon and t == tc.Target(canon) and hash(t) == hash(tc.Target(canon))
@@ -69,9 +72,9 @@ def test_immutable():
 def test_vector_facts_of_named_cpus(text, lanes, vregs, fma):
     t = tc.Target(text)
     assert (t.lanes, t.vregs, t.has_feature("fma")) == (lanes, vregs, fma)
-    from tecomp.target.host import host_cpu as _host_cpu
+    from tecomp.target import names_host
 
-    assert t.is_host == (t.mcpu in (None, _host_cpu()) and t.mattr == ())
+    assert t.is_host == ((t.mcpu is None or names_host(t.mcpu)) and t.mattr == ())
     info = sc.cpu_model(t)
     assert (info.lanes, info.vregs, info.target) == (lanes, vregs, str(t))
 
@@ -103,8 +106,11 @@ def test_host_is_read_from_the_machine():
     assert h.is_host and h.cpu == llvm_jit.host().cpu
     assert h.has_feature("avx512f") == llvm_jit.host().has_feature("avx512f")
     assert h.lanes == (16 if h.has_feature("avx512f") else 8 if h.has_feature("avx") else 4)
-    # the host by name is the host
-    assert tc.Target(f"llvm -mcpu={h.cpu}").is_host
+    # the host by name is the host (where the name describes it: names_host), and as native
+    from tecomp.target import names_host
+
+    assert tc.Target(f"llvm -mcpu={h.cpu}").is_host == names_host(h.cpu)
+    assert tc.Target("llvm -mcpu=native").is_host
     assert h.runs_here() is None
 
 
@@ -405,6 +411,133 @@ def test_code_for_a_feature_this_cpu_lacks_is_refused(tmp_path):
                      rf".*\b{re.escape(feature)}\b", got["call"]), got["call"]
     assert re.search(rf"needs the CPU feature\(s\) .*\b{re.escape(feature)}\b", got["load"]), \
         got["load"]
+
+
+#: the features each CPU of the table lists, which must be LLVM's for it (the table stands
+#: in for LLVM where it cannot be asked): the vector ISA tecomp's code generator picks
+_TABLE_FEATURES = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+                   "avx512vnni", "avx512bf16", "sse4a")
+
+
+@pytest.mark.parametrize("name", sorted(tc.target.CPUS))
+def test_table_of_named_cpus_agrees_with_llvm(name):
+    """Every x86 CPU tecomp knows by name: the table's features (used where LLVM cannot be
+    asked) are LLVM's for that CPU, as far as the code generator asks, and its caches are
+    plausible per-core / whole-chip sizes."""
+    from tecomp.target import x86
+    from tecomp.target.host import llvm_cpu_features
+
+    llvm = llvm_cpu_features(name, "")
+    if llvm is None:
+        pytest.skip("no LLVM here")
+    table, l1, l2, l3 = x86.CPUS[name]
+    for f in _TABLE_FEATURES:
+        assert (f in table) == (f in llvm), (name, f)
+    assert 16 << 10 <= l1 <= 64 << 10 and 128 << 10 <= l2 <= 4 << 20 and l2 <= l3 <= 1 << 30
+
+
+@pytest.mark.parametrize("name,lanes,has,lacks,caches", [
+    # client parts with AVX-512 (Ice Lake, Tiger Lake, Rocket Lake: no BF16, no FP16)
+    ("rocketlake", 16, {"avx512vnni", "avx512vbmi2"}, {"avx512bf16", "avx512fp16", "amx-tile"},
+     (48 << 10, 512 << 10, 16 << 20)),
+    ("tigerlake", 16, {"avx512vnni", "avx512vp2intersect"}, {"avx512fp16"},
+     (48 << 10, 1280 << 10, 12 << 20)),
+    ("icelake-client", 16, {"avx512vnni"}, {"avx512bf16"}, (48 << 10, 512 << 10, 8 << 20)),
+    ("cannonlake", 16, {"avx512ifma"}, {"avx512vnni"}, (32 << 10, 256 << 10, 4 << 20)),
+    # servers
+    ("cooperlake", 16, {"avx512bf16", "avx512vnni"}, {"avx512fp16"},
+     (32 << 10, 1 << 20, 38 << 20)),
+    ("graniterapids", 16, {"avx512fp16", "avx512bf16", "amx-tile", "amx-fp16"}, set(),
+     (48 << 10, 2 << 20, 504 << 20)),
+    # AVX2 only: hybrid clients (AVX-VNNI, no AVX-512) and E-core servers
+    ("raptorlake", 8, {"avxvnni", "fma"}, {"avx512f"}, (48 << 10, 2 << 20, 36 << 20)),
+    ("meteorlake", 8, {"avxvnni"}, {"avx512f"}, (48 << 10, 2 << 20, 24 << 20)),
+    ("arrowlake", 8, {"avxvnni"}, {"avx512f"}, (48 << 10, 3 << 20, 36 << 20)),
+    ("lunarlake", 8, {"avxvnni"}, {"avx512f"}, (48 << 10, 2560 << 10, 12 << 20)),
+    ("sierraforest", 8, {"avxvnni"}, {"avx512f"}, (32 << 10, 1 << 20, 96 << 20)),
+    ("znver1", 8, {"sse4a", "fma"}, {"avx512f"}, (32 << 10, 512 << 10, 8 << 20)),
+])
+def test_named_foreign_cpus(name, lanes, has, lacks, caches):
+    """A CPU named with -mcpu is LLVM's CPU of that name: its features (asked of LLVM),
+    the vector width and registers that follow, the table's caches, and the schedules'
+    machine model for them; it prints its name back (it is not the host; where the host
+    is that CPU, its caches are the host's own)."""
+    from tecomp.target import names_host
+
+    t = tc.Target(f"llvm -mcpu={name} -num-cores=4")
+    assert str(t) == f"llvm -mcpu={name} -num-cores=4" and tc.Target(str(t)) == t
+    assert t.cpu == name and not t.is_host
+    assert has <= t.features and not (lacks & t.features)
+    assert (t.lanes, t.vregs) == (lanes, 32 if lanes == 16 else 16)
+    m = t.machine
+    assert (m.lanes, m.masks, m.threads) == (lanes, lanes == 16, 4)
+    if not names_host(name):
+        assert (t.l1_bytes, t.l2_bytes, t.l3_bytes) == caches
+        assert (m.l1_bytes, m.l2_bytes, m.l3_bytes) == caches
+    # the template schedules build for it (AVX-512 or AVX2 blockings)
+    C = nn.conv2d_nhwc(tc.placeholder((1, 14, 14, 32), name="d"),
+                       tc.placeholder((3, 3, 32, 32), name="w"), padding=1)
+    p = sc.conv2d_nhwc_params(C, m)
+    assert p.ob == 2 * lanes
+
+
+def _masked_host(monkeypatch, name, features):
+    """This process's host seen as a CPU that LLVM names ``name`` with ``features`` (a
+    hypervisor that masks the model number: LLVM names a server part after a client one)."""
+    import tecomp.target as T
+    from tecomp.target import host as H
+
+    H.read_host()
+    monkeypatch.setitem(H._HOST_INFO, "cpu", name)
+    monkeypatch.setitem(H._HOST_INFO, "features", frozenset(features))
+    monkeypatch.setattr(T, "_NAMES_HOST", {})
+    monkeypatch.setenv("TECOMP_CALIBRATE", "0")
+
+
+def test_a_masked_host_is_the_host_and_its_name_another_cpu(monkeypatch):
+    """KVM masks a Xeon's model number and LLVM names the host ``rocketlake`` (a client
+    part without AVX512-FP16, AVX512-BF16 or AMX): ``tc.Target("llvm")`` and
+    ``-mcpu=native`` are still the host (its own features, its caches from sysfs), while
+    ``-mcpu=rocketlake`` is LLVM's Rocket Lake, whose code runs on a real one (no FP16,
+    the table's caches) and whose table entries are not the host's."""
+    from tecomp.target import host as H, names_host, measured_costs, x86
+    from tecomp.target.host import llvm_cpu_features
+
+    spr = llvm_cpu_features("sapphirerapids", "")
+    if spr is None:
+        pytest.skip("no LLVM here")
+    _masked_host(monkeypatch, "rocketlake", spr)
+    assert not names_host("rocketlake") and not names_host("sapphirerapids")
+    host, native = tc.Target("llvm"), tc.Target("llvm -mcpu=native")
+    assert host.is_host and native.is_host and native == host and host.cpu == "rocketlake"
+    assert {"avx512fp16", "avx512bf16"} <= host.features
+    assert host.l2_bytes == H.host_cache(2, 512 << 10)
+    rkl = tc.Target("llvm -mcpu=rocketlake")
+    assert not rkl.is_host and str(rkl) == "llvm -mcpu=rocketlake" and rkl != host
+    assert "avx512vnni" in rkl.features and not {"avx512fp16", "avx512bf16"} & rkl.features
+    assert (rkl.l2_bytes, rkl.l3_bytes) == x86.CPUS["rocketlake"][2:]
+    assert rkl.runs_here() is None      # a subset of the host's features
+    # a measured entry under the masked name is another CPU's: not the host's costs
+    monkeypatch.setitem(x86.MEASURED, "rocketlake", {"gather_cost": 9.0})
+    assert measured_costs(rkl) == {"gather_cost": 9.0}
+    assert "gather_cost" not in measured_costs(host)
+
+
+def test_a_host_named_truly_is_the_host_by_name(monkeypatch):
+    """Where LLVM's name for the host describes it (its features cover the host's), the
+    name is the host, as before: printed without -mcpu, its caches from sysfs; a host
+    without some of the named CPU's features (a hypervisor hides them) too."""
+    from tecomp.target import host as H, names_host
+    from tecomp.target.host import llvm_cpu_features
+
+    spr = llvm_cpu_features("sapphirerapids", "")
+    if spr is None:
+        pytest.skip("no LLVM here")
+    _masked_host(monkeypatch, "sapphirerapids", spr - {"avx512fp16"})
+    assert names_host("sapphirerapids")
+    t = tc.Target("llvm -mcpu=sapphirerapids")
+    assert t.is_host and str(t) == "llvm" and t == tc.Target("llvm")
+    assert t.l2_bytes == H.host_cache(2, 512 << 10) and "avx512fp16" not in t.features
 
 
 def test_features_llvm_emits_only_for_intrinsics_are_not_compared(monkeypatch):

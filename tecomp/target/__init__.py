@@ -37,7 +37,9 @@ convention, without ``cx8`` LLVM calls libatomic for the thread pool's atomics.
 Caches and threads of another CPU are not measured: the table below gives the caches of
 the CPUs it names (per core, from their vendors' documents), and ``threads`` is the
 runtime's thread count (``tc.set_num_threads``) unless ``-num-cores`` says otherwise.
-``-mcpu=native`` is the host, as in LLVM.
+``-mcpu=native`` is the host, as in LLVM; so is the host's own LLVM name where it describes
+the host (:func:`names_host`: not where a hypervisor masks the model number and LLVM names
+a server Xeon ``rocketlake``; that name is then LLVM's Rocket Lake, another CPU).
 
 ``-mtriple`` picks the instruction set: ``x86_64-...`` (the default on an x86-64 host) or
 ``aarch64-...`` (64-bit Arm); its system is Linux (``...-linux-gnu``, ``-musl``,
@@ -70,14 +72,14 @@ from .cuda import (  # noqa: F401  (the CUDA limits, for the code that reads the
 )
 from . import aarch64 as _aarch64, x86 as _x86
 from .host import (
-    cpu_name, feature_names, host_cache, host_cpu, host_features, host_triple,
+    PROBE_BLIND, cpu_name, feature_names, host_cache, host_cpu, host_features, host_triple,
     llvm_cpu_features,
 )
 from .machine import HOST_COSTS, MEMORY_COPY_COST, CpuModel  # noqa: F401
 from .x86 import BASELINE, CPUS, INTRINSIC_ONLY, MEASURED
 
 __all__ = ["Target", "KINDS", "CPUS", "BASELINE", "INTRINSIC_ONLY", "CpuModel", "cpu_model",
-           "cpu_name"]
+           "cpu_name", "names_host"]
 
 KINDS = ("llvm", "cuda", "cuda-emu")
 """The target kinds ``tc.build`` knows: the first word of a target string."""
@@ -123,6 +125,40 @@ def _triple_system_problem(triple: str) -> "str | None":
 def host_isa() -> "str | None":
     """This machine's instruction set (a key of :data:`ISAS`), or None."""
     return isa_of_triple(host_triple())
+
+
+_NAMES_HOST: Dict[str, bool] = {}
+
+
+def names_host(cpu: str) -> bool:
+    """Whether LLVM's CPU name ``cpu`` is this machine's CPU: LLVM names the host so, and
+    the features LLVM gives a CPU of that name include every feature of the host's that
+    code may use (:data:`INTRINSIC_ONLY` aside).  Not where a hypervisor hides the
+    CPU's model number and LLVM names the host after another part: a server Xeon with
+    AVX512-FP16, AVX512-BF16 and AMX named ``rocketlake``, a client part without them.
+    ``-mcpu=<that name>`` is then LLVM's CPU of the name (another machine's features and
+    caches: code for a real one), not the host; ``tc.Target("llvm")`` and
+    ``-mcpu=native`` stay the host.
+
+    Parameters
+    ----------
+    cpu : str
+        An LLVM CPU name.
+
+    Returns
+    -------
+    bool
+        False for any name but the host's; True without LLVM (nothing to compare)."""
+    if cpu != host_cpu() or host_isa() is None:
+        return False
+    got = _NAMES_HOST.get(cpu)
+    if got is None:
+        named = llvm_cpu_features(cpu, "")
+        facts = ISAS[host_isa()]
+        got = named is None or not (host_features() - named - PROBE_BLIND
+                                    - getattr(facts, "INTRINSIC_ONLY", frozenset()))
+        _NAMES_HOST[cpu] = got
+    return got
 
 _OPTIONS = {"llvm": ("mcpu", "mattr", "num-cores", "mtriple", "msve-vector-bits"),
             "cuda": ("arch",), "cuda-emu": ("arch",)}
@@ -191,6 +227,7 @@ class Target:
                 raise TargetError(_fix(f"target {kind}: option -{m.group(1)} given twice"))
             opts[m.group(1)] = m.group(2)
         mcpu = opts.get("mcpu")
+        named_native = False
         mattr: Tuple[str, ...] = ()
         num_cores = None
         arch = None
@@ -211,7 +248,8 @@ class Target:
             isa = isa or here or _x86.ISA
             facts = ISAS[isa]
             native = isa == here
-            if mcpu == "native":
+            named_native = mcpu == "native"
+            if named_native:
                 if not native:
                     raise TargetError(_fix(f"target llvm: -mcpu=native is this machine's CPU, "
                                            f"which is no {isa} CPU; name one (known: "
@@ -252,8 +290,9 @@ class Target:
         set_(self, "arch", arch)
         set_(self, "mtriple", trip)
         set_(self, "_isa", isa)
+        # (the host's own LLVM name is the host where it describes the host: names_host)
         set_(self, "_host", kind == "llvm" and isa == host_isa() and not mattr
-             and (mcpu is None or mcpu == host_cpu()))
+             and (mcpu is None or named_native or names_host(mcpu)))
         set_(self, "_feats", None)
         set_(self, "_caches", None)
         set_(self, "sve_vector_bits", None)
@@ -430,8 +469,10 @@ class Target:
     def _cache_sizes(self) -> Tuple[int, int, int]:
         if self._caches is None:
             cpus = ISAS[self._isa].CPUS
-            if self._host or (self.is_native_isa and self.cpu == host_cpu()):
-                # this machine's CPU (with other features, perhaps)
+            if self._host or (self.is_native_isa and self.cpu == host_cpu() and (
+                    names_host(self.cpu) or self.cpu not in cpus)):
+                # this machine's CPU (with other features, perhaps); a name LLVM gives
+                # the host that describes another part (names_host) is that part's
                 c = (host_cache(1, 32 << 10), host_cache(2, 512 << 10),
                      host_cache(3, 32 << 20))
             else:
@@ -516,7 +557,8 @@ def measured_costs(target: "Target") -> dict:
     defaults)."""
     table = MEASURED.get(target.cpu)
     if HOST_COSTS and target.is_host and target.is_native_isa:
-        return HOST_COSTS[0](target, table)
+        # (a name that is not the host's own part, names_host: another CPU's entry)
+        return HOST_COSTS[0](target, table if names_host(target.cpu) else None)
     return dict(table or {})
 
 

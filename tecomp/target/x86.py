@@ -72,20 +72,40 @@ CPUS: Dict[str, Tuple[FrozenSet[str], int, int, int]] = {
     "broadwell": (_AVX2, 32 << 10, 256 << 10, 8 << 20),
     "skylake": (_AVX2, 32 << 10, 256 << 10, 8 << 20),
     "alderlake": (_AVX2, 48 << 10, 1280 << 10, 30 << 20),
+    # (the client parts below: the performance cores' L1d and L2, the whole L3 of a
+    # desktop or laptop part of the generation; their efficiency cores lack AVX-512)
+    "raptorlake": (_AVX2, 48 << 10, 2 << 20, 36 << 20),
+    "meteorlake": (_AVX2, 48 << 10, 2 << 20, 24 << 20),
+    "arrowlake": (_AVX2, 48 << 10, 3 << 20, 36 << 20),
+    "lunarlake": (_AVX2, 48 << 10, 2560 << 10, 12 << 20),
+    "cannonlake": (_AVX512, 32 << 10, 256 << 10, 4 << 20),
+    "icelake-client": (_VNNI, 48 << 10, 512 << 10, 8 << 20),
+    "tigerlake": (_VNNI, 48 << 10, 1280 << 10, 12 << 20),
+    "rocketlake": (_VNNI, 48 << 10, 512 << 10, 16 << 20),
     "skylake-avx512": (_AVX512, 32 << 10, 1 << 20, 32 << 20),
     "cascadelake": (_VNNI, 32 << 10, 1 << 20, 32 << 20),
+    "cooperlake": (_BF16, 32 << 10, 1 << 20, 38 << 20),
     "icelake-server": (_VNNI, 48 << 10, 1280 << 10, 48 << 20),
     "sapphirerapids": (_BF16, 48 << 10, 2 << 20, 64 << 20),
     "emeraldrapids": (_BF16, 48 << 10, 2 << 20, 256 << 20),
+    "graniterapids": (_BF16, 48 << 10, 2 << 20, 504 << 20),
+    # (E-cores only: the L2 of a 4-core module, 4 MiB, a quarter per core)
+    "sierraforest": (_AVX2, 32 << 10, 1 << 20, 96 << 20),
     # (AMD's own sse4a among them: code for a Zen may use it, so an Intel CPU, which
     # lacks it, refuses to run such code)
+    "znver1": (_AVX2 | {"sse4a"}, 32 << 10, 512 << 10, 8 << 20),
     "znver2": (_AVX2 | {"sse4a"}, 32 << 10, 512 << 10, 16 << 20),
     "znver3": (_AVX2 | {"sse4a"}, 32 << 10, 512 << 10, 32 << 20),
     "znver4": (_BF16 | {"sse4a"}, 32 << 10, 1 << 20, 32 << 20),
     "znver5": (_BF16 | {"sse4a"}, 48 << 10, 1 << 20, 32 << 20),
 }
 """The x86 ``-mcpu`` names tecomp knows: name -> (features, L1d bytes, L2 bytes per core,
-L3 bytes)."""
+L3 bytes).  The features are what tecomp's code generator asks about, for where LLVM
+cannot be asked (``Target.features`` asks LLVM for the CPU's own wherever it is here);
+the caches are their vendors' figures for a part of that generation.  A name LLVM knows
+and this table does not is refused (LLVM itself aborts the process on a name it does not
+know, so tecomp cannot pass names through unchecked): give the nearest CPU here and the
+features it lacks with ``-mattr``."""
 
 
 def check_feature(entry: str, known) -> None:
