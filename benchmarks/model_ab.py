@@ -4,10 +4,12 @@ process with the peers, medians; the FMA peak (``tecomp.viz.fma_peak``, the best
 the probes before and after each workload's rounds) on as many threads.
 
     python3 benchmarks/model_ab.py [--threads 2] [--rounds 15] [--only conv] [--cpu-time]
+        [--gemm-config nr=48,mr=8] [--conv-config weight_copy=false ...]
 
 Workloads: conv 3x3 64->64 56x56 NHWC and NCHW, conv 256x14x14 NHWC and NCHW, GEMM
 2048^3 (the ``benchmarks/run.py`` workloads).  Prints GFLOP/s, each against the FMA
-peak and the best peer.  ``--cpu-time``: the calls timed in CPU time (with
+peak and the best peer.  ``--gemm-config`` / ``--conv-config`` (repeatable): also the GEMM
+/ the convolutions with that config, in the same turns.  ``--cpu-time``: the calls timed in CPU time (with
 ``--threads 1`` on a loaded machine; the FMA peak stays a wall-time best).  Speed only:
 not a test.
 """
@@ -30,6 +32,10 @@ def main() -> int:
     ap.add_argument("--gemm-config", default="",
                     help="also the GEMM with this blocking, e.g. nr=48,mr=8 "
                          "(schedule_matmul's config)")
+    ap.add_argument("--conv-config", action="append", default=[],
+                    help="also the convolutions with this config (repeatable), e.g. "
+                         "weight_copy=false or rows_per_task=1,tasks=rows "
+                         "(schedule_conv2d_nhwc / _nchw's ConvParams fields)")
     ap.add_argument("--cpu-time", action="store_true",
                     help="time CPU time (process_time) instead of wall time: on a loaded "
                          "machine, with --threads 1")
@@ -67,8 +73,7 @@ def main() -> int:
         if entry is not None:
             x86.MEASURED[cpu] = entry
         if args.gemm_config and isinstance(wl, W.Gemm):
-            cfg = {k: (int(v) if v.isdigit() else v) for k, v in
-                   (kv.split("=") for kv in args.gemm_config.split(","))}
+            cfg = _config(args.gemm_config)
             A = tc.placeholder((wl.n, wl.n), name="A")
             B = tc.placeholder((wl.n, wl.n), name="B")
             C = W.sc.matmul_packed(A, B, nr=cfg.get("nr"))
@@ -78,6 +83,12 @@ def main() -> int:
             np.testing.assert_allclose(out.numpy() if hasattr(out, "numpy") else out, ref,
                                        rtol=2e-3, atol=2e-3)
             fns[f"tecomp {args.gemm_config}"] = lambda g=g, out=out: g(wl.a, wl.b, out)
+        if isinstance(wl, W.Conv):
+            for text in args.conv_config:
+                r = wl.make("tecomp", args.threads, config=_config(text))
+                r.run()
+                np.testing.assert_allclose(r.output(), ref, rtol=2e-3, atol=2e-3)
+                fns[f"tecomp {text}"] = r.run
         for t in tools:
             if t in ("tecomp", "numpy"):
                 continue
@@ -100,6 +111,15 @@ def main() -> int:
                   + (f", {g[k] / best:.2f}x the best peer" if best else ""))
     print(f"# {uptime()}")
     return 0
+
+
+def _config(text: str) -> dict:
+    """``k=v,k=v`` as a config dict: ints, ``true``/``false``, else strings."""
+    out = {}
+    for kv in text.split(","):
+        k, v = kv.split("=")
+        out[k] = int(v) if v.isdigit() else {"true": True, "false": False}.get(v.lower(), v)
+    return out
 
 
 if __name__ == "__main__":

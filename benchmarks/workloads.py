@@ -168,20 +168,21 @@ class Conv(Workload):
                 out += np.einsum("nchw,kc->nkhw", d[:, :, r:r + H, s:s + H], w[:, :, r, s])
         return out if self.layout == "NCHW" else out.transpose(0, 2, 3, 1)
 
-    def make(self, tool, threads):
+    def make(self, tool, threads, config=None):
+        """``config``: tecomp's convolution config (``schedule_conv2d_*(config=)``)."""
         C, H = self.C, self.HW
         if tool == "tecomp":
             if self.layout == "NCHW":
                 d = tc.placeholder((1, C, H, H), name="data")
                 w = tc.placeholder((C, C, 3, 3), name="weight")
                 out = ops.conv2d_nchw(d, w, padding=1)
-                s = sc.schedule_conv2d_nchw(out)
+                s = sc.schedule_conv2d_nchw(out, config=config)
                 dn, wn = self.d_nchw, self.w_oihw
             else:
                 d = tc.placeholder((1, H, H, C), name="data")
                 w = tc.placeholder((3, 3, C, C), name="weight")
                 out = ops.conv2d_nhwc(d, w, padding=1)
-                s = sc.schedule_conv2d_nhwc(out)
+                s = sc.schedule_conv2d_nhwc(out, config=config)
                 dn, wn = self.d_nhwc, self.w_hwio
             f = tc.build(s, [d, w, out], name="conv")
             o = tc.empty([int(e.value) for e in out.shape], "float32")
