@@ -533,7 +533,8 @@ def test_a_host_named_truly_is_the_host_by_name(monkeypatch):
     spr = llvm_cpu_features("sapphirerapids", "")
     if spr is None:
         pytest.skip("no LLVM here")
-    _masked_host(monkeypatch, "sapphirerapids", spr - {"avx512fp16"})
+    # (one the name lacks that is no vector extension: a hypervisor's, not another part)
+    _masked_host(monkeypatch, "sapphirerapids", (spr - {"avx512fp16"}) | {"sse4a"})
     assert names_host("sapphirerapids")
     t = tc.Target("llvm -mcpu=sapphirerapids")
     assert t.is_host and str(t) == "llvm" and t == tc.Target("llvm")

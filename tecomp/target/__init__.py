@@ -72,7 +72,7 @@ from .cuda import (  # noqa: F401  (the CUDA limits, for the code that reads the
 )
 from . import aarch64 as _aarch64, x86 as _x86
 from .host import (
-    PROBE_BLIND, cpu_name, feature_names, host_cache, host_cpu, host_features, host_triple,
+    cpu_name, feature_names, host_cache, host_cpu, host_features, host_triple,
     llvm_cpu_features,
 )
 from .machine import HOST_COSTS, MEMORY_COPY_COST, CpuModel  # noqa: F401
@@ -132,8 +132,10 @@ _NAMES_HOST: Dict[str, bool] = {}
 
 def names_host(cpu: str) -> bool:
     """Whether LLVM's CPU name ``cpu`` is this machine's CPU: LLVM names the host so, and
-    the features LLVM gives a CPU of that name include every feature of the host's that
-    code may use (:data:`INTRINSIC_ONLY` aside).  Not where a hypervisor hides the
+    the features LLVM gives a CPU of that name include every vector extension of the
+    host's (``avx...``, :data:`INTRINSIC_ONLY` aside: other extras, a hypervisor's
+    leftovers, do not make the host another part, and the host keeps its entry in
+    :data:`tecomp.target.x86.MEASURED`).  Not where a hypervisor hides the
     CPU's model number and LLVM names the host after another part: a server Xeon with
     AVX512-FP16, AVX512-BF16 and AMX named ``rocketlake``, a client part without them.
     ``-mcpu=<that name>`` is then LLVM's CPU of the name (another machine's features and
@@ -155,8 +157,8 @@ def names_host(cpu: str) -> bool:
     if got is None:
         named = llvm_cpu_features(cpu, "")
         facts = ISAS[host_isa()]
-        got = named is None or not (host_features() - named - PROBE_BLIND
-                                    - getattr(facts, "INTRINSIC_ONLY", frozenset()))
+        extra = host_features() - named - getattr(facts, "INTRINSIC_ONLY", frozenset())
+        got = named is None or not any(f.startswith("avx") for f in extra)
         _NAMES_HOST[cpu] = got
     return got
 
