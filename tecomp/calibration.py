@@ -10,7 +10,8 @@ its FMAs).  For the CPUs in :data:`tecomp.target.x86.MEASURED` they come from th
 host CPU, the first schedule that reads the machine model measures them here with five
 small kernels (a few seconds, once) and keeps the result in
 ``$TECOMP_CACHE_DIR/machine/<cpu>-<hash>.json`` (the hash: the CPU's features, vector
-width and this tecomp's version), which every later process reads.
+width, this tecomp's version and the measurement's :data:`METHOD`), which every later
+process reads.
 
 ``TECOMP_CALIBRATE`` chooses: ``auto`` (the default: measure at first use where the table
 has no entry), ``0`` / ``off`` (never measure; use a cached result if there is one, else
@@ -31,7 +32,6 @@ import json
 import logging
 import math
 import os
-import statistics
 import tempfile
 import threading
 import warnings
@@ -60,6 +60,10 @@ _log = logging.getLogger("tecomp.calibrate")
 
 #: the values of ``TECOMP_CALIBRATE``
 MODES = ("auto", "0", "off", "force")
+
+#: how the costs are measured, part of the cache file's name: a change of method (2: the
+#: best round of each kernel, :func:`best_rounds`; 1: the median) measures again
+METHOD = 2
 
 #: the costs a calibration gives, each with the check a cached value must pass
 _CHECKS = {
@@ -103,7 +107,7 @@ def cache_path(target) -> Path:
 
 @functools.lru_cache(maxsize=16)
 def _file_name(cpu: str, lanes: int, features: frozenset) -> str:
-    key = f"{cpu}|{lanes}|{','.join(sorted(features))}|{__version__}"
+    key = f"{cpu}|{lanes}|{','.join(sorted(features))}|{__version__}|{METHOD}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in cpu)[:40] or "cpu"
     return f"{safe}-{digest}.json"
@@ -209,7 +213,7 @@ def _first_use(target, path: Path) -> Optional[dict]:
 def calibrate(target=None, *, rounds: int = 3, save: bool = True) -> dict:
     """Measure the machine model's costs on this CPU (the host ``llvm`` target ``target``,
     default ``tc.Target("llvm")``): ``rounds`` rounds of five small kernels on one thread,
-    the median of each.  Returns the costs (a dict as :data:`tecomp.target.x86.MEASURED`'s
+    the best round of each.  Returns the costs (a dict as :data:`tecomp.target.x86.MEASURED`'s
     entries) and, with ``save``, keeps them where :func:`measured_costs` reads them.
 
     >>> import tecomp as tc
@@ -319,8 +323,8 @@ def gemm_blocks(info, M: int = 1536, N: int = 1024, K: int = 2048, target=None):
 
 
 def costs_from(med: dict, L: int, N: int, K: int, gemm_loads: tuple) -> dict:
-    """The costs that the medians ``med`` (seconds, and GFLOP/s for ``fma16``/``fma8``)
-    of the kernels above give (``N x K`` copies; ``gemm_loads``: the two GEMM blocks'
+    """The costs that the figures ``med`` (the best rounds' seconds, and GFLOP/s for
+    ``fma16``/``fma8``) of the kernels above give (``N x K`` copies; ``gemm_loads``: the two GEMM blocks'
     loads per FMA)."""
     t_fma = 2 * L / (med["fma16"] * 1e9)     # seconds per full-register FMA, one thread
     costs = {"fma_bits": 32 * L if med["fma16"] / med["fma8"] > 1.5 else 16 * L,
@@ -374,8 +378,19 @@ def _measure(target, rounds: int):
                 res[f"gemm{nv}"].append(t(f, (ga, gb, gc), 2))
     finally:
         set_num_threads(before)
-    med = {k: statistics.median(v) for k, v in res.items() if v}
-    return costs_from(med, L, N, K, (gemms[2][1], gemms[4][1])), med
+    best = best_rounds(res)
+    return costs_from(best, L, N, K, (gemms[2][1], gemms[4][1])), best
+
+
+def best_rounds(res: dict) -> dict:
+    """The best round of each kernel's figures ``res`` (seconds; GFLOP/s for ``fma16`` /
+    ``fma8``): on a busy machine a kernel only ever runs slower than the CPU can run it
+    (another process took the core or its caches), so the fastest round is the closest to
+    the CPU's own figure.  Medians of 3 rounds, on the 2-core Xeon under load (load
+    average 6-12), once gave the 4-vector GEMM block slower than the 2-vector one (no
+    gemm_load_cost: GEMMs kept 8 x 32, which ran 0.96x 6 x 64 at 2048^3)
+    (measurements: benchmarks/DECISIONS.md, "Calibration: the best round")."""
+    return {k: (max(v) if k in ("fma16", "fma8") else min(v)) for k, v in res.items() if v}
 
 
 _machine.HOST_COSTS[:] = [_host_costs]
