@@ -481,6 +481,25 @@ def test_named_foreign_cpus(name, lanes, has, lacks, caches):
     assert p.ob == 2 * lanes
 
 
+def test_code_for_a_named_client_part_has_none_of_the_servers_instructions():
+    """-mcpu=rocketlake code is a Rocket Lake's, wherever it is built: a float16 product
+    without AVX512-FP16's vmulph (on a Xeon that KVM has LLVM name rocketlake, the name
+    was the host, and its code used the host's FP16); it runs here when this CPU has
+    AVX-512."""
+    A = tc.placeholder((256,), dtype="float16", name="A")
+    B = tc.compute((256,), lambda i: A[i] * A[i], name="B")
+    s = tc.create_schedule(B.op)
+    s[B].vectorize(B.op.axis[0])
+    f = tc.build(s, [A, B], target="llvm -mcpu=rocketlake")
+    asm = f.get_source("asm")
+    assert "vmulph" not in asm and ("zmm" in asm or "ymm" in asm)
+    if tc.Target("llvm -mcpu=rocketlake").runs_here() is None:
+        a = np.linspace(-2, 2, 256).astype("float16")
+        b = np.zeros_like(a)
+        f(a, b)
+        np.testing.assert_array_equal(b, a * a)
+
+
 def _masked_host(monkeypatch, name, features):
     """This process's host seen as a CPU that LLVM names ``name`` with ``features`` (a
     hypervisor that masks the model number: LLVM names a server part after a client one)."""
