@@ -2,9 +2,10 @@
 :class:`~tecomp.codegen.llvm.emitter._FnEmitter`): the ``Call`` node -- LLVM intrinsics
 (``sqrt``, ``floor``, ``fma``, ...), libm calls per lane (float64 ``tanh``, ``erf``,
 ``tan`` ...), and tecomp's own vector code for float32 ``exp`` (also ``fast_exp`` and
-``sigmoid``), ``log`` (and ``fast_log``), ``erf``, ``tanh``, ``sin`` ..., ``tan``, ``atan``
-and ``fast_erfc`` (:mod:`~tecomp.codegen.llvm.emit_math_f32`) and, computed in float64
-lanes, ``atan2``, ``cbrt``, ``pow`` and ``erfc``
+``sigmoid``), ``log`` (and ``fast_log``), ``erf``, ``tanh``, ``sin`` ..., ``tan``, ``atan``,
+``erfc`` and ``fast_erfc`` (:mod:`~tecomp.codegen.llvm.emit_math_f32`) and, computed in
+float64 lanes, ``atan2``, ``cbrt``, ``pow`` and ``erfc`` where the target has no table
+instruction
 (:mod:`~tecomp.codegen.llvm.emit_math_wide`, which also holds float64 ``exp`` and
 ``log``), with explicit FMA where the target has it (``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
 :mod:`tecomp.codegen.llvm.emitter`, and docs/numerics.md.
@@ -829,6 +830,14 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         of 2 ``scale``), ``C_hi + (t H + (C_lo + t (L + t (p2 + ...))))``, each
         coefficient read per lane with ``lookup`` (``policy.vector_op("lookup16")`` or
         ``"lookup32"``)."""
+        c_hi, u = self._segment_parts(lookup, rows, a, scale, clamp)
+        return self.b.fadd(c_hi, u)
+
+    def _segment_parts(self, lookup, rows, a, scale: float, clamp: bool = True):
+        """:meth:`_segments`' polynomial as its two last addends, ``(C_hi, u)`` (the value
+        is ``C_hi + u``): ``t = a - k/scale`` exact also where ``scale`` is not a power
+        of 2 but ``k/scale`` has few bits and ``a`` lies within a factor 2 of it (Sterbenz;
+        :meth:`_erfc_f32_segments`)."""
         b, ty, ity, C, _, madd = self._kit(a)
         magic = 12582912.0
         s = madd(a, C(scale), C(magic))
@@ -844,7 +853,7 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         for j in range(len(rows[0]) - 2, 2, -1):
             q = madd(q, t, coef(j))
         u = madd(t, coef(2), madd(t, q, coef(1)))
-        return b.fadd(coef(0), u)
+        return coef(0), u
 
     def _erf_f32_two_branches(self, x):
         """erf(x) for float32 without a table instruction (or without FMA).
