@@ -22,7 +22,8 @@ adds each tool's max ulp error for those four; ``--rows 4096`` makes the arrays 
 direct segments, ``SOFTPLUS_DIRECT`` off) built as before them, in the same turns (a
 column ``tecomp NAME_s19`` in the function's row; its ratio: the old code's time over the
 new's); ``--math21-ab`` the same for session 21's (erfc in float64 lanes,
-``emit_math_f32.ERFC_SEGMENTS`` off; the column ``tecomp NAME_s20``); ``--cpu-time``
+``emit_math_f32.ERFC_SEGMENTS`` off; sin, cos and tan with ``roundeven`` for their quadrant,
+``emit_math.QUADRANT_MAGIC`` off; the column ``tecomp NAME_s20``); ``--cpu-time``
 (with ``--threads 1``) times each call by the process's CPU time (a shared machine).
 
     python3 benchmarks/elementwise_math.py [--threads 2] [--rounds 15] [--only gelu,tanh]
@@ -37,13 +38,13 @@ import platform
 from common import (add_cpu_time, base_parser, clock_of, interleaved_turns, pin_threads,
                     torch_or_none)
 
-#: session 20's A/B switches (``--math20-ab``): the function, the flag of
-#: ``tecomp.codegen.llvm.emit_math`` that turns its change off, and an instruction only the
-#: new code has on AVX-512 (the check that the A/B build is not a cached one)
-MATH20 = {"softplus": ("emit_math", "SOFTPLUS_DIRECT", "vpermi2ps")}
-#: session 21's (``--math21-ab``), the same way: the module of ``tecomp.codegen.llvm``
-#: that holds the flag
-MATH21 = {"erfc": ("emit_math_f32", "ERFC_SEGMENTS", "vpermps")}
+#: session 20's A/B switches (``--math20-ab``): the function, and the module of
+#: ``tecomp.codegen.llvm`` and its flag that turns its change off (the old build's
+#: assembly must differ: the check that it is not a cached one)
+MATH20 = {"softplus": ("emit_math", "SOFTPLUS_DIRECT")}
+#: session 21's (``--math21-ab``), the same way
+MATH21 = {"erfc": ("emit_math_f32", "ERFC_SEGMENTS"), "sin": ("emit_math", "QUADRANT_MAGIC"),
+          "cos": ("emit_math", "QUADRANT_MAGIC"), "tan": ("emit_math", "QUADRANT_MAGIC")}
 
 
 def main() -> None:
@@ -143,15 +144,14 @@ def main() -> None:
         for ab, tag, on in ((MATH20, "s19", args.math20_ab), (MATH21, "s20", args.math21_ab)):
             if name in ab and on:
                 import importlib
-                mod, flag, marker = ab[name]
+                mod, flag = ab[name]
                 mod = importlib.import_module(f"tecomp.codegen.llvm.{mod}")
                 setattr(mod, flag, False)
                 try:
                     f_old = tc.build(tc.auto_schedule([X, T]), [X, T])
                 finally:
                     setattr(mod, flag, True)
-                if marker in f.get_source("asm"):
-                    assert marker not in f_old.get_source("asm"), "the A/B build was cached"
+                assert f_old.get_source("asm") != f.get_source("asm"), "the A/B build was cached"
                 f_old(a, out)
                 np.testing.assert_allclose(out, ref(a.astype(np.float64)), rtol=3e-6, atol=1e-7)
                 fns[f"tecomp {name}_{tag}"] = lambda f=f_old, a=a: f(a, out)

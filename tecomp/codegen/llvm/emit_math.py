@@ -35,6 +35,13 @@ SOFTPLUS_SEGMENTS = True
 #: ``benchmarks/reductions.py --math20-off``)
 SOFTPLUS_DIRECT = True
 
+#: whether float32 ``sin``, ``cos`` and ``tan`` take their quadrant ``q = round(x 2/pi)``
+#: from the low bits of ``x 2/pi + 1.5 * 2^23`` (one FMA, and ``q`` as a float by one
+#: subtraction: :meth:`_MathEmitter._quadrant`); off: ``roundeven`` of the product and a
+#: float-to-int conversion, as in session 20 (the A/B switch of
+#: ``benchmarks/elementwise_math.py --math21-ab``)
+QUADRANT_MAGIC = True
+
 
 class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
     """The part of :class:`~tecomp.codegen.llvm.emitter._FnEmitter` that emits math functions
@@ -666,8 +673,8 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
 
     def _sincos_f32(self, x, quarter: int):
         """sin(x) (``quarter`` 0) or cos(x) = sin(x + pi/2) (``quarter`` 1) for float32
-        in plain vector instructions: ``q = roundeven(x * 2/pi)``, ``r = x - q*pi/2``
-        with pi/2 in three or four parts (Cody and Waite; ``_PIO2_FMA``,
+        in plain vector instructions: ``q = round(x * 2/pi)`` (:meth:`_quadrant`),
+        ``r = x - q*pi/2`` with pi/2 in three or four parts (Cody and Waite; ``_PIO2_FMA``,
         ``_PIO2_NOFMA``), ``|r| <= pi/4``; the polynomial of sin or of cos on ``r`` by
         the quadrant ``q + quarter`` (Cephes' degree-7 and degree-8 polynomials), its
         sign flipped in the odd half-turns.  Where a lane has ``|x|`` above the split's
@@ -676,14 +683,14 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         ``sin(+-0) = +-0``; sin of tiny ``x`` is ``x``."""
         b, ty, ity, C, I, madd = self._kit(x)
         parts, limit = self._PIO2_FMA if self.policy.has_fma else self._PIO2_NOFMA
-        q = b.call(self._fn1("llvm.roundeven", ty), [b.fmul(x, C(0.63661977236758134))])
+        q, kq = self._quadrant(x)
         r = x
         for part in parts:
             r = madd(q, C(-part), r)
         z = b.fmul(r, r)
         sin_r = madd(b.fmul(r, z), self._horner(self._SIN_S, z, madd), r)
         cos_r = madd(b.fmul(z, z), self._horner(self._COS_C, z, madd), madd(z, C(-0.5), C(1.0)))
-        k = b.add(b.fptosi(q, ity), I(quarter))
+        k = b.add(kq, I(quarter))
         odd = b.icmp_unsigned("!=", b.and_(k, I(1)), I(0))
         res = b.select(odd, cos_r, sin_r)
         flip = b.shl(b.and_(k, I(2)), I(30))
@@ -693,6 +700,22 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
             res = b.select(b.fcmp_ordered("<", ax, C(2.0 ** -12)), x, res)
         big = b.fcmp_unordered(">", ax, C(limit))
         return self._libm_where(big, ("sinf", "cosf")[quarter], x, res)
+
+    def _quadrant(self, x):
+        """``q = round(x 2/pi)`` of float32 ``x`` (``|x| < 2^21``; other lanes get some
+        value), as a float and as the int32 whose low bits are ``q``'s (two's
+        complement): with :data:`QUADRANT_MAGIC`, from ``s = x 2/pi + 1.5 * 2^23``
+        (rounded once: an FMA where the target has it, so ``q`` rounds the exact product),
+        ``q = s - 1.5 * 2^23`` and ``s``'s bits; else ``roundeven`` of the rounded product
+        and a conversion.  Either ``q`` keeps ``|x - q pi/2|`` within ``pi/4`` and a few
+        ulp."""
+        b, ty, ity, C, _, madd = self._kit(x)
+        if QUADRANT_MAGIC:
+            magic = 12582912.0
+            s = madd(x, C(0.63661977236758134), C(magic))
+            return b.fsub(s, C(magic)), b.bitcast(s, ity)
+        q = b.call(self._fn1("llvm.roundeven", ty), [b.fmul(x, C(0.63661977236758134))])
+        return q, b.fptosi(q, ity)
 
     def _libm_where(self, cond, fname: str, x, res):
         """``res`` with the lanes where ``cond`` holds replaced by the float32 libm

@@ -32,7 +32,7 @@ class _F32MathEmitter:
                 0.004372341558337212)
 
     def tan_f32(self, x):
-        """tan(x) for float32 in float32 lanes: ``q = roundeven(x 2/pi)``,
+        """tan(x) for float32 in float32 lanes: ``q = round(x 2/pi)`` (:meth:`_quadrant`),
         ``r = x - q pi/2`` with pi/2 in three or four float32 parts (Cody and Waite, as
         ``sin``: ``_PIO2_FMA``, ``_PIO2_NOFMA``) kept as ``rh + rl`` (the rounding error
         of the next-to-last step carried), ``t = rh + (rh z P(z) + rl (1 + z))`` with a
@@ -44,7 +44,7 @@ class _F32MathEmitter:
         beyond 2^20)."""
         b, ty, ity, C, I, madd = self._kit(x)
         parts, limit = self._PIO2_FMA if self.policy.has_fma else self._PIO2_NOFMA
-        q = b.call(self._fn1("llvm.roundeven", ty), [b.fmul(x, C(0.63661977236758134))])
+        q, kq = self._quadrant(x)
         # r = rh + rl: the steps before the last two are exact; the next-to-last as
         # r - s (s = q * part rounded, se its exact rounding error, by an FMA; without FMA
         # the parts' trailing zeros make s exact and se 0), whose rounding error e
@@ -66,7 +66,7 @@ class _F32MathEmitter:
         # on the unrounded sum: y + y (1 + y rh + y c)
         y = b.fdiv(C(-1.0), t)
         y = madd(y, madd(y, c, madd(y, rh, C(1.0))), y)
-        odd = b.icmp_unsigned("!=", b.and_(b.fptosi(q, ity), I(1)), I(0))
+        odd = b.icmp_unsigned("!=", b.and_(kq, I(1)), I(0))
         res = b.select(odd, y, t)
         ax = b.call(self._fn1("llvm.fabs", ty), [x])
         res = b.select(b.fcmp_ordered("<", ax, C(2.0 ** -12)), x, res)
@@ -292,10 +292,11 @@ class _F32MathEmitter:
         ``l`` taken off it), ``exp(r) = 1 + e1`` by its Taylor polynomial (``|r| <=
         ln2/32``) and ``2^(j/16)`` from a table of 16 in two parts, ``Th + Tl``; then
         ``p = bh Th`` with its exact rounding error, the small terms gathered, ``(p + (p
-        e1 + ...)) 2^e`` rounded (:meth:`_ldexp`: subnormal results included).
+        e1 + ...)) 2^e`` rounded (``vscalefps`` with AVX-512, which floors ``n/16`` itself,
+        else :meth:`_ldexp`: subnormal results included, the same bits).
         ``2 - erfc(|x|)`` for ``x < 0``.  ``erfc(+inf) = 0``, ``erfc(-inf) = 2``,
         ``erfc(+-0) = 1``, NaN stays NaN (it goes through every step)."""
-        b, ty, ity, C, I, madd = self._kit(x)
+        b, ty, ity, C, _, madd = self._kit(x)
         ax = b.call(self._fn1("llvm.fabs", ty), [x])
         # min(ax, 10.1) that keeps a NaN (one vminps, the NaN as its second operand)
         a = b.select(b.fcmp_ordered(">", ax, C(10.1)), C(10.1), ax)
@@ -320,9 +321,13 @@ class _F32MathEmitter:
         p = b.fmul(bh, th)
         pl = madd(bh, th, b.fneg(p))
         m = madd(p, e1, madd(bl, th, madd(bh, tl, pl)))
-        # e = n >> 4 (n: the low 22 bits of s2's, sign-extended)
-        ei = b.ashr(b.shl(ni, I(10)), I(14))
-        res = self._ldexp(b.fadd(p, m), b.sitofp(ei, ty))
+        # times 2^e, e = floor(n/16): vscalefps floors its exponent operand itself
+        en = b.fmul(n, C(1.0 / 16.0))
+        scalef = self.policy.vector_op("scalef", ty)
+        if scalef is not None:
+            res = scalef(b, self.mb, b.fadd(p, m), en)
+        else:
+            res = self._ldexp(b.fadd(p, m), b.call(self._fn1("llvm.floor", ty), [en]))
         return b.select(b.fcmp_ordered("<", x, C(0.0)), b.fsub(C(2.0), res), res)
 
     def _slow_where(self, cond, label: str, slow_fn, x, res):
