@@ -23,7 +23,8 @@ direct segments, ``SOFTPLUS_DIRECT`` off) built as before them, in the same turn
 column ``tecomp NAME_s19`` in the function's row; its ratio: the old code's time over the
 new's); ``--math21-ab`` the same for session 21's (erfc in float64 lanes,
 ``emit_math_f32.ERFC_SEGMENTS`` off; sin, cos and tan with ``roundeven`` for their quadrant,
-``emit_math.QUADRANT_MAGIC`` off; the column ``tecomp NAME_s20``); ``--cpu-time``
+``emit_math.QUADRANT_MAGIC`` off, and sin and cos reduced by pi/2 with two polynomials,
+``SINCOS_BY_PI`` off; the column ``tecomp NAME_s20``); ``--cpu-time``
 (with ``--threads 1``) times each call by the process's CPU time (a shared machine).
 
     python3 benchmarks/elementwise_math.py [--threads 2] [--rounds 15] [--only gelu,tanh]
@@ -39,12 +40,14 @@ from common import (add_cpu_time, base_parser, clock_of, interleaved_turns, pin_
                     torch_or_none)
 
 #: session 20's A/B switches (``--math20-ab``): the function, and the module of
-#: ``tecomp.codegen.llvm`` and its flag that turns its change off (the old build's
+#: ``tecomp.codegen.llvm`` and its flags that turn its changes off (the old build's
 #: assembly must differ: the check that it is not a cached one)
-MATH20 = {"softplus": ("emit_math", "SOFTPLUS_DIRECT")}
+MATH20 = {"softplus": ("emit_math", ("SOFTPLUS_DIRECT",))}
 #: session 21's (``--math21-ab``), the same way
-MATH21 = {"erfc": ("emit_math_f32", "ERFC_SEGMENTS"), "sin": ("emit_math", "QUADRANT_MAGIC"),
-          "cos": ("emit_math", "QUADRANT_MAGIC"), "tan": ("emit_math", "QUADRANT_MAGIC")}
+MATH21 = {"erfc": ("emit_math_f32", ("ERFC_SEGMENTS",)),
+          "sin": ("emit_math", ("QUADRANT_MAGIC", "SINCOS_BY_PI")),
+          "cos": ("emit_math", ("QUADRANT_MAGIC", "SINCOS_BY_PI")),
+          "tan": ("emit_math", ("QUADRANT_MAGIC",))}
 
 
 def main() -> None:
@@ -144,13 +147,15 @@ def main() -> None:
         for ab, tag, on in ((MATH20, "s19", args.math20_ab), (MATH21, "s20", args.math21_ab)):
             if name in ab and on:
                 import importlib
-                mod, flag = ab[name]
+                mod, flags = ab[name]
                 mod = importlib.import_module(f"tecomp.codegen.llvm.{mod}")
-                setattr(mod, flag, False)
+                for flag in flags:
+                    setattr(mod, flag, False)
                 try:
                     f_old = tc.build(tc.auto_schedule([X, T]), [X, T])
                 finally:
-                    setattr(mod, flag, True)
+                    for flag in flags:
+                        setattr(mod, flag, True)
                 assert f_old.get_source("asm") != f.get_source("asm"), "the A/B build was cached"
                 f_old(a, out)
                 np.testing.assert_allclose(out, ref(a.astype(np.float64)), rtol=3e-6, atol=1e-7)

@@ -42,6 +42,11 @@ SOFTPLUS_DIRECT = True
 #: ``benchmarks/elementwise_math.py --math21-ab``)
 QUADRANT_MAGIC = True
 
+#: whether float32 ``sin`` and ``cos`` reduce by pi to ``|r| <= pi/2`` and evaluate one odd
+#: polynomial of sin where the target has FMA (:meth:`_MathEmitter._sincos_f32_by_pi`);
+#: off: by pi/2, the polynomials of sin and cos both and a select, as in session 20
+SINCOS_BY_PI = True
+
 
 class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
     """The part of :class:`~tecomp.codegen.llvm.emitter._FnEmitter` that emits math functions
@@ -663,6 +668,12 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
     _PIO2_NOFMA = ((1.5703125, 0.00048351287841796875, 3.1385570764541626e-07,
                     6.07710062827671e-11), 125.0)
 
+    #: sin(r) = r + r z P(z), z = r^2, |r| <= pi/2 + 0.02 (fitted for tecomp: Lawson's
+    #: iteration towards the minimax relative error against mpmath, the coefficients
+    #: rounded to float32 one at a time, the others refitted: 7.5e-9)
+    _SIN_PI_P = (-0.16666658222675323, 0.00833303015679121, -0.0001980684173759073,
+                 2.5994663701567333e-06)
+
     def sin_f32(self, x):
         """sin(x) for float32: see :meth:`_sincos_f32`."""
         return self._sincos_f32(x, 0)
@@ -681,6 +692,8 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         limit (65536 with FMA, 125 without) or inf or NaN, the vector takes a branch that
         calls libm's ``sinf``/``cosf`` for such lanes.
         ``sin(+-0) = +-0``; sin of tiny ``x`` is ``x``."""
+        if self.policy.has_fma and SINCOS_BY_PI:
+            return self._sincos_f32_by_pi(x, quarter)
         b, ty, ity, C, I, madd = self._kit(x)
         parts, limit = self._PIO2_FMA if self.policy.has_fma else self._PIO2_NOFMA
         q, kq = self._quadrant(x)
@@ -695,6 +708,40 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         res = b.select(odd, cos_r, sin_r)
         flip = b.shl(b.and_(k, I(2)), I(30))
         res = b.bitcast(b.xor(b.bitcast(res, ity), flip), ty)
+        ax = b.call(self._fn1("llvm.fabs", ty), [x])
+        if quarter == 0:    # sin(x) = x for tiny x (and the sign of +-0, which r loses)
+            res = b.select(b.fcmp_ordered("<", ax, C(2.0 ** -12)), x, res)
+        big = b.fcmp_unordered(">", ax, C(limit))
+        return self._libm_where(big, ("sinf", "cosf")[quarter], x, res)
+
+    def _sincos_f32_by_pi(self, x, quarter: int):
+        """sin(x) (``quarter`` 0) or cos(x) (``quarter`` 1) for float32 where the target
+        has FMA: ``x = h pi + r`` with ``h`` the nearest integer (sin) or half-odd integer
+        (cos: ``cos(x) = sin(x - pi/2 + pi/2)``) to ``x/pi``, from the low bits of ``x/pi +
+        1.5 * 2^23`` (sin) or ``(2x/pi - 1) + 1.5 * 2^24`` (cos, whose low bits count
+        twos); ``r = x - h pi`` with pi in the three parts of ``2 _PIO2_FMA`` (one rounding
+        each, as :meth:`_sincos_f32`), ``|r| <= pi/2``; ``sin(r) = r + r z P(z)`` with a
+        degree-3 ``P`` (``_SIN_PI_P``), its sign flipped for odd ``h`` (sin) or even ``h -
+        1/2`` (cos).  The branch for large ``|x|``, inf and NaN and ``sin(+-0) = +-0``
+        as :meth:`_sincos_f32`."""
+        b, ty, ity, C, I, madd = self._kit(x)
+        parts, limit = self._PIO2_FMA
+        if quarter == 0:
+            magic = 12582912.0
+            s = madd(x, C(0.31830988618379067), C(magic))
+            h = b.fsub(s, C(magic))
+            odd = b.bitcast(s, ity)
+        else:   # h = e/2 + 1/2, e = the even integer nearest to 2x/pi - 1
+            magic = 25165824.0
+            s = b.fadd(madd(x, C(0.63661977236758134), C(-1.0)), C(magic))
+            h = madd(b.fsub(s, C(magic)), C(0.5), C(0.5))
+            odd = b.add(b.bitcast(s, ity), I(1))   # (s's bits count twos: e/2 + 1)
+        r = x
+        for part in parts:
+            r = madd(h, C(-2.0 * part), r)
+        z = b.fmul(r, r)
+        res = madd(b.fmul(r, z), self._horner(self._SIN_PI_P, z, madd), r)
+        res = b.bitcast(b.xor(b.bitcast(res, ity), b.shl(odd, I(31))), ty)
         ax = b.call(self._fn1("llvm.fabs", ty), [x])
         if quarter == 0:    # sin(x) = x for tiny x (and the sign of +-0, which r loses)
             res = b.select(b.fcmp_ordered("<", ax, C(2.0 ** -12)), x, res)
