@@ -2044,11 +2044,12 @@ _MORE_F32 = {
                                                   9.1945),
              (0.95, 0.6), [np.inf, -np.inf, 0.0, -0.0, 10.06, 11.0, -10.0, 1e-30, 9.5],
              [0, 2, 1, 1, 0, 0, 2, 1, np.float32(3.7692e-41)]),
-    # float32 lanes (codegen/llvm/emit_math_f32.py): the looser, faster erfc
+    # float32 lanes (codegen/llvm/emit_math_f32.py): the looser, faster erfc (with AVX2 or
+    # AVX-512: erfc's segments without their compensations; else its own form)
     "fast_erfc": (lambda v: _scipy_special().erfc(v), (0.0, 0.5, 2.0, 4.0, 9.0, 10.05, 10.1,
                                                        -0.5, -2.0, 1e-4, 3.169583, 1.9458783,
-                                                       6.888255),
-                  (2.3, 3.5), [np.inf, -np.inf, 0.0, -0.0, 10.06, 11.0, -10.0, 1e-30, np.nan],
+                                                       6.888255, 1.0913229, 4.983953),
+                  (2.9, 3.5), [np.inf, -np.inf, 0.0, -0.0, 10.06, 11.0, -10.0, 1e-30, np.nan],
                   [0, 2, 1, 1, 0, 0, 2, 1, np.nan]),
     # the looser, faster log (a division, no table): the special values of log
     "fast_log": (np.log, (1.0, 0.75, 1.5, 1.1754944e-38, 2.0, 0.5, 1.0643531), (2.0, 2.0),
@@ -2159,6 +2160,9 @@ def test_more_float32_functions(fn, exp_variant):
 #: more special inputs, with their float32 results, for the check at every vector width
 #: (NaN: a NaN; None: a subnormal result within the bound, the same bits at every width)
 _MORE_SPECIALS = {
+    "fast_erfc": ([np.nan, -0.0, 1e-40, -1e-40, 3.4028235e38, -3.4028235e38, 9.2, 9.5, 10.0,
+                   10.05, 10.06, -9.0, -1e-30, 1e-45],
+                  [np.nan, 1, 1, 1, 0, 2, None, None, None, None, 0, 2, 1, 1]),
     "erfc": ([np.nan, -0.0, 1e-40, -1e-40, 3.4028235e38, -3.4028235e38, 9.19, 9.2, 9.5, 10.0,
               10.05, 10.06, -9.0, -1e-30, 1e-45],
              [np.nan, 1, 1, 1, 0, 2, np.float32(1.2786762e-38), None, None, None, None, 0, 2,
@@ -2368,10 +2372,32 @@ def test_avx512_math_instructions(fn, instrs):
     assert same.all(), x[~same][:5]
 
 
+@pytest.mark.parametrize("fn", ["sin", "cos"])
+def test_sin_cos_by_pi_and_the_switches_off(fn, monkeypatch):
+    """With FMA, float32 sin and cos reduce by pi and evaluate one polynomial (no
+    float-to-int conversion, no second polynomial); with ``SINCOS_BY_PI`` and
+    ``QUADRANT_MAGIC`` off, the form by pi/2 (``vrndscaleps`` or ``vroundps``, a
+    conversion): both within the documented bound (2.0 ulp) on the dense sample."""
+    from tecomp.codegen.llvm import emit_math
+
+    target = _MATH_TARGETS["fma"]
+    ref, edges, limits, special, want = _MORE_F32[fn]
+    for on in (True, False):
+        monkeypatch.setattr(emit_math, "SINCOS_BY_PI", on)
+        monkeypatch.setattr(emit_math, "QUADRANT_MAGIC", on)
+        m = build_llvm(elementwise(f"{fn}_{on}", lambda v: op.call(fn, v), "float32",
+                                   kind="vectorized"), target=target)
+        asm = m.get_source("asm")
+        assert ("vcvttps2dq" in asm) != on and bool(re.search(r"vround|vrndscale", asm)) != on
+        _check_float32_function(fn, _dense_inputs(*edges), ref, limits[0], special, want,
+                                target)
+
+
 def test_erfc_float32_segments_where_a_table_instruction_is(monkeypatch):
-    """float32 erfc (and fast_erfc) is one polynomial per segment in float32 lanes, its
-    coefficients read with ``vpermps``, where the CPU has FMA and a table instruction
-    (AVX2, AVX-512): no float64 and no division; the same bits with AVX-512 (one
+    """float32 erfc (and fast_erfc, without the compensations: fewer instructions) is one
+    polynomial per segment in float32 lanes, its coefficients read with ``vpermps``, where
+    the CPU has FMA and a table instruction (AVX2, AVX-512): no float64 and no division;
+    the same bits with AVX-512 (one
     ``vpermps`` and ``vscalefps``) and with AVX2 (two ``vpermps`` and a blend, the scale
     from exponent bits) on a dense sample.  Without AVX2 (Haswell's FMA only) erfc is
     computed in float64 lanes and fast_erfc in its float32 form without tables, as with
@@ -2394,6 +2420,8 @@ def test_erfc_float32_segments_where_a_table_instruction_is(monkeypatch):
         no_table = asm_of(fn, "llvm -mcpu=haswell -mattr=-avx2", lanes=8)
         assert "vpermps" not in no_table
         assert ("vcvtps2pd" in no_table) == (fn == "erfc"), fn
+    perms = [asm_of(fn, _MATH_TARGETS["avx512"]).count("vpermps") for fn in ("erfc", "fast_erfc")]
+    assert perms[0] == perms[1] + 1, perms      # (fast_erfc: no low part of 2^(j/16))
     # fast_erfc's own form (FMA, no table): its documented bound, 2.3 ulp
     ref, edges, _, special, want = _MORE_F32["fast_erfc"]
     _check_float32_function("fast_erfc", _dense_inputs(*edges), ref, 2.3, special, want,
@@ -2406,15 +2434,16 @@ def test_erfc_float32_segments_where_a_table_instruction_is(monkeypatch):
     if not tc.Target("llvm").has_feature("avx512f"):
         return
     x = _dense_inputs(0.328125, 0.984375, 9.84375, 10.05, -0.5, 9.2)
-    outs = []
-    for target in (_MATH_TARGETS["avx512"], _MATH_TARGETS["fma"]):
-        out = np.zeros(x.size, np.float32)
-        build_llvm(elementwise("erfc_cmp", lambda v: op.call("erfc", v), "float32",
-                               kind="vectorized"), target=target)(x, out)
-        outs.append(out)
-    same = (outs[0].view(np.uint32) == outs[1].view(np.uint32)) | (
-        np.isnan(outs[0]) & np.isnan(outs[1]))
-    assert same.all(), x[~same][:5]
+    for fn in ("erfc", "fast_erfc"):
+        outs = []
+        for target in (_MATH_TARGETS["avx512"], _MATH_TARGETS["fma"]):
+            out = np.zeros(x.size, np.float32)
+            build_llvm(elementwise(f"{fn}_cmp", lambda v: op.call(fn, v), "float32",
+                                   kind="vectorized"), target=target)(x, out)
+            outs.append(out)
+        same = (outs[0].view(np.uint32) == outs[1].view(np.uint32)) | (
+            np.isnan(outs[0]) & np.isnan(outs[1]))
+        assert same.all(), (fn, x[~same][:5])
 
 
 def test_softplus_direct_segments_with_avx512(monkeypatch):

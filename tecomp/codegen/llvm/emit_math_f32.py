@@ -98,11 +98,12 @@ class _F32MathEmitter:
 
     def fast_erfc_f32(self, x):
         """``fast_erfc``: where the target has the table instruction and FMA of
-        :meth:`erfc_f32`'s segments, ``erfc`` itself (faster than this form, and within
-        1 ulp); elsewhere :meth:`_fast_erfc_f32_no_table`."""
+        :meth:`erfc_f32`'s segments, their steps without the compensations (about 15%
+        fewer instructions, 2.8 ulp against 0.93); elsewhere
+        :meth:`_fast_erfc_f32_no_table`."""
         lookup = self._erfc_lookup(x.type)
         if lookup is not None:
-            return self._erfc_f32_segments(x, lookup)
+            return self._erfc_f32_segments(x, lookup, compensated=False)
         return self._fast_erfc_f32_no_table(x)
 
     def _fast_erfc_f32_no_table(self, x):
@@ -281,7 +282,7 @@ class _F32MathEmitter:
             return None
         return self.policy.vector_op("lookup16", ty)
 
-    def _erfc_f32_segments(self, x, lookup):
+    def _erfc_f32_segments(self, x, lookup, compensated: bool = True):
         """erfc(x) for float32 in float32 lanes, accurate in the tail (relative error down
         to the subnormal results near ``x = 10``): ``a = |x|`` clamped to 10.1 (a NaN
         kept: erfc rounds to 0 from 10.0546 on), ``erfc(a) = exp(-a^2) erfcx(a)``.
@@ -295,7 +296,8 @@ class _F32MathEmitter:
         e1 + ...)) 2^e`` rounded (``vscalefps`` with AVX-512, which floors ``n/16`` itself,
         else :meth:`_ldexp`: subnormal results included, the same bits).
         ``2 - erfc(|x|)`` for ``x < 0``.  ``erfc(+inf) = 0``, ``erfc(-inf) = 2``,
-        ``erfc(+-0) = 1``, NaN stays NaN (it goes through every step)."""
+        ``erfc(+-0) = 1``, NaN stays NaN (it goes through every step).  ``compensated``
+        False (``fast_erfc``): ``bl`` and ``Tl`` left out, ``p (1 + e1) 2^e``."""
         b, ty, ity, C, _, madd = self._kit(x)
         ax = b.call(self._fn1("llvm.fabs", ty), [x])
         # min(ax, 10.1) that keeps a NaN (one vminps, the NaN as its second operand)
@@ -304,7 +306,6 @@ class _F32MathEmitter:
         c_hi, u = self._segment_parts(lookup, self._ERFCX_SEGMENTS, a, 1.0 / self._ERFCX_W,
                                       clamp=False)
         bh = b.fadd(c_hi, u)
-        bl = b.fadd(b.fsub(c_hi, bh), u)              # (|c_hi| >= |u|: exact)
         # exp(-a^2) = 2^e 2^(j/16) exp(r): a^2 = h + l, n = 16 e + j = round(-h 16/ln2)
         h = b.fmul(a, a)
         lo = madd(a, a, b.fneg(h))
@@ -316,11 +317,15 @@ class _F32MathEmitter:
         e1 = madd(b.fmul(self._horner((0.5, 1.0 / 6.0, 1.0 / 24.0), r, madd), r), r, r)
         ni = b.bitcast(s2, ity)
         th = lookup(b, self.mb, self._EXP2_16THS[0], ni)
-        tl = lookup(b, self.mb, self._EXP2_16THS[1], ni)
-        # (bh + bl)(th + tl)(1 + e1) = p + (p e1 + (pl + bh tl + bl th)), p + pl = bh th
         p = b.fmul(bh, th)
-        pl = madd(bh, th, b.fneg(p))
-        m = madd(p, e1, madd(bl, th, madd(bh, tl, pl)))
+        if compensated:
+            bl = b.fadd(b.fsub(c_hi, bh), u)          # (|c_hi| >= |u|: exact)
+            tl = lookup(b, self.mb, self._EXP2_16THS[1], ni)
+            # (bh + bl)(th + tl)(1 + e1) = p + (p e1 + (pl + bh tl + bl th)), p + pl = bh th
+            pl = madd(bh, th, b.fneg(p))
+            m = madd(p, e1, madd(bl, th, madd(bh, tl, pl)))
+        else:
+            m = b.fmul(p, e1)
         # times 2^e, e = floor(n/16): vscalefps floors its exponent operand itself
         en = b.fmul(n, C(1.0 / 16.0))
         scalef = self.policy.vector_op("scalef", ty)
