@@ -21,23 +21,33 @@ adds each tool's max ulp error for those four; ``--rows 4096`` makes the arrays 
 ``--math20-ab`` also times the functions of session 20's changes (softplus without its
 direct segments, ``SOFTPLUS_DIRECT`` off) built as before them, in the same turns (a
 column ``tecomp NAME_s19`` in the function's row; its ratio: the old code's time over the
-new's).
+new's); ``--math21-ab`` the same for session 21's (erfc in float64 lanes,
+``emit_math_f32.ERFC_SEGMENTS`` off; sin, cos and tan with ``roundeven`` for their quadrant,
+``emit_math.QUADRANT_MAGIC`` off, and sin and cos reduced by pi/2 with two polynomials,
+``SINCOS_BY_PI`` off; the column ``tecomp NAME_s20``); ``--cpu-time``
+(with ``--threads 1``) times each call by the process's CPU time (a shared machine).
 
     python3 benchmarks/elementwise_math.py [--threads 2] [--rounds 15] [--only gelu,tanh]
                                            [--rows 4096] [--ulps] [--softplus-ab]
-                                           [--math20-ab]
+                                           [--math20-ab] [--math21-ab] [--cpu-time]
 """
 from __future__ import annotations
 
 import math
 import platform
 
-from common import base_parser, interleaved_turns, pin_threads, torch_or_none
+from common import (add_cpu_time, base_parser, clock_of, interleaved_turns, pin_threads,
+                    torch_or_none)
 
-#: session 20's A/B switches (``--math20-ab``): the function, the flag of
-#: ``tecomp.codegen.llvm.emit_math`` that turns its change off, and an instruction only the
-#: new code has on AVX-512 (the check that the A/B build is not a cached one)
-MATH20 = {"softplus": ("SOFTPLUS_DIRECT", "vpermi2ps")}
+#: session 20's A/B switches (``--math20-ab``): the function, and the module of
+#: ``tecomp.codegen.llvm`` and its flags that turn its changes off (the old build's
+#: assembly must differ: the check that it is not a cached one)
+MATH20 = {"softplus": ("emit_math", ("SOFTPLUS_DIRECT",))}
+#: session 21's (``--math21-ab``), the same way
+MATH21 = {"erfc": ("emit_math_f32", ("ERFC_SEGMENTS",)),
+          "sin": ("emit_math", ("QUADRANT_MAGIC", "SINCOS_BY_PI")),
+          "cos": ("emit_math", ("QUADRANT_MAGIC", "SINCOS_BY_PI")),
+          "tan": ("emit_math", ("QUADRANT_MAGIC",))}
 
 
 def main() -> None:
@@ -53,7 +63,12 @@ def main() -> None:
     ap.add_argument("--math20-ab", action="store_true", help="also time " + ", ".join(MATH20)
                     + " built without session 20's changes (their flags off), in the same "
                     "turns")
+    ap.add_argument("--math21-ab", action="store_true", help="also time " + ", ".join(MATH21)
+                    + " built without session 21's changes (their flags off), in the same "
+                    "turns")
+    add_cpu_time(ap)
     args = ap.parse_args()
+    clock = clock_of(ap, args)
     pin_threads(args.threads)
     import numpy as np
 
@@ -129,19 +144,22 @@ def main() -> None:
             f_off(a, out)
             np.testing.assert_allclose(out, ref(a.astype(np.float64)), rtol=3e-6, atol=1e-7)
             fns["tecomp softplus_off"] = lambda f=f_off, a=a: f(a, out)
-        if name in MATH20 and args.math20_ab:
-            from tecomp.codegen.llvm import emit_math
-            flag, marker = MATH20[name]
-            setattr(emit_math, flag, False)
-            try:
-                f_old = tc.build(tc.auto_schedule([X, T]), [X, T])
-            finally:
-                setattr(emit_math, flag, True)
-            if marker in f.get_source("asm"):
-                assert marker not in f_old.get_source("asm"), "the A/B build was cached"
-            f_old(a, out)
-            np.testing.assert_allclose(out, ref(a.astype(np.float64)), rtol=3e-6, atol=1e-7)
-            fns[f"tecomp {name}_s19"] = lambda f=f_old, a=a: f(a, out)
+        for ab, tag, on in ((MATH20, "s19", args.math20_ab), (MATH21, "s20", args.math21_ab)):
+            if name in ab and on:
+                import importlib
+                mod, flags = ab[name]
+                mod = importlib.import_module(f"tecomp.codegen.llvm.{mod}")
+                for flag in flags:
+                    setattr(mod, flag, False)
+                try:
+                    f_old = tc.build(tc.auto_schedule([X, T]), [X, T])
+                finally:
+                    for flag in flags:
+                        setattr(mod, flag, True)
+                assert f_old.get_source("asm") != f.get_source("asm"), "the A/B build was cached"
+                f_old(a, out)
+                np.testing.assert_allclose(out, ref(a.astype(np.float64)), rtol=3e-6, atol=1e-7)
+                fns[f"tecomp {name}_{tag}"] = lambda f=f_old, a=a: f(a, out)
     for name, (fn, ref, _, (a, c)) in binary.items():
         T = tc.compute((M, N), (lambda fn: lambda i, j: fn(X[i, j], Y[i, j]))(fn), name=name)
         f = tc.build(tc.auto_schedule([X, Y, T]), [X, Y, T])
@@ -199,7 +217,7 @@ def main() -> None:
                 label = "sleef " + lib.label(sname)
                 fns[label] = lambda sname=sname, a=a: lib.map(sname, a, out)
                 sleef_fns.setdefault(base, []).append((label, sname))
-    t = interleaved_turns(fns, args.rounds)
+    t = interleaved_turns(fns, args.rounds, **clock)
     print(f"{platform.processor() or platform.machine()}, {args.threads} threads, "
           f"{args.rounds} rounds, {M}x{N} float32 (ratio: the peer's time over tecomp's; "
           f"Gelem/s: elements per second)")
@@ -209,7 +227,8 @@ def main() -> None:
         for name in list(unary) + list(binary)]
     if "tecomp softplus_off" in t:
         rows.append(("softplus_off", ("tecomp softplus",)))
-    rows = [(op, peers + ((f"tecomp {op}_s19",) if f"tecomp {op}_s19" in t else ()))
+    rows = [(op, peers + tuple(f"tecomp {op}_{tag}" for tag in ("s19", "s20")
+                               if f"tecomp {op}_{tag}" in t))
             for op, peers in rows]
     for op, peers in rows:
         if "tecomp " + op not in t:

@@ -2035,16 +2035,21 @@ _MORE_F32 = {
     "cbrt": (np.cbrt, (1.0, 8.0, 1.1754944e-38, 2.0, 4.0, -1.0), (0.51, 0.51),
              [np.inf, -np.inf, 0.0, -0.0, 8.0, -27.0, 2.0 ** -149, 2.0 ** 126],
              [np.inf, -np.inf, 0, -0.0, 2, -3, np.float32(np.cbrt(2.0 ** -149)), 2.0 ** 42]),
-    # float64 lanes, rounded once (codegen/llvm/emit_math_wide.py)
+    # FMA and a table instruction (x86 with AVX2 or AVX-512): float32 lanes, one polynomial
+    # per segment (codegen/llvm/emit_math_f32.py; the edges: segments' and 2^(j/16)'s);
+    # without FMA: float64 lanes, rounded once (codegen/llvm/emit_math_wide.py)
     "erfc": (lambda v: _scipy_special().erfc(v), (0.0, 0.5, 2.0, 4.0, 9.0, 10.05, 10.1, -0.5,
-                                                  -2.0, 1e-4, 0.81630564),
-             (0.6, 0.6), [np.inf, -np.inf, 0.0, -0.0, 10.06, 11.0, -10.0, 1e-30, 9.5],
+                                                  -2.0, 1e-4, 0.81630564, 0.328125, 0.984375,
+                                                  -0.32078925, 0.32470742, 9.84375, 0.14718,
+                                                  9.1945),
+             (0.95, 0.6), [np.inf, -np.inf, 0.0, -0.0, 10.06, 11.0, -10.0, 1e-30, 9.5],
              [0, 2, 1, 1, 0, 0, 2, 1, np.float32(3.7692e-41)]),
-    # float32 lanes (codegen/llvm/emit_math_f32.py): the looser, faster erfc
+    # float32 lanes (codegen/llvm/emit_math_f32.py): the looser, faster erfc (with AVX2 or
+    # AVX-512: erfc's segments without their compensations; else its own form)
     "fast_erfc": (lambda v: _scipy_special().erfc(v), (0.0, 0.5, 2.0, 4.0, 9.0, 10.05, 10.1,
                                                        -0.5, -2.0, 1e-4, 3.169583, 1.9458783,
-                                                       6.888255),
-                  (2.3, 3.5), [np.inf, -np.inf, 0.0, -0.0, 10.06, 11.0, -10.0, 1e-30, np.nan],
+                                                       6.888255, 1.0913229, 4.983953),
+                  (2.9, 3.5), [np.inf, -np.inf, 0.0, -0.0, 10.06, 11.0, -10.0, 1e-30, np.nan],
                   [0, 2, 1, 1, 0, 0, 2, 1, np.nan]),
     # the looser, faster log (a division, no table): the special values of log
     "fast_log": (np.log, (1.0, 0.75, 1.5, 1.1754944e-38, 2.0, 0.5, 1.0643531), (2.0, 2.0),
@@ -2155,6 +2160,13 @@ def test_more_float32_functions(fn, exp_variant):
 #: more special inputs, with their float32 results, for the check at every vector width
 #: (NaN: a NaN; None: a subnormal result within the bound, the same bits at every width)
 _MORE_SPECIALS = {
+    "fast_erfc": ([np.nan, -0.0, 1e-40, -1e-40, 3.4028235e38, -3.4028235e38, 9.2, 9.5, 10.0,
+                   10.05, 10.06, -9.0, -1e-30, 1e-45],
+                  [np.nan, 1, 1, 1, 0, 2, None, None, None, None, 0, 2, 1, 1]),
+    "erfc": ([np.nan, -0.0, 1e-40, -1e-40, 3.4028235e38, -3.4028235e38, 9.19, 9.2, 9.5, 10.0,
+              10.05, 10.06, -9.0, -1e-30, 1e-45],
+             [np.nan, 1, 1, 1, 0, 2, np.float32(1.2786762e-38), None, None, None, None, 0, 2,
+              1, 1]),
     "fast_log": ([1e-40, -1e-40, 3.4028235e38], [np.float32(np.log(np.float64(np.float32(1e-40)))),
                                                  np.nan, np.float32(np.log(3.4028235e38))]),
     "softplus": ([np.nan, -0.0, 1e-40, -1e-40, 3.4028235e38, -3.4028235e38, 88.8, -88.8,
@@ -2358,6 +2370,80 @@ def test_avx512_math_instructions(fn, instrs):
     same = (outs[0].view(np.uint32) == outs[1].view(np.uint32)) | (
         np.isnan(outs[0]) & np.isnan(outs[1]))
     assert same.all(), x[~same][:5]
+
+
+@pytest.mark.parametrize("fn", ["sin", "cos"])
+def test_sin_cos_by_pi_and_the_switches_off(fn, monkeypatch):
+    """With FMA, float32 sin and cos reduce by pi and evaluate one polynomial (no
+    float-to-int conversion, no second polynomial); with ``SINCOS_BY_PI`` and
+    ``QUADRANT_MAGIC`` off, the form by pi/2 (``vrndscaleps`` or ``vroundps``, a
+    conversion): both within the documented bound (2.0 ulp) on the dense sample."""
+    from tecomp.codegen.llvm import emit_math
+
+    target = _MATH_TARGETS["fma"]
+    ref, edges, limits, special, want = _MORE_F32[fn]
+    for on in (True, False):
+        monkeypatch.setattr(emit_math, "SINCOS_BY_PI", on)
+        monkeypatch.setattr(emit_math, "QUADRANT_MAGIC", on)
+        m = build_llvm(elementwise(f"{fn}_{on}", lambda v: op.call(fn, v), "float32",
+                                   kind="vectorized"), target=target)
+        asm = m.get_source("asm")
+        assert ("vcvttps2dq" in asm) != on and bool(re.search(r"vround|vrndscale", asm)) != on
+        _check_float32_function(fn, _dense_inputs(*edges), ref, limits[0], special, want,
+                                target)
+
+
+def test_erfc_float32_segments_where_a_table_instruction_is(monkeypatch):
+    """float32 erfc (and fast_erfc, without the compensations: fewer instructions) is one
+    polynomial per segment in float32 lanes, its coefficients read with ``vpermps``, where
+    the CPU has FMA and a table instruction (AVX2, AVX-512): no float64 and no division;
+    the same bits with AVX-512 (one
+    ``vpermps`` and ``vscalefps``) and with AVX2 (two ``vpermps`` and a blend, the scale
+    from exponent bits) on a dense sample.  Without AVX2 (Haswell's FMA only) erfc is
+    computed in float64 lanes and fast_erfc in its float32 form without tables, as with
+    ``ERFC_SEGMENTS`` off (the A/B switch)."""
+    import tecomp as tc
+    from tecomp.codegen.llvm import emit_math_f32
+
+    def asm_of(fn, target, lanes=16):
+        A = tc.placeholder((1024,), name="A")
+        B = tc.compute((1024,), lambda i: getattr(tc, fn)(A[i]), name="B")
+        s = tc.create_schedule(B.op)
+        s[B].vectorize(s[B].split(B.op.axis[0], factor=lanes)[1])
+        return tc.build(s, [A, B], target=target).get_source("asm")
+
+    for fn in ("erfc", "fast_erfc"):
+        for target in (_MATH_TARGETS["avx512"], _MATH_TARGETS["fma"]):
+            asm = asm_of(fn, target)
+            assert "vpermps" in asm and not re.search(r"pd\s|vdivps|vrcp", asm), (fn, target)
+        assert "vscalefps" in asm_of(fn, _MATH_TARGETS["avx512"])
+        no_table = asm_of(fn, "llvm -mcpu=haswell -mattr=-avx2", lanes=8)
+        assert "vpermps" not in no_table
+        assert ("vcvtps2pd" in no_table) == (fn == "erfc"), fn
+    perms = [asm_of(fn, _MATH_TARGETS["avx512"]).count("vpermps") for fn in ("erfc", "fast_erfc")]
+    assert perms[0] == perms[1] + 1, perms      # (fast_erfc: no low part of 2^(j/16))
+    # fast_erfc's own form (FMA, no table): its documented bound, 2.3 ulp
+    ref, edges, _, special, want = _MORE_F32["fast_erfc"]
+    _check_float32_function("fast_erfc", _dense_inputs(*edges), ref, 2.3, special, want,
+                            "llvm -mcpu=haswell -mattr=-avx2")
+    monkeypatch.setattr(emit_math_f32, "ERFC_SEGMENTS", False)
+    off = asm_of("erfc", _MATH_TARGETS["avx512"])
+    assert "vpermps" not in off and "vcvtps2pd" in off
+    assert "vpermps" not in asm_of("fast_erfc", _MATH_TARGETS["avx512"])
+    monkeypatch.setattr(emit_math_f32, "ERFC_SEGMENTS", True)
+    if not tc.Target("llvm").has_feature("avx512f"):
+        return
+    x = _dense_inputs(0.328125, 0.984375, 9.84375, 10.05, -0.5, 9.2)
+    for fn in ("erfc", "fast_erfc"):
+        outs = []
+        for target in (_MATH_TARGETS["avx512"], _MATH_TARGETS["fma"]):
+            out = np.zeros(x.size, np.float32)
+            build_llvm(elementwise(f"{fn}_cmp", lambda v: op.call(fn, v), "float32",
+                                   kind="vectorized"), target=target)(x, out)
+            outs.append(out)
+        same = (outs[0].view(np.uint32) == outs[1].view(np.uint32)) | (
+            np.isnan(outs[0]) & np.isnan(outs[1]))
+        assert same.all(), (fn, x[~same][:5])
 
 
 def test_softplus_direct_segments_with_avx512(monkeypatch):

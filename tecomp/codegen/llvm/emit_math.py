@@ -2,9 +2,10 @@
 :class:`~tecomp.codegen.llvm.emitter._FnEmitter`): the ``Call`` node -- LLVM intrinsics
 (``sqrt``, ``floor``, ``fma``, ...), libm calls per lane (float64 ``tanh``, ``erf``,
 ``tan`` ...), and tecomp's own vector code for float32 ``exp`` (also ``fast_exp`` and
-``sigmoid``), ``log`` (and ``fast_log``), ``erf``, ``tanh``, ``sin`` ..., ``tan``, ``atan``
-and ``fast_erfc`` (:mod:`~tecomp.codegen.llvm.emit_math_f32`) and, computed in float64
-lanes, ``atan2``, ``cbrt``, ``pow`` and ``erfc``
+``sigmoid``), ``log`` (and ``fast_log``), ``erf``, ``tanh``, ``sin`` ..., ``tan``, ``atan``,
+``erfc`` and ``fast_erfc`` (:mod:`~tecomp.codegen.llvm.emit_math_f32`) and, computed in
+float64 lanes, ``atan2``, ``cbrt``, ``pow`` and ``erfc`` where the target has no table
+instruction
 (:mod:`~tecomp.codegen.llvm.emit_math_wide`, which also holds float64 ``exp`` and
 ``log``), with explicit FMA where the target has it (``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
 :mod:`tecomp.codegen.llvm.emitter`, and docs/numerics.md.
@@ -33,6 +34,18 @@ SOFTPLUS_SEGMENTS = True
 #: session 19 (the A/B switch of ``benchmarks/elementwise_math.py --math20-ab`` and
 #: ``benchmarks/reductions.py --math20-off``)
 SOFTPLUS_DIRECT = True
+
+#: whether float32 ``sin``, ``cos`` and ``tan`` take their quadrant ``q = round(x 2/pi)``
+#: from the low bits of ``x 2/pi + 1.5 * 2^23`` (one FMA, and ``q`` as a float by one
+#: subtraction: :meth:`_MathEmitter._quadrant`); off: ``roundeven`` of the product and a
+#: float-to-int conversion, as in session 20 (the A/B switch of
+#: ``benchmarks/elementwise_math.py --math21-ab``)
+QUADRANT_MAGIC = True
+
+#: whether float32 ``sin`` and ``cos`` reduce by pi to ``|r| <= pi/2`` and evaluate one odd
+#: polynomial of sin where the target has FMA (:meth:`_MathEmitter._sincos_f32_by_pi`);
+#: off: by pi/2, the polynomials of sin and cos both and a select, as in session 20
+SINCOS_BY_PI = True
 
 
 class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
@@ -655,6 +668,12 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
     _PIO2_NOFMA = ((1.5703125, 0.00048351287841796875, 3.1385570764541626e-07,
                     6.07710062827671e-11), 125.0)
 
+    #: sin(r) = r + r z P(z), z = r^2, |r| <= pi/2 + 0.02 (fitted for tecomp: Lawson's
+    #: iteration towards the minimax relative error against mpmath, the coefficients
+    #: rounded to float32 one at a time, the others refitted: 7.5e-9)
+    _SIN_PI_P = (-0.16666658222675323, 0.00833303015679121, -0.0001980684173759073,
+                 2.5994663701567333e-06)
+
     def sin_f32(self, x):
         """sin(x) for float32: see :meth:`_sincos_f32`."""
         return self._sincos_f32(x, 0)
@@ -665,24 +684,26 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
 
     def _sincos_f32(self, x, quarter: int):
         """sin(x) (``quarter`` 0) or cos(x) = sin(x + pi/2) (``quarter`` 1) for float32
-        in plain vector instructions: ``q = roundeven(x * 2/pi)``, ``r = x - q*pi/2``
-        with pi/2 in three or four parts (Cody and Waite; ``_PIO2_FMA``,
+        in plain vector instructions: ``q = round(x * 2/pi)`` (:meth:`_quadrant`),
+        ``r = x - q*pi/2`` with pi/2 in three or four parts (Cody and Waite; ``_PIO2_FMA``,
         ``_PIO2_NOFMA``), ``|r| <= pi/4``; the polynomial of sin or of cos on ``r`` by
         the quadrant ``q + quarter`` (Cephes' degree-7 and degree-8 polynomials), its
         sign flipped in the odd half-turns.  Where a lane has ``|x|`` above the split's
         limit (65536 with FMA, 125 without) or inf or NaN, the vector takes a branch that
         calls libm's ``sinf``/``cosf`` for such lanes.
         ``sin(+-0) = +-0``; sin of tiny ``x`` is ``x``."""
+        if self.policy.has_fma and SINCOS_BY_PI:
+            return self._sincos_f32_by_pi(x, quarter)
         b, ty, ity, C, I, madd = self._kit(x)
         parts, limit = self._PIO2_FMA if self.policy.has_fma else self._PIO2_NOFMA
-        q = b.call(self._fn1("llvm.roundeven", ty), [b.fmul(x, C(0.63661977236758134))])
+        q, kq = self._quadrant(x)
         r = x
         for part in parts:
             r = madd(q, C(-part), r)
         z = b.fmul(r, r)
         sin_r = madd(b.fmul(r, z), self._horner(self._SIN_S, z, madd), r)
         cos_r = madd(b.fmul(z, z), self._horner(self._COS_C, z, madd), madd(z, C(-0.5), C(1.0)))
-        k = b.add(b.fptosi(q, ity), I(quarter))
+        k = b.add(kq, I(quarter))
         odd = b.icmp_unsigned("!=", b.and_(k, I(1)), I(0))
         res = b.select(odd, cos_r, sin_r)
         flip = b.shl(b.and_(k, I(2)), I(30))
@@ -692,6 +713,56 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
             res = b.select(b.fcmp_ordered("<", ax, C(2.0 ** -12)), x, res)
         big = b.fcmp_unordered(">", ax, C(limit))
         return self._libm_where(big, ("sinf", "cosf")[quarter], x, res)
+
+    def _sincos_f32_by_pi(self, x, quarter: int):
+        """sin(x) (``quarter`` 0) or cos(x) (``quarter`` 1) for float32 where the target
+        has FMA: ``x = h pi + r`` with ``h`` the nearest integer (sin) or half-odd integer
+        (cos: ``cos(x) = sin(x - pi/2 + pi/2)``) to ``x/pi``, from the low bits of ``x/pi +
+        1.5 * 2^23`` (sin) or ``(2x/pi - 1) + 1.5 * 2^24`` (cos, whose low bits count
+        twos); ``r = x - h pi`` with pi in the three parts of ``2 _PIO2_FMA`` (one rounding
+        each, as :meth:`_sincos_f32`), ``|r| <= pi/2``; ``sin(r) = r + r z P(z)`` with a
+        degree-3 ``P`` (``_SIN_PI_P``), its sign flipped for odd ``h`` (sin) or even ``h -
+        1/2`` (cos).  The branch for large ``|x|``, inf and NaN and ``sin(+-0) = +-0``
+        as :meth:`_sincos_f32`."""
+        b, ty, ity, C, I, madd = self._kit(x)
+        parts, limit = self._PIO2_FMA
+        if quarter == 0:
+            magic = 12582912.0
+            s = madd(x, C(0.31830988618379067), C(magic))
+            h = b.fsub(s, C(magic))
+            odd = b.bitcast(s, ity)
+        else:   # h = e/2 + 1/2, e = the even integer nearest to 2x/pi - 1
+            magic = 25165824.0
+            s = b.fadd(madd(x, C(0.63661977236758134), C(-1.0)), C(magic))
+            h = madd(b.fsub(s, C(magic)), C(0.5), C(0.5))
+            odd = b.add(b.bitcast(s, ity), I(1))   # (s's bits count twos: e/2 + 1)
+        r = x
+        for part in parts:
+            r = madd(h, C(-2.0 * part), r)
+        z = b.fmul(r, r)
+        res = madd(b.fmul(r, z), self._horner(self._SIN_PI_P, z, madd), r)
+        res = b.bitcast(b.xor(b.bitcast(res, ity), b.shl(odd, I(31))), ty)
+        ax = b.call(self._fn1("llvm.fabs", ty), [x])
+        if quarter == 0:    # sin(x) = x for tiny x (and the sign of +-0, which r loses)
+            res = b.select(b.fcmp_ordered("<", ax, C(2.0 ** -12)), x, res)
+        big = b.fcmp_unordered(">", ax, C(limit))
+        return self._libm_where(big, ("sinf", "cosf")[quarter], x, res)
+
+    def _quadrant(self, x):
+        """``q = round(x 2/pi)`` of float32 ``x`` (``|x| < 2^21``; other lanes get some
+        value), as a float and as the int32 whose low bits are ``q``'s (two's
+        complement): with :data:`QUADRANT_MAGIC`, from ``s = x 2/pi + 1.5 * 2^23``
+        (rounded once: an FMA where the target has it, so ``q`` rounds the exact product),
+        ``q = s - 1.5 * 2^23`` and ``s``'s bits; else ``roundeven`` of the rounded product
+        and a conversion.  Either ``q`` keeps ``|x - q pi/2|`` within ``pi/4`` and a few
+        ulp."""
+        b, ty, ity, C, _, madd = self._kit(x)
+        if QUADRANT_MAGIC:
+            magic = 12582912.0
+            s = madd(x, C(0.63661977236758134), C(magic))
+            return b.fsub(s, C(magic)), b.bitcast(s, ity)
+        q = b.call(self._fn1("llvm.roundeven", ty), [b.fmul(x, C(0.63661977236758134))])
+        return q, b.fptosi(q, ity)
 
     def _libm_where(self, cond, fname: str, x, res):
         """``res`` with the lanes where ``cond`` holds replaced by the float32 libm
@@ -829,6 +900,14 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         of 2 ``scale``), ``C_hi + (t H + (C_lo + t (L + t (p2 + ...))))``, each
         coefficient read per lane with ``lookup`` (``policy.vector_op("lookup16")`` or
         ``"lookup32"``)."""
+        c_hi, u = self._segment_parts(lookup, rows, a, scale, clamp)
+        return self.b.fadd(c_hi, u)
+
+    def _segment_parts(self, lookup, rows, a, scale: float, clamp: bool = True):
+        """:meth:`_segments`' polynomial as its two last addends, ``(C_hi, u)`` (the value
+        is ``C_hi + u``): ``t = a - k/scale`` exact also where ``scale`` is not a power
+        of 2 but ``k/scale`` has few bits and ``a`` lies within a factor 2 of it (Sterbenz;
+        :meth:`_erfc_f32_segments`)."""
         b, ty, ity, C, _, madd = self._kit(a)
         magic = 12582912.0
         s = madd(a, C(scale), C(magic))
@@ -844,7 +923,7 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         for j in range(len(rows[0]) - 2, 2, -1):
             q = madd(q, t, coef(j))
         u = madd(t, coef(2), madd(t, q, coef(1)))
-        return b.fadd(coef(0), u)
+        return coef(0), u
 
     def _erf_f32_two_branches(self, x):
         """erf(x) for float32 without a table instruction (or without FMA).

@@ -1,21 +1,30 @@
-"""Float32 ``tan``, ``atan`` and ``fast_erfc`` in float32 lanes (:class:`_F32MathEmitter`, a
-part of :class:`~tecomp.codegen.llvm.emit_math._MathEmitter`).
+"""Float32 ``tan``, ``atan``, ``erfc`` and ``fast_erfc`` in float32 lanes
+(:class:`_F32MathEmitter`, a part of :class:`~tecomp.codegen.llvm.emit_math._MathEmitter`).
 
 Range reduction and polynomials fitted for tecomp (weighted least squares towards the
 minimax relative error, against mpmath, coefficients rounded to float32 one at a time
 with the others refitted), evaluated in float32 with explicit FMAs where the target has
 them (:meth:`_madd`): one float32 register per float32 register, where the float64 code
 of :mod:`~tecomp.codegen.llvm.emit_math_wide` (0.5 ulp) takes two and a float64
-division.  Errors of 1-3 ulp (docs/numerics.md gives the measured figures).  No step is
+division.  Errors of 1-3 ulp, ``erfc`` below 1 (docs/numerics.md gives the measured
+figures).  No step is
 contracted: scalar, vectorized and unrolled evaluations give the same bits.
 """
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
+#: whether float32 ``erfc`` is computed in float32 lanes from one polynomial per segment
+#: where the target has FMA and a 16-entry table instruction
+#: (:meth:`_F32MathEmitter._erfc_f32_segments`); off: in float64 lanes everywhere, as in
+#: session 20 (:meth:`~tecomp.codegen.llvm.emit_math_wide._WideMathEmitter.erfc_f64_lanes`;
+#: the A/B switch of ``benchmarks/elementwise_math.py --math21-ab``)
+ERFC_SEGMENTS = True
+
 
 class _F32MathEmitter:
-    """The float32-lane ``tan``, ``atan`` and ``fast_erfc`` (see the module's docstring)."""
+    """The float32-lane ``tan``, ``atan``, ``erfc`` and ``fast_erfc`` (see the module's
+    docstring)."""
 
     #: tan(r) = r + r z P(z), z = r^2, |r| <= pi/4 (fitted: 1.3e-9 relative)
     _TAN32_P = (0.33333349227905273, 0.13332675397396088, 0.05405890569090843,
@@ -23,7 +32,7 @@ class _F32MathEmitter:
                 0.004372341558337212)
 
     def tan_f32(self, x):
-        """tan(x) for float32 in float32 lanes: ``q = roundeven(x 2/pi)``,
+        """tan(x) for float32 in float32 lanes: ``q = round(x 2/pi)`` (:meth:`_quadrant`),
         ``r = x - q pi/2`` with pi/2 in three or four float32 parts (Cody and Waite, as
         ``sin``: ``_PIO2_FMA``, ``_PIO2_NOFMA``) kept as ``rh + rl`` (the rounding error
         of the next-to-last step carried), ``t = rh + (rh z P(z) + rl (1 + z))`` with a
@@ -35,7 +44,7 @@ class _F32MathEmitter:
         beyond 2^20)."""
         b, ty, ity, C, I, madd = self._kit(x)
         parts, limit = self._PIO2_FMA if self.policy.has_fma else self._PIO2_NOFMA
-        q = b.call(self._fn1("llvm.roundeven", ty), [b.fmul(x, C(0.63661977236758134))])
+        q, kq = self._quadrant(x)
         # r = rh + rl: the steps before the last two are exact; the next-to-last as
         # r - s (s = q * part rounded, se its exact rounding error, by an FMA; without FMA
         # the parts' trailing zeros make s exact and se 0), whose rounding error e
@@ -57,7 +66,7 @@ class _F32MathEmitter:
         # on the unrounded sum: y + y (1 + y rh + y c)
         y = b.fdiv(C(-1.0), t)
         y = madd(y, madd(y, c, madd(y, rh, C(1.0))), y)
-        odd = b.icmp_unsigned("!=", b.and_(b.fptosi(q, ity), I(1)), I(0))
+        odd = b.icmp_unsigned("!=", b.and_(kq, I(1)), I(0))
         res = b.select(odd, y, t)
         ax = b.call(self._fn1("llvm.fabs", ty), [x])
         res = b.select(b.fcmp_ordered("<", ax, C(2.0 ** -12)), x, res)
@@ -88,8 +97,19 @@ class _F32MathEmitter:
         return b.select(b.fcmp_unordered("uno", x, x), x, res)
 
     def fast_erfc_f32(self, x):
-        """``fast_erfc``: erfc(x) = 1 - erf(x) for float32 in float32 lanes, about twice
-        as fast as ``erfc`` (:meth:`erfc_f32`, float64 lanes) at 2.3 ulp against 0.6;
+        """``fast_erfc``: where the target has the table instruction and FMA of
+        :meth:`erfc_f32`'s segments, their steps without the compensations (about 15%
+        fewer instructions, 2.8 ulp against 0.93); elsewhere
+        :meth:`_fast_erfc_f32_no_table`."""
+        lookup = self._erfc_lookup(x.type)
+        if lookup is not None:
+            return self._erfc_f32_segments(x, lookup, compensated=False)
+        return self._fast_erfc_f32_no_table(x)
+
+    def _fast_erfc_f32_no_table(self, x):
+        """``fast_erfc`` without a table instruction: erfc(x) = 1 - erf(x) for float32 in
+        float32 lanes, about twice as fast as ``erfc`` there (:meth:`erfc_f64_lanes`,
+        float64 lanes) at 2.3 ulp against 0.6;
         accurate in the tail (relative error down to the subnormal results near ``x =
         10``).  ``a = |x|``
         (clamped to 10.1, where erfc rounds to 0).  ``a < 0.5``: ``1 - erf(a)`` from
@@ -153,6 +173,167 @@ class _F32MathEmitter:
         res = b.select(b.fcmp_ordered("<", a, C(0.5)), small, large)
         res = b.select(b.fcmp_ordered("<", x, C(0.0)), b.fsub(C(2.0), res), res)
         return b.select(b.fcmp_unordered("uno", x, x), x, res)
+
+    #: erfcx(a) = erfc(a) exp(a^2) = C_hi + (t H + (C_lo + t (L + t (p2 + t (p3 + ... + t
+    #: p7))))) on 16 segments of a = |x|: k = round(a / w), w = 21/32, t = a - k w (exact),
+    #: |t| <= 0.33 (the last segment up to a = 10.1); one row per k: (C_hi, C_lo, H, L, p2,
+    #: ..., p7), C = erfcx(k w) and H + L the slope in two float32 parts.  Fitted for tecomp
+    #: (Lawson's iteration towards the minimax relative error against scipy's erfcx, the
+    #: coefficients rounded to float32 one at a time, the others refitted: 8e-9 or better)
+    _ERFCX_SEGMENTS = (
+        (1.0, -1.221364120951307e-10, -1.1283791065216064, -1.4729697461746127e-08,
+         0.9999971389770508, -0.7521844506263733, 0.4991917908191681, -0.29563459753990173,
+         0.1471339613199234, -0.04578612372279167),
+        (0.5435773730278015, 4.5140302606938576e-10, -0.41493386030197144,
+         -8.064973577859291e-09, 0.2712782621383667, -0.15793856978416443, 0.08376003801822662,
+         -0.0411665104329586, 0.019708193838596344, -0.008449156768620014),
+        (0.35517677664756775, 9.357870922599432e-09, -0.1960401087999344,
+         5.683777892784292e-09, 0.09787429124116898, -0.04505351185798645,
+         0.019364463165402412, -0.007850646041333675, 0.0031107289250940084,
+         -0.0011353862937539816),
+        (0.25877436995506287, -4.222098226591697e-09, -0.10945510119199753,
+         -5.772617939214797e-10, 0.04328465461730957, -0.01615898683667183,
+         0.0057348827831447124, -0.0019464418292045593, 0.0006480100564658642,
+         -0.00020289582607802004),
+        (0.20188754796981812, 6.561258203419129e-09, -0.06846950203180313,
+         -3.7018992316006916e-09, 0.02215510606765747, -0.006874909158796072,
+         0.002054048702120781, -0.000592979893554002, 0.0001685218303464353,
+         -4.5684759243158624e-05),
+        (0.1648728996515274, -2.4815656196608415e-09, -0.046400777995586395,
+         -1.3991748870623155e-09, 0.012620341032743454, -0.0033268597908318043,
+         0.0008519876864738762, -0.0002124309539794922, 5.235832213656977e-05,
+         -1.2414332559274044e-05),
+        (0.13905300199985504, 2.776956442573919e-09, -0.03333675488829613,
+         4.1801270778130117e-10, 0.007789534516632557, -0.0017769761616364121,
+         0.0003963268536608666, -8.654327393742278e-05, 1.8743523469311185e-05,
+         -3.931933861167636e-06),
+        (0.1200924962759018, -2.3739066268291253e-09, -0.02502937987446785,
+         5.064957897538136e-10, 0.005113782361149788, -0.0010252941865473986,
+         0.00020191885414533317, -3.909280349034816e-05, 7.47714420867851e-06,
+         -1.3996883581057773e-06),
+        (0.10561273247003555, 2.9987405891773733e-09, -0.019445445388555527,
+         7.164105420010003e-10, 0.0035241509322077036, -0.000629101472441107,
+         0.00011068369349231943, -1.9204373529646546e-05, 3.301636297692312e-06,
+         -5.560760882872273e-07),
+        (0.09421001374721527, 2.738497428822484e-09, -0.015523347072303295,
+         -2.851860969599329e-10, 0.002525246236473322, -0.0004057415062561631,
+         6.441513687605038e-05, -1.0109514732903335e-05, 1.5901092638159753e-06,
+         -2.4335420789611817e-07),
+        (0.08500651270151138, -1.1722370851785513e-09, -0.012668703682720661,
+         4.091910976722346e-10, 0.0018681463552638888, -0.0002726621460169554,
+         3.9398732042172924e-05, -5.638150923914509e-06, 8.127658475132193e-07,
+         -1.1461629156883646e-07),
+        (0.07742683589458466, 1.7520866979481298e-09, -0.010529198683798313,
+         1.1223154350314957e-10, 0.0014191854279488325, -0.00018963569891639054,
+         2.5127212211373262e-05, -3.3018222893588245e-06, 4.260216144302831e-07,
+         -5.5737586990289856e-08),
+        (0.07107894122600555, -3.4001155224672175e-09, -0.008885896764695644,
+         4.2701989166893384e-10, 0.0011025042040273547, -0.0001357840228592977,
+         1.6601419702055864e-05, -2.0155046058789594e-06, 2.5049448026948085e-07,
+         -3.020866401470812e-08),
+        (0.06568685173988342, 1.7640818805730873e-09, -0.007597228977829218,
+         -2.0623869279035034e-10, 0.0008729920373298228, -9.967730147764087e-05,
+         1.1309732144582085e-05, -1.2754079534715856e-06, 1.4509532775264233e-07,
+         -1.6182745810056076e-08),
+        (0.06105092167854309, -1.571990204674023e-09, -0.006568510085344315,
+         -5.223553881106291e-11, 0.0007027332321740687, -7.476580503862351e-05,
+         7.910782187536824e-06, -8.3252143667778e-07, 9.003130685414362e-08,
+         -9.667437517180133e-09),
+        (0.057023219764232635, -5.715870554645619e-10, -0.005734539125114679,
+         -1.1517909542790861e-10, 0.0005738485488109291, -5.714507642551325e-05,
+         5.663224328600336e-06, -5.587345413005096e-07, 5.6030035722187677e-08,
+         -3.5428335820597567e-09),
+    )
+    #: the segments' width of :data:`_ERFCX_SEGMENTS`
+    _ERFCX_W = 21.0 / 32.0
+    #: 2^(j/16), j = 0 ... 15, in two float32 parts (hi, lo)
+    _EXP2_16THS = ((1.0, 1.0442737340927124, 1.0905077457427979,
+                    1.1387885808944702, 1.1892070770263672, 1.2418577671051025,
+                    1.2968395948410034, 1.3542555570602417, 1.4142135381698608,
+                    1.4768261909484863, 1.5422108173370361, 1.610490322113037,
+                    1.6817928552627563, 1.7562521696090698, 1.8340080976486206,
+                    1.9152065515518188),
+                   (0.0, 4.8334701574503924e-08, -1.3077539939843064e-08,
+                    5.386222312608879e-08, 3.797635272917432e-08,
+                    4.496838101886169e-08, -4.018999533172973e-08,
+                    -1.0123349269974824e-08, 2.4203234971764687e-08,
+                    -4.500898853621038e-08, 8.070904833346049e-09,
+                    9.836217174097328e-09, -2.4755326677450284e-08,
+                    -9.235770370707996e-09, -1.1239277952768134e-08,
+                    9.845328108326612e-09))
+    #: ln2/16 in two float32 parts
+    _LN2_16 = (0.043321698904037476, -1.1904088825787085e-10)
+
+    def erfc_f32(self, x):
+        """erfc(x) = 1 - erf(x) for float32: :meth:`_erfc_f32_segments` where the target has
+        fused multiply-adds and a 16-entry table instruction (x86 with AVX2 or AVX-512, as
+        :meth:`erf_f32`; :data:`ERFC_SEGMENTS`), else in
+        float64 lanes (:meth:`erfc_f64_lanes`)."""
+        lookup = self._erfc_lookup(x.type)
+        if lookup is None:
+            return self.erfc_f64_lanes(x)
+        return self._erfc_f32_segments(x, lookup)
+
+    def _erfc_lookup(self, ty):
+        """The 16-entry table instruction of :meth:`_erfc_f32_segments` on values of type
+        ``ty`` where the target has it and FMA (and :data:`ERFC_SEGMENTS` is on), else
+        None."""
+        if not (self.policy.has_fma and ERFC_SEGMENTS):
+            return None
+        return self.policy.vector_op("lookup16", ty)
+
+    def _erfc_f32_segments(self, x, lookup, compensated: bool = True):
+        """erfc(x) for float32 in float32 lanes, accurate in the tail (relative error down
+        to the subnormal results near ``x = 10``): ``a = |x|`` clamped to 10.1 (a NaN
+        kept: erfc rounds to 0 from 10.0546 on), ``erfc(a) = exp(-a^2) erfcx(a)``.
+        ``erfcx`` one degree-7 polynomial per segment of ``a`` (:data:`_ERFCX_SEGMENTS`,
+        its coefficients read per lane with ``lookup``), its value kept as ``bh + bl``
+        (the last addition's rounding error, Fast2Sum).  ``a^2 = h + l`` exactly (an FMA),
+        ``-h = (16 e + j) ln2/16 + r`` (``r`` exact up to the second part of ``ln2/16``;
+        ``l`` taken off it), ``exp(r) = 1 + e1`` by its Taylor polynomial (``|r| <=
+        ln2/32``) and ``2^(j/16)`` from a table of 16 in two parts, ``Th + Tl``; then
+        ``p = bh Th`` with its exact rounding error, the small terms gathered, ``(p + (p
+        e1 + ...)) 2^e`` rounded (``vscalefps`` with AVX-512, which floors ``n/16`` itself,
+        else :meth:`_ldexp`: subnormal results included, the same bits).
+        ``2 - erfc(|x|)`` for ``x < 0``.  ``erfc(+inf) = 0``, ``erfc(-inf) = 2``,
+        ``erfc(+-0) = 1``, NaN stays NaN (it goes through every step).  ``compensated``
+        False (``fast_erfc``): ``bl`` and ``Tl`` left out, ``p (1 + e1) 2^e``."""
+        b, ty, ity, C, _, madd = self._kit(x)
+        ax = b.call(self._fn1("llvm.fabs", ty), [x])
+        # min(ax, 10.1) that keeps a NaN (one vminps, the NaN as its second operand)
+        a = b.select(b.fcmp_ordered(">", ax, C(10.1)), C(10.1), ax)
+        # erfcx(a) = c_hi + u: k = round(a / w) <= 15 (a <= 10.1), t = a - k w exact
+        c_hi, u = self._segment_parts(lookup, self._ERFCX_SEGMENTS, a, 1.0 / self._ERFCX_W,
+                                      clamp=False)
+        bh = b.fadd(c_hi, u)
+        # exp(-a^2) = 2^e 2^(j/16) exp(r): a^2 = h + l, n = 16 e + j = round(-h 16/ln2)
+        h = b.fmul(a, a)
+        lo = madd(a, a, b.fneg(h))
+        magic = 12582912.0
+        s2 = madd(h, C(-16.0 / 0.6931471805599453), C(magic))
+        n = b.fsub(s2, C(magic))
+        c1, c2 = self._LN2_16
+        r = madd(n, C(-c2), b.fsub(madd(n, C(-c1), b.fneg(h)), lo))
+        e1 = madd(b.fmul(self._horner((0.5, 1.0 / 6.0, 1.0 / 24.0), r, madd), r), r, r)
+        ni = b.bitcast(s2, ity)
+        th = lookup(b, self.mb, self._EXP2_16THS[0], ni)
+        p = b.fmul(bh, th)
+        if compensated:
+            bl = b.fadd(b.fsub(c_hi, bh), u)          # (|c_hi| >= |u|: exact)
+            tl = lookup(b, self.mb, self._EXP2_16THS[1], ni)
+            # (bh + bl)(th + tl)(1 + e1) = p + (p e1 + (pl + bh tl + bl th)), p + pl = bh th
+            pl = madd(bh, th, b.fneg(p))
+            m = madd(p, e1, madd(bl, th, madd(bh, tl, pl)))
+        else:
+            m = b.fmul(p, e1)
+        # times 2^e, e = floor(n/16): vscalefps floors its exponent operand itself
+        en = b.fmul(n, C(1.0 / 16.0))
+        scalef = self.policy.vector_op("scalef", ty)
+        if scalef is not None:
+            res = scalef(b, self.mb, b.fadd(p, m), en)
+        else:
+            res = self._ldexp(b.fadd(p, m), b.call(self._fn1("llvm.floor", ty), [en]))
+        return b.select(b.fcmp_ordered("<", x, C(0.0)), b.fsub(C(2.0), res), res)
 
     def _slow_where(self, cond, label: str, slow_fn, x, res):
         """``res`` with the lanes where ``cond`` holds replaced by ``slow_fn(x)``'s, in a

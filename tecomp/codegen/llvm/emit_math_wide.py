@@ -1,6 +1,8 @@
 """Float32 math functions that tecomp evaluates in float64 lanes (:class:`_WideMathEmitter`,
 a part of :class:`~tecomp.codegen.llvm.emit_math._MathEmitter`): ``atan2``, ``cbrt``,
-``pow`` and ``erfc``, and ``tan``'s lanes of large ``|x|``.
+``pow`` and ``erfc`` (where the target has no table instruction or no FMA: see
+:meth:`~tecomp.codegen.llvm.emit_math_f32._F32MathEmitter.erfc_f32`), and ``tan``'s lanes
+of large ``|x|``.
 
 Each widens its float32 operands to float64 (exact), computes with an error far below
 float32's rounding (about 1e-11 relative or less) and rounds once to float32, so the
@@ -251,9 +253,10 @@ class _WideMathEmitter:
                  2.222219843214978396e-01, 1.818357216161805012e-01, 1.531383769920937332e-01,
                  1.479819860511658591e-01)
 
-    def erfc_f32(self, x):
-        """erfc(x) = 1 - erf(x) for float32, in float64 lanes, accurate in the tail
-        (relative error down to the subnormal results near ``x = 10``).  ``a = |x|``
+    def erfc_f64_lanes(self, x):
+        """erfc(x) = 1 - erf(x) for float32, in float64 lanes (where the target has no
+        table instruction or no FMA, or ``emit_math_f32.ERFC_SEGMENTS`` is off), accurate
+        in the tail (relative error down to the subnormal results near ``x = 10``).  ``a = |x|``
         clamped to 10.1 (``erfc`` rounds to 0 from 10.0546 on).  ``a < 0.5``: ``1 -
         erf(a)``, ``erf`` by its Taylor series; beyond, ``exp(-a^2) erfcx(a)``: ``a^2``
         exact in float64, ``exp(-a^2) = 2^n 2^r`` (``2^r`` a Taylor polynomial), and
@@ -267,7 +270,7 @@ class _WideMathEmitter:
             # one register of float64 lanes at a time: the whole vector's constants and
             # temporaries at once would spill
             b = self.b
-            return _join_pieces(b, [self.erfc_f32(_piece(b, x, k, per))
+            return _join_pieces(b, [self.erfc_f64_lanes(_piece(b, x, k, per))
                                     for k in range(0, x.type.count, per)], x.type.count)
         xd, kit = self._kit64(x)
         b, dty, _, C, _, madd = kit
