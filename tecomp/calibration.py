@@ -12,7 +12,8 @@ prefetches its input: a row sum timed with and without).  For the CPUs in
 first schedule that reads the machine model measures them here with five small kernels
 and a row sum over 64 MiB (a few seconds, once) and keeps the result in
 ``$TECOMP_CACHE_DIR/machine/<cpu>-<hash>.json`` (the hash: the CPU's features, vector
-width and this tecomp's version), which every later process reads.
+width, this tecomp's version and the names of the costs it measures), which every later
+process reads.
 
 ``TECOMP_CALIBRATE`` chooses: ``auto`` (the default: measure at first use where the table
 has no entry), ``0`` / ``off`` (never measure; use a cached result if there is one, else
@@ -113,13 +114,15 @@ def mode() -> str:
 
 
 def cache_path(target) -> Path:
-    """The file that keeps the calibration of the host ``target``'s CPU."""
+    """The file that keeps the calibration of the host ``target``'s CPU (its name hashes
+    the CPU, its features and vector width, this tecomp's version and the costs it
+    measures: a calibration kept before a cost was added is measured again)."""
     return cache_root() / "machine" / _file_name(target.cpu, target.lanes, target.features)
 
 
 @functools.lru_cache(maxsize=16)
 def _file_name(cpu: str, lanes: int, features: frozenset) -> str:
-    key = f"{cpu}|{lanes}|{','.join(sorted(features))}|{__version__}"
+    key = f"{cpu}|{lanes}|{','.join(sorted(features))}|{__version__}|{','.join(_CHECKS)}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in cpu)[:40] or "cpu"
     return f"{safe}-{digest}.json"

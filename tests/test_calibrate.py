@@ -199,3 +199,17 @@ def test_cached_row_prefetch_reaches_the_machine_model(fresh, monkeypatch):
     monkeypatch.setenv("TECOMP_CALIBRATE", "0")
     _write(cal.cache_path(host), {"costs": dict(costs, row_prefetch_bytes=4096)})
     assert tc.Target("llvm").machine.row_prefetch_bytes == 4096
+
+
+def test_a_new_cost_measures_again(fresh, monkeypatch):
+    """The cache file's name covers the costs this version measures: a calibration kept
+    before a cost was added (its file lacks it) is not read; the next use measures."""
+    host, _ = fresh
+    before = cal.cache_path(host)
+    cal._file_name.cache_clear()
+    monkeypatch.setattr(cal, "_CHECKS", {k: v for k, v in cal._CHECKS.items()
+                                         if k != "row_prefetch_bytes"})
+    try:
+        assert cal.cache_path(host) != before
+    finally:
+        cal._file_name.cache_clear()
