@@ -5,12 +5,13 @@ CpuModel`): ``fma_bits`` (does the core run a full-register FMA at once, or as t
 halves), ``gather_cost`` and ``transpose_cost`` (copying weights across a row, in FMAs
 per element), ``split_loads_cheap`` (a vector load across two cache lines costs what an
 aligned one does), ``gemm_load_cost`` (what a load costs the GEMM micro-kernel beyond
-its FMAs) and ``row_prefetch_bytes`` (how far ahead a reduction along short rows
-prefetches its input: a row sum timed with and without).  For the CPUs in
-:data:`tecomp.target.x86.MEASURED` they come from that table (measured with
+its FMAs), ``row_prefetch_bytes`` (how far ahead a reduction along short rows
+prefetches its input: a row sum timed with and without) and ``stream_output_bytes`` (from
+what size an elementwise output is stored past the cache: a copy timed both ways).  For
+the CPUs in :data:`tecomp.target.x86.MEASURED` they come from that table (measured with
 ``benchmarks/machine_probe.py`` and confirmed by A/B runs).  For any other host CPU, the
-first schedule that reads the machine model measures them here with five small kernels
-and a row sum over 64 MiB (a few seconds, once) and keeps the result in
+first schedule that reads the machine model measures them here with five small kernels,
+a row sum over 64 MiB and a copy of 32 MiB (a few seconds, once) and keeps the result in
 ``$TECOMP_CACHE_DIR/machine/<cpu>-<hash>.json`` (the hash: the CPU's features, vector
 width, this tecomp's version and the names of the costs it measures), which every later
 process reads.
@@ -37,6 +38,7 @@ import os
 import statistics
 import tempfile
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Dict, Optional
@@ -52,6 +54,7 @@ from .schedule import create_schedule
 from .strategy import cpu as _scpu
 from .strategy.cpu.gemm import _rows
 from .strategy.rows import row_reduce_at
+from .strategy.rules import Knobs
 from .target import as_target, machine as _machine
 from .te import compute, placeholder, reduce_axis, sum as te_sum
 from .te.tensor_intrin import transpose_intrin
@@ -75,6 +78,8 @@ _CHECKS = {
     "gemm_load_cost": lambda v, lanes: _finite(v) and 0.0 <= v <= 8.0,
     "row_prefetch_bytes": lambda v, lanes: isinstance(v, int) and not isinstance(v, bool)
     and 0 <= v <= 1 << 16,
+    "stream_output_bytes": lambda v, lanes: isinstance(v, int) and not isinstance(v, bool)
+    and 0 <= v <= 1 << 40,
 }
 
 #: the row reduction the calibration times with and without prefetching rows ahead:
@@ -87,6 +92,15 @@ ROW_PREFETCH_ROW = 256
 ROW_PREFETCH_MIB = 64
 ROW_PREFETCH_BYTES = 4096
 ROW_PREFETCH_GAIN = 1.1
+
+#: the elementwise copy the calibration times with its output stored past the cache and
+#: through it: STREAM_COPY_MIB in, as many out (the row sum's input, halved); where the
+#: streamed copy ran STREAM_GAIN times faster or more, outputs of more than half that size
+#: are streamed (``stream_output_bytes``; a copy of 32 MiB 1.35x faster streamed, of 8 MiB
+#: 0.96x, on the project's Xeon VM under load: benchmarks/DECISIONS.md, "Elementwise
+#: outputs streamed past a VM's share of the cache")
+STREAM_COPY_MIB = 32
+STREAM_GAIN = 1.1
 
 _LOCK = threading.Lock()
 #: a measurement runs (in any thread): its own kernels, and any other build meanwhile, use
@@ -227,15 +241,15 @@ def _first_use(target, path: Path) -> Optional[dict]:
 
 def calibrate(target=None, *, rounds: int = 3, save: bool = True) -> dict:
     """Measure the machine model's costs on this CPU (the host ``llvm`` target ``target``,
-    default ``tc.Target("llvm")``): ``rounds`` rounds of five small kernels and a row sum
-    on one thread, the median of each.  Returns the costs (a dict as :data:`tecomp.target.x86.MEASURED`'s
+    default ``tc.Target("llvm")``): ``rounds`` rounds of five small kernels, a row sum
+    and a copy on one thread, the median of each.  Returns the costs (a dict as :data:`tecomp.target.x86.MEASURED`'s
     entries) and, with ``save``, keeps them where :func:`measured_costs` reads them.
 
     >>> import tecomp as tc
     >>> costs = tc.calibration.calibrate(save=False)  # doctest: +SKIP
     >>> sorted(costs)                                 # doctest: +SKIP
     ['fma_bits', 'gather_cost', 'gemm_load_cost', 'row_prefetch_bytes', 'split_loads_cheap',
-     'transpose_cost']
+     'stream_output_bytes', 'transpose_cost']
     """
     target = as_target("llvm" if target is None else target)
     if not (target.is_cpu and target.is_host and target.is_native_isa):
@@ -338,6 +352,16 @@ def row_sum_kernel(rows: int, K: int, lanes: int, ahead_rows: int, target=None):
     return build(s, [X, Y], target=target, name=f"row_sum_ahead{ahead_rows}")
 
 
+def copy_pass(n: int, streamed: bool, info, target=None):
+    """``out[i] = x[i]`` over ``n`` float32 as the rules schedule an elementwise pass,
+    its output stored past the cache or through it (the knob ``stream.copy``)."""
+    target = target or "llvm"
+    X = placeholder((n,), name="x")
+    O = compute((n,), lambda i: X[i], name="copy")
+    s = _scpu.apply_rules([X, O], Knobs({"stream.copy": streamed}), info)
+    return build(s, [X, O], target=target, name=f"copy_streamed{int(streamed)}")
+
+
 def gemm_blocks(info, M: int = 1536, N: int = 1024, K: int = 2048, target=None):
     """``matmul_packed`` ``M x N x K`` with register blocks two and four vectors wide
     (rows from ``gemm_params``): ``{vectors: (function, loads per FMA)}``."""
@@ -372,6 +396,9 @@ def costs_from(med: dict, L: int, N: int, K: int, gemm_loads: tuple) -> dict:
     if "rows" in med and "rows_ahead" in med:
         costs["row_prefetch_bytes"] = ROW_PREFETCH_BYTES if \
             med["rows"] / med["rows_ahead"] >= ROW_PREFETCH_GAIN else 0
+    if "copy" in med and "copy_streamed" in med:
+        costs["stream_output_bytes"] = (STREAM_COPY_MIB << 20) // 2 if \
+            med["copy"] / med["copy_streamed"] >= STREAM_GAIN else 0
     return costs
 
 
@@ -398,13 +425,30 @@ def _measure(target, rounds: int):
         row_sums = {key: row_sum_kernel(nrows, ROW_PREFETCH_ROW, L, ahead, target)
                     for key, ahead in (("rows", 0), ("rows_ahead", ROW_PREFETCH_BYTES // (
                         4 * ROW_PREFETCH_ROW)))}
+        ncopy = (STREAM_COPY_MIB << 20) // 4
+        flat = rx.reshape(-1)
+        cx, cy = flat[:ncopy], flat[ncopy:2 * ncopy]
+        copies = {key: copy_pass(ncopy, streamed, info, target)
+                  for key, streamed in (("copy", False), ("copy_streamed", True))}
 
         def t(f, a, n=20):
             f(*a)
             return min(time_calls(f, a, 1, n))
 
+        def cpu(f, a, n):
+            # (the process's CPU time: calls of several ms on a busy machine are mostly
+            # interrupted in wall time, and these two decide on a ratio of 1.1)
+            f(*a)
+            best = math.inf
+            for _ in range(n):
+                t0 = time.process_time()
+                f(*a)
+                best = min(best, time.process_time() - t0)
+            return best
+
         res = {k: [] for k in ("fma16", "fma8", "gather", "transpose", "aligned", "split",
-                               "gemm2", "gemm4", "rows", "rows_ahead")}
+                               "gemm2", "gemm4", "rows", "rows_ahead", "copy",
+                               "copy_streamed")}
         for _ in range(rounds):
             res["fma16"].append(fma_peak(1, lanes=L, steps=50000, calls=3, bursts=2))
             res["fma8"].append(fma_peak(1, lanes=L // 2, steps=50000, calls=3, bursts=2))
@@ -416,7 +460,9 @@ def _measure(target, rounds: int):
             for nv, (f, _) in gemms.items():
                 res[f"gemm{nv}"].append(t(f, (ga, gb, gc), 2))
             for key, f in row_sums.items():
-                res[key].append(t(f, (rx, ry), 5))
+                res[key].append(cpu(f, (rx, ry), 5))
+            for key, f in copies.items():
+                res[key].append(cpu(f, (cx, cy), 5))
     finally:
         set_num_threads(before)
     med = {k: statistics.median(v) for k, v in res.items() if v}

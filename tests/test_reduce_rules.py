@@ -927,3 +927,42 @@ def test_row_prefetch_distance_from_the_model():
     assert row_prefetch_rows(m, 1024, 2 * m.l2_bytes) == 0
     assert row_prefetch_rows(m, 1024, None) == 0 and row_prefetch_rows(m, None, big) == 0
     assert row_prefetch_rows(_prefetching(0), 1024, big) == 0
+
+
+@pytest.mark.parametrize("limit,shape,streams", [
+    (1 << 20, (256, 2048), True),      # 2 MiB out, over a measured 1 MiB
+    (4 << 20, (256, 2048), False),     # under a measured 4 MiB
+    (0, (256, 2048), False),           # unmeasured: half the last-level cache
+    (1 << 20, (256, 1000), False),     # rows of part lines: never streamed
+])
+def test_elementwise_outputs_stream_past_a_measured_share_of_the_cache(limit, shape, streams):
+    """A plain elementwise output of more than the model's ``stream_output_bytes`` (where
+    measured; a VM's share of the last-level cache) is stored past the cache (``pragma
+    nontemporal``), in runs of whole lines; where it is 0 the rule is half the
+    last-level cache (32 MiB here); the values are numpy's either way."""
+    info = dataclasses.replace(info2(), l3_bytes=64 << 20, stream_output_bytes=limit)
+    X = tc.placeholder(shape, "float32", name="X")
+    Y = nn.exp(X)
+    knobs = Knobs()
+    s = apply_rules([X, Y], knobs, info)
+    assert knobs.values["stream.exp"] is streams
+    assert ("nontemporal" in str(tc.lower(s, [X, Y]))) is streams
+    x = rng.standard_normal(shape).astype("float32")
+    got = np.zeros(shape, "float32")
+    tc.build(s, [X, Y])(x, got)
+    np.testing.assert_allclose(got, np.exp(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=znver4", "llvm -mcpu=znver5",
+                                    "llvm -mcpu=sapphirerapids"])
+def test_named_cpus_stream_past_half_their_last_level_cache(target):
+    """No named CPU's model measures ``stream_output_bytes``: an output streams past the
+    cache where it is more than half its last-level cache, as before."""
+    info = cpu_model(target)
+    assert info.stream_output_bytes == 0
+    half = info.l3_bytes // 2
+    for n, streams in ((half // 4 + 1024, True), (half // 4 - 1024, False)):
+        X = tc.placeholder((n // 1024, 1024), "float32", name="X")
+        knobs = Knobs()
+        apply_rules([X, nn.exp(X)], knobs, dataclasses.replace(info, threads=2))
+        assert knobs.values["stream.exp"] is streams, (n, half)

@@ -522,8 +522,10 @@ class _Rules(BlockRules):
           floor followed by a sum over its output was 15-30% slower streamed (its 24 MB
           pass over half of a 32 MB L3; the output would have stayed in it), a 16 MB one
           even, 20 and 24 MB ones 20% faster (2 threads, AMD EPYC Zen 4 VM, under load;
-          benchmarks/history/2026-12-01.md, "h18-reduce"); and a smaller output whose pass
-          moves more than twice the last-level cache with what it reads
+          benchmarks/history/2026-12-01.md, "h18-reduce"; where the model's
+          ``stream_output_bytes`` is measured and smaller, an output of more than that);
+          and a smaller output whose pass moves more than twice the last-level cache
+          with what it reads
           (:data:`STREAM_WIDE_PASSES`: the cache could not keep it for a next operator)."""
         dtype = op.output(0).dtype
         # (an output another stage reads, another output of the DAG, stays cached)
@@ -535,7 +537,8 @@ class _Rules(BlockRules):
         n = _elems(op.output(0), self.shapes)
         if not STREAM_OUTPUTS or n is None:
             return False
-        return _streams_past_cache(n * _dt.nbytes(dtype), run, dtype, self.info) or (
+        return _streams_past_cache(n * _dt.nbytes(dtype), run, dtype, self.info,
+                                   limit=self.info.stream_output_bytes) or (
             STREAM_WIDE_PASSES and _streams_past_llc(_read_by_nest(self.s, st, None),
                                                      op.output(0), self.info, run, over=2))
 
