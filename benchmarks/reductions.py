@@ -19,7 +19,8 @@ counting its read and its write).  Every result is checked against PyTorch's fir
 
     python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...] [--rules-off]
         [--new-off] [--select-off] [--seed-off] [--steps-off]
-        [--minmax-off] [--rowblock-off] [--stream-off] [--math-off] [--math20-off]
+        [--minmax-off] [--rowblock-off] [--prefetch-off] [--stream-off] [--math-off]
+        [--math20-off]
 """
 from __future__ import annotations
 
@@ -164,6 +165,19 @@ def rules_off(tc, sig, ins):
     return lambda: f(*ins, out)
 
 
+def prefetch_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` scheduled without the rows ahead prefetched (every
+    stage's knob ``.prefetch_rows`` 0: what a machine model without
+    ``row_prefetch_bytes`` gives)."""
+    from tecomp.strategy.cpu import apply_rules, cpu_model
+    from tecomp.strategy.rules import Knobs
+    from tecomp.strategy._common import _walk
+    off = {f"{op.name}.prefetch_rows": 0 for op in _walk([t for t in sig[-1:]])}
+    f = tc.build(apply_rules(sig, Knobs(off), cpu_model("llvm")), sig)
+    out = tc.empty(tuple(int(e.value) for e in sig[-1].shape), sig[-1].dtype)
+    return lambda: f(*ins, out)
+
+
 def flags_off(tc, sig, ins, flags):
     """A call of the kernel of ``sig`` scheduled and built with the module flags
     ``flags`` (``(module, name)`` pairs) False."""
@@ -280,6 +294,7 @@ _AB = [("rules_off", "reduce", rules_off, "rules off"),
        ("steps_off", "reduce", steps_off, "steps off"),
        ("minmax_off", "reduce", minmax_off, "minmax off"),
        ("rowblock_off", "reduce", rowblock_off, "rowblock off"),
+       ("prefetch_off", "reduce", prefetch_off, "prefetch off"),
        ("stream_off", "elem", stream_off, "stream off"),
        ("math_off", "elem", math_off, "math off"),
        ("math20_off", "elem", math20_off, "math20 off")]
@@ -327,6 +342,9 @@ def main() -> None:
                     "reduction built with a selection along rows one row a step (not a "
                     "block of rows) and a select on an or of float compares as written "
                     "(not the and of their negations), in the same turns")
+    ap.add_argument("--prefetch-off", action="store_true", help="also time each "
+                    "reduction scheduled without the rows ahead prefetched (the machine "
+                    "model's row_prefetch_bytes), in the same turns")
     ap.add_argument("--stream-off", action="store_true", help="also time each elementwise "
                     "operator scheduled with its output stored through the cache (no "
                     "non-temporal stores), in the same turns")
@@ -353,7 +371,9 @@ def main() -> None:
         return
     rng = np.random.default_rng(0)
     print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds, OMP_WAIT_POLICY="
-          f"{os.environ['OMP_WAIT_POLICY']}; load {os.getloadavg()[0]:.2f}")
+          f"{os.environ['OMP_WAIT_POLICY']}; rows prefetched "
+          f"{tc.target.cpu_model().row_prefetch_bytes} bytes ahead; load "
+          f"{os.getloadavg()[0]:.2f}")
     picked = [p for p in args.only.split(",") if p]
     refs = {}
 

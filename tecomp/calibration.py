@@ -4,13 +4,17 @@ The CPU schedules read a few costs that no datasheet gives (:class:`~tecomp.targ
 CpuModel`): ``fma_bits`` (does the core run a full-register FMA at once, or as two
 halves), ``gather_cost`` and ``transpose_cost`` (copying weights across a row, in FMAs
 per element), ``split_loads_cheap`` (a vector load across two cache lines costs what an
-aligned one does) and ``gemm_load_cost`` (what a load costs the GEMM micro-kernel beyond
-its FMAs).  For the CPUs in :data:`tecomp.target.x86.MEASURED` they come from that table
-(measured with ``benchmarks/machine_probe.py`` and confirmed by A/B runs).  For any other
-host CPU, the first schedule that reads the machine model measures them here with five
-small kernels (a few seconds, once) and keeps the result in
+aligned one does), ``gemm_load_cost`` (what a load costs the GEMM micro-kernel beyond
+its FMAs), ``row_prefetch_bytes`` (how far ahead a reduction along short rows
+prefetches its input: a row sum timed with and without) and ``stream_output_bytes`` (from
+what size an elementwise output is stored past the cache: a copy timed both ways).  For
+the CPUs in :data:`tecomp.target.x86.MEASURED` they come from that table (measured with
+``benchmarks/machine_probe.py`` and confirmed by A/B runs).  For any other host CPU, the
+first schedule that reads the machine model measures them here with five small kernels,
+a row sum over 64 MiB and a copy of 32 MiB (a few seconds, once) and keeps the result in
 ``$TECOMP_CACHE_DIR/machine/<cpu>-<hash>.json`` (the hash: the CPU's features, vector
-width, this tecomp's version and the measurement's :data:`METHOD`), which every later
+width, this tecomp's version, the names of the costs it measures and the measurement's
+:data:`METHOD`), which every later
 process reads.
 
 ``TECOMP_CALIBRATE`` chooses: ``auto`` (the default: measure at first use where the table
@@ -49,6 +53,8 @@ from .runtime.timing import time_calls
 from .schedule import create_schedule
 from .strategy import cpu as _scpu
 from .strategy.cpu.gemm import _rows
+from .strategy.rows import row_reduce_at
+from .strategy.rules import Knobs
 from .target import as_target, machine as _machine
 from .te import compute, placeholder, reduce_axis, sum as te_sum
 from .te.tensor_intrin import transpose_intrin
@@ -75,7 +81,31 @@ _CHECKS = {
     "transpose_cost": lambda v, lanes: _finite(v) and 0.0 < v <= 64.0,
     "split_loads_cheap": lambda v, lanes: isinstance(v, bool),
     "gemm_load_cost": lambda v, lanes: _finite(v) and 0.0 <= v <= 8.0,
+    "row_prefetch_bytes": lambda v, lanes: isinstance(v, int) and not isinstance(v, bool)
+    and 0 <= v <= 1 << 16,
+    "stream_output_bytes": lambda v, lanes: isinstance(v, int) and not isinstance(v, bool)
+    and 0 <= v <= 1 << 40,
 }
+
+#: the row reduction the calibration times with and without prefetching rows ahead:
+#: rows of ROW_PREFETCH_ROW float32 (1 KiB), 64 MiB in all (past the L2 caches, and past
+#: most last-level caches), prefetched ROW_PREFETCH_BYTES ahead; the model takes that
+#: distance where it ran at least ROW_PREFETCH_GAIN times faster (1.24-1.40x on 1
+#: thread, the project's Xeon VM under load; benchmarks/DECISIONS.md, "Row reductions:
+#: the rows ahead prefetched")
+ROW_PREFETCH_ROW = 256
+ROW_PREFETCH_MIB = 64
+ROW_PREFETCH_BYTES = 4096
+ROW_PREFETCH_GAIN = 1.1
+
+#: the elementwise copy the calibration times with its output stored past the cache and
+#: through it: STREAM_COPY_MIB in, as many out (the row sum's input, halved); where the
+#: streamed copy ran STREAM_GAIN times faster or more, outputs of more than half that size
+#: are streamed (``stream_output_bytes``; a copy of 32 MiB 1.35x faster streamed, of 8 MiB
+#: 0.96x, on the project's Xeon VM under load: benchmarks/DECISIONS.md, "Elementwise
+#: outputs streamed past a VM's share of the cache")
+STREAM_COPY_MIB = 32
+STREAM_GAIN = 1.1
 
 _LOCK = threading.Lock()
 #: a measurement runs (in any thread): its own kernels, and any other build meanwhile, use
@@ -103,13 +133,15 @@ def mode() -> str:
 
 
 def cache_path(target) -> Path:
-    """The file that keeps the calibration of the host ``target``'s CPU."""
+    """The file that keeps the calibration of the host ``target``'s CPU (its name hashes
+    the CPU, its features and vector width, this tecomp's version and the costs it
+    measures: a calibration kept before a cost was added is measured again)."""
     return cache_root() / "machine" / _file_name(target.cpu, target.lanes, target.features)
 
 
 @functools.lru_cache(maxsize=16)
 def _file_name(cpu: str, lanes: int, features: frozenset) -> str:
-    key = f"{cpu}|{lanes}|{','.join(sorted(features))}|{__version__}|{METHOD}"
+    key = f"{cpu}|{lanes}|{','.join(sorted(features))}|{__version__}|{METHOD}|{','.join(_CHECKS)}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in cpu)[:40] or "cpu"
     return f"{safe}-{digest}.json"
@@ -214,14 +246,15 @@ def _first_use(target, path: Path) -> Optional[dict]:
 
 def calibrate(target=None, *, rounds: int = 3, save: bool = True) -> dict:
     """Measure the machine model's costs on this CPU (the host ``llvm`` target ``target``,
-    default ``tc.Target("llvm")``): ``rounds`` rounds of five small kernels on one thread,
-    the best round of each.  Returns the costs (a dict as :data:`tecomp.target.x86.MEASURED`'s
+    default ``tc.Target("llvm")``): ``rounds`` rounds of five small kernels, a row sum
+    and a copy on one thread, the best round of each.  Returns the costs (a dict as :data:`tecomp.target.x86.MEASURED`'s
     entries) and, with ``save``, keeps them where :func:`measured_costs` reads them.
 
     >>> import tecomp as tc
     >>> costs = tc.calibration.calibrate(save=False)  # doctest: +SKIP
     >>> sorted(costs)                                 # doctest: +SKIP
-    ['fma_bits', 'gather_cost', 'gemm_load_cost', 'split_loads_cheap', 'transpose_cost']
+    ['fma_bits', 'gather_cost', 'gemm_load_cost', 'row_prefetch_bytes', 'split_loads_cheap',
+     'stream_output_bytes', 'transpose_cost']
     """
     target = as_target("llvm" if target is None else target)
     if not (target.is_cpu and target.is_host and target.is_native_isa):
@@ -309,6 +342,31 @@ def split_kernel(L: int, R: int, rows: int, steps: int, shared: bool, target=Non
     return build(s, [X, C, Y], target=target, name="split_fma")
 
 
+def row_sum_kernel(rows: int, K: int, lanes: int, ahead_rows: int, target=None):
+    """``y[i] = sum_k x[i, k]`` over rows of ``K``, each row's reduction vectorized as the
+    rules do (:func:`tecomp.strategy.rows.row_reduce_at`), prefetching the row
+    ``ahead_rows`` rows ahead (0: none)."""
+    target = target or "llvm"
+    X = placeholder((rows, K), name="x")
+    k = reduce_axis((0, K), name="k")
+    Y = compute((rows,), lambda i: te_sum(X[i, k], axis=k), name="y")
+    s = create_schedule(Y.op)
+    c = s.cache_write(Y, "local")
+    _, ri = s[Y].split(s[Y].op.axis[0], factor=16)
+    row_reduce_at(s, c, s[Y], ri, lanes, prefetch_rows=ahead_rows)
+    return build(s, [X, Y], target=target, name=f"row_sum_ahead{ahead_rows}")
+
+
+def copy_pass(n: int, streamed: bool, info, target=None):
+    """``out[i] = x[i]`` over ``n`` float32 as the rules schedule an elementwise pass,
+    its output stored past the cache or through it (the knob ``stream.copy``)."""
+    target = target or "llvm"
+    X = placeholder((n,), name="x")
+    O = compute((n,), lambda i: X[i], name="copy")
+    s = _scpu.apply_rules([X, O], Knobs({"stream.copy": streamed}), info)
+    return build(s, [X, O], target=target, name=f"copy_streamed{int(streamed)}")
+
+
 def gemm_blocks(info, M: int = 1536, N: int = 1024, K: int = 2048, target=None):
     """``matmul_packed`` ``M x N x K`` with register blocks two and four vectors wide
     (rows from ``gemm_params``): ``{vectors: (function, loads per FMA)}``."""
@@ -340,6 +398,12 @@ def costs_from(med: dict, L: int, N: int, K: int, gemm_loads: tuple) -> dict:
     load_cost = (r - 1) / (a2 - r * a4) if r > 1.01 and a2 > r * a4 else 0.0
     if load_cost > 0:
         costs["gemm_load_cost"] = round(min(load_cost, 8.0), 2)
+    if "rows" in med and "rows_ahead" in med:
+        costs["row_prefetch_bytes"] = ROW_PREFETCH_BYTES if \
+            med["rows"] / med["rows_ahead"] >= ROW_PREFETCH_GAIN else 0
+    if "copy" in med and "copy_streamed" in med:
+        costs["stream_output_bytes"] = (STREAM_COPY_MIB << 20) // 2 if \
+            med["copy"] / med["copy_streamed"] >= STREAM_GAIN else 0
     return costs
 
 
@@ -361,6 +425,16 @@ def _measure(target, rounds: int):
         y = np.empty((R, 2 * L), np.float32)
         gemms = gemm_blocks(info, target=target)
         ga, gb, gc = aligned((1536, 2048)), aligned((2048, 1024)), aligned((1536, 1024))
+        nrows = (ROW_PREFETCH_MIB << 20) // (4 * ROW_PREFETCH_ROW)
+        rx, ry = aligned((nrows, ROW_PREFETCH_ROW)), aligned((nrows,))
+        row_sums = {key: row_sum_kernel(nrows, ROW_PREFETCH_ROW, L, ahead, target)
+                    for key, ahead in (("rows", 0), ("rows_ahead", ROW_PREFETCH_BYTES // (
+                        4 * ROW_PREFETCH_ROW)))}
+        ncopy = (STREAM_COPY_MIB << 20) // 4
+        flat = rx.reshape(-1)
+        cx, cy = flat[:ncopy], flat[ncopy:2 * ncopy]
+        copies = {key: copy_pass(ncopy, streamed, info, target)
+                  for key, streamed in (("copy", False), ("copy_streamed", True))}
 
         def t(f, a, n=20):
             f(*a)
@@ -381,7 +455,8 @@ def _measure(target, rounds: int):
             return best
 
         res = {k: [] for k in ("fma16", "fma8", "gather", "transpose", "aligned", "split",
-                               "gemm2", "gemm4")}
+                               "gemm2", "gemm4", "rows", "rows_ahead", "copy",
+                               "copy_streamed")}
         for _ in range(rounds):
             res["fma16"].append(fma_peak(1, lanes=L, steps=50000, calls=3, bursts=2))
             res["fma8"].append(fma_peak(1, lanes=L // 2, steps=50000, calls=3, bursts=2))
@@ -392,6 +467,10 @@ def _measure(target, rounds: int):
             res["split"].append(cpu(micro, (x_sp, c, y), 20))
             for nv, (f, _) in gemms.items():
                 res[f"gemm{nv}"].append(cpu(f, (ga, gb, gc), 2))
+            for key, f in row_sums.items():
+                res[key].append(cpu(f, (rx, ry), 5))
+            for key, f in copies.items():
+                res[key].append(cpu(f, (cx, cy), 5))
     finally:
         set_num_threads(before)
     best = best_rounds(res)

@@ -104,6 +104,11 @@ def test_other_cpus_are_never_measured(fresh, monkeypatch):
     ({"costs": {"gather_cost": True}}, "its gather_cost is True"),
     ({"costs": {"fma_bits": 48}}, "its fma_bits is 48"),
     ({"costs": {"split_loads_cheap": "yes"}}, "its split_loads_cheap is 'yes'"),
+    ({"costs": {"row_prefetch_bytes": -4096}}, "its row_prefetch_bytes is -4096"),
+    ({"costs": {"row_prefetch_bytes": 4096.0}}, "its row_prefetch_bytes is 4096.0"),
+    ({"costs": {"row_prefetch_bytes": 1 << 40}}, "its row_prefetch_bytes is 1099511627776"),
+    ({"costs": {"stream_output_bytes": -1}}, "its stream_output_bytes is -1"),
+    ({"costs": {"stream_output_bytes": False}}, "its stream_output_bytes is False"),
     ({"costs": {"__class__": 1}}, "it names '__class__'"),
     ({"costs": "rm -rf /"}, "its costs are not a JSON object"),
     ({}, "it has no costs"),
@@ -139,7 +144,8 @@ def test_the_measurement_itself(fresh):
     finally:
         tc.set_num_threads(before)
     assert cal._valid(costs, host.lanes) is None
-    assert {"fma_bits", "gather_cost", "split_loads_cheap"} <= set(costs)
+    assert {"fma_bits", "gather_cost", "split_loads_cheap", "row_prefetch_bytes",
+            "stream_output_bytes"} <= set(costs)
     assert all(math.isfinite(v) and v > 0 for v in figures.values())
 
 
@@ -195,3 +201,60 @@ def test_an_oversized_cache_file_is_not_read_whole(fresh, monkeypatch):
     path.write_text('{"costs": {}}' + " " * (1 << 20))
     with pytest.warns(RuntimeWarning, match="it is not JSON"):
         assert tc.Target("llvm").machine.gemm_load_cost == 0.0
+
+
+#: medians of the five small kernels (what costs_from reads besides the row sums and copies)
+_MEDIANS = {"fma16": 200.0, "fma8": 100.0, "gather": 1e-5, "aligned": 1e-5, "split": 1e-5,
+            "gemm2": 1.0, "gemm4": 1.0}
+
+
+@pytest.mark.parametrize("rows,ahead,want", [(1.30, 1.0, cal.ROW_PREFETCH_BYTES),
+                                             (1.10, 1.0, cal.ROW_PREFETCH_BYTES),
+                                             (1.05, 1.0, 0), (0.9, 1.0, 0)])
+def test_row_prefetch_is_taken_where_the_row_sum_gains(rows, ahead, want):
+    """``row_prefetch_bytes``: the distance timed where the row sum with its rows
+    prefetched ran ROW_PREFETCH_GAIN times faster or more, else 0 (none); absent where
+    the row sums were not timed (the other costs as before)."""
+    med = dict(_MEDIANS)
+    base = cal.costs_from(med, 16, 64, 576, (0.6, 0.3))
+    assert "row_prefetch_bytes" not in base
+    costs = cal.costs_from(dict(med, rows=rows, rows_ahead=ahead), 16, 64, 576, (0.6, 0.3))
+    assert costs == dict(base, row_prefetch_bytes=want)
+    assert cal._valid(costs, 16) is None
+
+
+def test_cached_row_prefetch_reaches_the_machine_model(fresh, monkeypatch):
+    """A calibration that asks for the rows ahead reaches the machine model."""
+    host, costs = fresh
+    monkeypatch.setenv("TECOMP_CALIBRATE", "0")
+    _write(cal.cache_path(host), {"costs": dict(costs, row_prefetch_bytes=4096)})
+    assert tc.Target("llvm").machine.row_prefetch_bytes == 4096
+
+
+def test_a_new_cost_measures_again(fresh, monkeypatch):
+    """The cache file's name covers the costs this version measures: a calibration kept
+    before a cost was added (its file lacks it) is not read; the next use measures."""
+    host, _ = fresh
+    before = cal.cache_path(host)
+    cal._file_name.cache_clear()
+    monkeypatch.setattr(cal, "_CHECKS", {k: v for k, v in cal._CHECKS.items()
+                                         if k != "row_prefetch_bytes"})
+    try:
+        assert cal.cache_path(host) != before
+    finally:
+        cal._file_name.cache_clear()
+
+
+@pytest.mark.parametrize("copy,streamed,want", [(1.3, 1.0, (cal.STREAM_COPY_MIB << 20) // 2),
+                                                (1.1, 1.0, (cal.STREAM_COPY_MIB << 20) // 2),
+                                                (1.05, 1.0, 0), (0.8, 1.0, 0)])
+def test_streamed_outputs_where_the_streamed_copy_gains(copy, streamed, want):
+    """``stream_output_bytes``: half the timed copy's output where the copy stored past
+    the cache ran STREAM_GAIN times faster or more, else 0 (the rule's own bound)."""
+    med = dict(_MEDIANS)
+    base = cal.costs_from(med, 16, 64, 576, (0.6, 0.3))
+    assert "stream_output_bytes" not in base
+    costs = cal.costs_from(dict(med, copy=copy, copy_streamed=streamed), 16, 64, 576,
+                           (0.6, 0.3))
+    assert costs == dict(base, stream_output_bytes=want)
+    assert cal._valid(costs, 16) is None

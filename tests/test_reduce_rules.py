@@ -863,3 +863,106 @@ def test_argmax_rows_in_blocks_of_rows(op, shape, dtype, keepdims):
                 m = re.search(rf"allocate {re.escape(name)}\.rf\.v0: int32\[(?:\d+, )*(\d+), "
                               rf"(\d+)\]", ir)
                 assert m and int(m.group(1)) == b and int(m.group(2)) == F, ir
+
+
+def _prefetching(ahead=4096, **kw):
+    """This host's model on two threads, with a small L2 (so that small inputs stream
+    past it) and the rows ahead prefetched ``ahead`` bytes (CpuModel.row_prefetch_bytes)."""
+    return dataclasses.replace(info2(), row_prefetch_bytes=ahead, l2_bytes=16 << 10, **kw)
+
+
+@pytest.mark.parametrize("op,rows,k,ahead,task", [
+    ("sum", 48, 256, 4, 16), ("max", 120, 256, 4, 16), ("mean", 48, 250, 4, 16),
+    ("prod", 48, 100, 4, 16), ("prod", 120, 100, 8, 64), ("min", 120, 40, 16, 64),
+    ("sum", 48, 700, 1, 16)])
+def test_short_row_reductions_prefetch_the_rows_ahead(op, rows, k, ahead, task):
+    """A reduction along rows shorter than the model's ``row_prefetch_bytes``, its input
+    past the threads' L2 caches, prefetches the rows that far ahead (a power of two of
+    whole rows) in its loop over the row, the same columns of a later row of its task
+    (clamped to the task's last row: a quarter of the task at most, tasks of 64 rows
+    where it asks for more than 4 and there are rows enough); the results are numpy's
+    (odd row lengths, tails of vectors)."""
+    X = tc.placeholder((5, rows, k), "float32", name="X")
+    Y = getattr(nn, op)(X, axis=-1)
+    knobs = Knobs()
+    s = apply_rules([X, Y], knobs, _prefetching())
+    name = "mean.sum" if op == "mean" else op
+    assert knobs.values[f"{name}.prefetch_rows"] == ahead
+    assert knobs.values[f"{name}.rows_per_task"] == task
+    ir = str(tc.lower(s, [X, Y]))
+    assert re.search(rf"prefetch X\[.*min\(.*\+ {ahead}, {task - 1}\)", ir), ir
+    x = data((5, rows, k), "float32", op)
+    got = np.zeros((5, rows), "float32")
+    tc.build(s, [X, Y])(x, got)
+    np.testing.assert_allclose(got, np_reduce(op, x, -1, False), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=znver4", "llvm -mcpu=znver5",
+                                    "llvm -mcpu=sapphirerapids", "llvm -mcpu=haswell"])
+def test_row_reductions_prefetch_only_where_the_model_asks(target):
+    """The CPUs whose model asks for no prefetch (named targets: the table or the
+    defaults) keep their row reductions as they were: no prefetch, the knob 0; nor does
+    a model that asks for it prefetch rows as long as its distance, or an input that
+    fits in the threads' L2 caches."""
+    info = dataclasses.replace(cpu_model(target), threads=2)
+    assert info.row_prefetch_bytes == 0
+    for model, shape in [(info, (5, 48, 256)), (_prefetching(), (5, 12, 1024)),
+                         (_prefetching(), (2, 8, 256))]:
+        X = tc.placeholder(shape, "float32", name="X")
+        Y = nn.sum(X, axis=-1)
+        knobs = Knobs()
+        s = apply_rules([X, Y], knobs, model)
+        assert knobs.values["sum.prefetch_rows"] == 0
+        assert "prefetch" not in str(tc.lower(s, [X, Y]))
+
+
+def test_row_prefetch_distance_from_the_model():
+    """Whole rows, a power of two, at most MAX_PREFETCH_ROWS; none without the model's
+    distance, a known row length or an input size past the L2 caches."""
+    from tecomp.strategy.rows import MAX_PREFETCH_ROWS, row_prefetch_rows
+    m = _prefetching()
+    big = 1 << 30
+    assert [row_prefetch_rows(m, r, big) for r in (64, 256, 1000, 1024, 1500, 2048, 4096)] == \
+        [MAX_PREFETCH_ROWS, 16, 4, 4, 2, 2, 0]
+    assert row_prefetch_rows(m, 1024, 2 * m.l2_bytes) == 0
+    assert row_prefetch_rows(m, 1024, None) == 0 and row_prefetch_rows(m, None, big) == 0
+    assert row_prefetch_rows(_prefetching(0), 1024, big) == 0
+
+
+@pytest.mark.parametrize("limit,shape,streams", [
+    (1 << 20, (256, 2048), True),      # 2 MiB out, over a measured 1 MiB
+    (4 << 20, (256, 2048), False),     # under a measured 4 MiB
+    (0, (256, 2048), False),           # unmeasured: half the last-level cache
+    (1 << 20, (256, 1000), False),     # rows of part lines: never streamed
+])
+def test_elementwise_outputs_stream_past_a_measured_share_of_the_cache(limit, shape, streams):
+    """A plain elementwise output of more than the model's ``stream_output_bytes`` (where
+    measured; a VM's share of the last-level cache) is stored past the cache (``pragma
+    nontemporal``), in runs of whole lines; where it is 0 the rule is half the
+    last-level cache (32 MiB here); the values are numpy's either way."""
+    info = dataclasses.replace(info2(), l3_bytes=64 << 20, stream_output_bytes=limit)
+    X = tc.placeholder(shape, "float32", name="X")
+    Y = nn.exp(X)
+    knobs = Knobs()
+    s = apply_rules([X, Y], knobs, info)
+    assert knobs.values["stream.exp"] is streams
+    assert ("nontemporal" in str(tc.lower(s, [X, Y]))) is streams
+    x = rng.standard_normal(shape).astype("float32")
+    got = np.zeros(shape, "float32")
+    tc.build(s, [X, Y])(x, got)
+    np.testing.assert_allclose(got, np.exp(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=znver4", "llvm -mcpu=znver5",
+                                    "llvm -mcpu=sapphirerapids"])
+def test_named_cpus_stream_past_half_their_last_level_cache(target):
+    """No named CPU's model measures ``stream_output_bytes``: an output streams past the
+    cache where it is more than half its last-level cache, as before."""
+    info = cpu_model(target)
+    assert info.stream_output_bytes == 0
+    half = info.l3_bytes // 2
+    for n, streams in ((half // 4 + 1024, True), (half // 4 - 1024, False)):
+        X = tc.placeholder((n // 1024, 1024), "float32", name="X")
+        knobs = Knobs()
+        apply_rules([X, nn.exp(X)], knobs, dataclasses.replace(info, threads=2))
+        assert knobs.values["stream.exp"] is streams, (n, half)

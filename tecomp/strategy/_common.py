@@ -237,7 +237,7 @@ CACHE_LINE = 64
 
 
 def _streams_past_cache(nbytes: Optional[int], run: Optional[int], dtype: str,
-                        info, over: float = 0.5) -> bool:
+                        info, over: float = 0.5, limit: Optional[int] = None) -> bool:
     """Whether a pass should store its output past the cache (``pragma nontemporal``)
     where what it moves (``nbytes``: its output, or its inputs and output, as the caller
     measured; None: symbolic) is more than ``over`` times (by default half) the last-level
@@ -247,8 +247,10 @@ def _streams_past_cache(nbytes: Optional[int], run: Optional[int], dtype: str,
     contiguous runs of stores (``run`` elements of ``dtype``) are whole cache lines, so
     that every run starts on one: runs of part lines mix streamed stores with cached
     ones (slower than caching them all).  A smaller pass keeps its output in the cache,
-    where the next operator reads it."""
-    return nbytes is not None and nbytes > info.l3_bytes * over and \
+    where the next operator reads it.  ``limit`` (bytes; 0 or None: none) lowers that
+    bound to itself (a measured share of the cache: ``CpuModel.stream_output_bytes``)."""
+    bound = info.l3_bytes * over if not limit else min(info.l3_bytes * over, limit)
+    return nbytes is not None and nbytes > bound and \
         run is not None and run > 0 and run * _dt.nbytes(dtype) % CACHE_LINE == 0
 
 

@@ -1,6 +1,8 @@
 """A scheduling idiom the tecomp.nn templates and the auto-scheduler's rules share."""
 from __future__ import annotations
 
+from typing import Optional
+
 from ..ir.expr import Const, Reduce
 from ..lower import vectorize as _vec
 from ..schedule.schedule import Schedule, Stage
@@ -12,7 +14,8 @@ def _cint(e):
     return int(e.value) if isinstance(e, Const) else None
 
 
-def row_reduce_at(s: Schedule, red: Tensor, st: Stage, axis, lanes: int):
+def row_reduce_at(s: Schedule, red: Tensor, st: Stage, axis, lanes: int,
+                  prefetch_rows: int = 0):
     """Compute the last-axis reduction ``red`` at ``st``'s loop ``axis`` with the
     reduction vectorized: ``rfactor`` into ``4 x lanes`` partial results (four vector
     accumulators, so four independent add/max chains), those folded into one vector
@@ -20,7 +23,12 @@ def row_reduce_at(s: Schedule, red: Tensor, st: Stage, axis, lanes: int):
     does not depend on the order (bool ``any``/``all``, integer sums, maxima and minima)
     skips the fold: its
     ``4 x lanes`` partials are reduced across the lanes of one vector by the code
-    generator (``tecomp.lower.vectorize.horizontal_reduction``)."""
+    generator (``tecomp.lower.vectorize.horizontal_reduction``).
+
+    ``prefetch_rows`` (0: none): the first partial stage's loop over the row prefetches,
+    at each step, the same columns ``prefetch_rows`` iterations of ``axis`` ahead (the
+    row loop; clamped into its range), one prefetch per line read
+    (:func:`row_prefetch_rows` gives the distance the machine model asks for)."""
     rs = s[red]
     k = rs.op.reduce_axis[0]
     L = lanes
@@ -29,10 +37,34 @@ def row_reduce_at(s: Schedule, red: Tensor, st: Stage, axis, lanes: int):
         rs.compute_at(st, axis)
         return
     F = 4 * L if K is None or K >= 8 * L else L
-    _vector_partials_at(s, red, F, st, axis)
+    first = _vector_partials_at(s, red, F, st, axis)
+    if prefetch_rows > 0:
+        for t in _reads_through_inline(s, first.op):
+            first.prefetch(t, first.op.reduce_axis[0], prefetch_rows, along=axis)
     if F > L and not (F <= _vec.MAX_WIDEN_LANES and reorderable(rs.op)):
         _vector_partials_at(s, red, L, st, axis)
     s[red].compute_at(st, axis)
+
+
+#: the most rows ahead :func:`row_prefetch_rows` prefetches (rows of 64 float32 or
+#: fewer: 4 KiB ahead)
+MAX_PREFETCH_ROWS = 16
+
+
+def row_prefetch_rows(info, row_bytes: Optional[int], input_bytes: Optional[int]) -> int:
+    """The rows ahead a row reduction over rows of ``row_bytes`` (its input
+    ``input_bytes`` in all) prefetches as the machine model ``info`` asks
+    (:attr:`~tecomp.target.machine.CpuModel.row_prefetch_bytes`): that many bytes ahead,
+    in whole rows, a power of two up to :data:`MAX_PREFETCH_ROWS`; 0 where the model
+    asks for none, where a row is that long or longer (its own loop keeps enough loads
+    on their way), where the input fits in the L2 caches of the threads, or where a
+    size is not known."""
+    ahead = info.row_prefetch_bytes
+    if not ahead or not row_bytes or input_bytes is None or row_bytes >= ahead or \
+            input_bytes <= info.l2_bytes * max(1, info.threads):
+        return 0
+    rows = min(MAX_PREFETCH_ROWS, ahead // row_bytes)
+    return 1 << (rows.bit_length() - 1)
 
 
 def reorderable(op) -> bool:
@@ -47,9 +79,10 @@ def reorderable(op) -> bool:
                for b in op.bodies)
 
 
-def _vector_partials_at(s: Schedule, red: Tensor, factor: int, st: Stage, axis) -> None:
+def _vector_partials_at(s: Schedule, red: Tensor, factor: int, st: Stage, axis) -> Stage:
     """``rfactor`` the innermost ``factor`` steps of ``red``'s reduction into a stage of
-    ``factor`` partial results, computed at ``st``'s loop ``axis``, vectorized."""
+    ``factor`` partial results, computed at ``st``'s loop ``axis``, vectorized; that
+    stage."""
     rs = s[red]
     _, ki = rs.split(rs.op.reduce_axis[0], factor=factor)
     rf = s[s.rfactor(red, ki, factor_axis=len(rs.op.axis))]
@@ -58,6 +91,7 @@ def _vector_partials_at(s: Schedule, red: Tensor, factor: int, st: Stage, axis) 
     rki = rf.op.axis[-1]
     rf.reorder(*(list(rf.op.axis[:-1]) + [rko, rki]))
     rf.vectorize(rki)
+    return rf
 
 
 def prefetch_next_row(s: Schedule, out: Tensor, ops_, vec_loops, st: Stage, R, J,

@@ -94,8 +94,10 @@ from ..te.scatter import ScatterOp
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .blocks import BlockRules
 from ._common import (_cheap, _cint, _elems, _is_injective, _is_view, _loads, _read_by_nest,
-                      _stride_along, _streams_past_cache, _streams_past_llc, _tags)
-from .rows import prefetch_next_row, reorderable as _vec_reorderable, row_reduce_at
+                      _reads_through_inline, _stride_along, _streams_past_cache,
+                      _streams_past_llc, _tags)
+from .rows import (prefetch_next_row, reorderable as _vec_reorderable, row_prefetch_rows,
+                   row_reduce_at)
 from .tensorize import tensorize_reduction
 
 
@@ -520,8 +522,10 @@ class _Rules(BlockRules):
           floor followed by a sum over its output was 15-30% slower streamed (its 24 MB
           pass over half of a 32 MB L3; the output would have stayed in it), a 16 MB one
           even, 20 and 24 MB ones 20% faster (2 threads, AMD EPYC Zen 4 VM, under load;
-          benchmarks/history/2026-12-01.md, "h18-reduce"); and a smaller output whose pass
-          moves more than twice the last-level cache with what it reads
+          benchmarks/history/2026-12-01.md, "h18-reduce"; where the model's
+          ``stream_output_bytes`` is measured and smaller, an output of more than that);
+          and a smaller output whose pass moves more than twice the last-level cache
+          with what it reads
           (:data:`STREAM_WIDE_PASSES`: the cache could not keep it for a next operator)."""
         dtype = op.output(0).dtype
         # (an output another stage reads, another output of the DAG, stays cached)
@@ -533,7 +537,8 @@ class _Rules(BlockRules):
         n = _elems(op.output(0), self.shapes)
         if not STREAM_OUTPUTS or n is None:
             return False
-        return _streams_past_cache(n * _dt.nbytes(dtype), run, dtype, self.info) or (
+        return _streams_past_cache(n * _dt.nbytes(dtype), run, dtype, self.info,
+                                   limit=self.info.stream_output_bytes) or (
             STREAM_WIDE_PASSES and _streams_past_llc(_read_by_nest(self.s, st, None),
                                                      op.output(0), self.info, run, over=2))
 
@@ -1153,15 +1158,30 @@ class _Rules(BlockRules):
         exts = [self.ext(a.dom.extent) for a in axes]
         row = axes[0] if len(axes) == 1 else st.fuse(*axes)
         total = math.prod(exts) if None not in exts else None
-        rb = self.k.choose(f"{op.name}.rows_per_task", [1, 4, 16, 64], 16 if (
-            total or 0) >= 64 * self.info.threads else 1)
+        # rows short enough that each row's closing combines hold back the loads of the
+        # next: the rows ahead prefetched, as the machine model asks (CpuModel.
+        # row_prefetch_bytes), within a task (the prefetch clamped to its last row): a
+        # quarter of its rows at most, tasks of 64 rows where the model asks for more
+        # than 4 and there are rows enough (the knob's 0: none)
+        ins = _reads_through_inline(s, op)
+        sizes = [_elems(t, self.shapes) for t in ins]
+        K = self.ext(op.reduce_axis[0].dom.extent)
+        want = row_prefetch_rows(
+            self.info, K and K * max(_dt.nbytes(t.dtype) for t in ins) if ins else None,
+            None if None in sizes else sum(n * _dt.nbytes(t.dtype) for n, t in zip(sizes, ins)))
+        T = self.info.threads
+        rb = self.k.choose(f"{op.name}.rows_per_task", [1, 4, 16, 64],
+                           1 if (total or 0) < 64 * T else
+                           64 if want > 4 and total >= 4 * 64 * T else 16)
         if rb > 1:
             ro, ri = st.split(row, factor=rb)
         else:
             ro = ri = row
-        if self.info.threads > 1 and (total is None or total >= 2):
+        if T > 1 and (total is None or total >= 2):
             st.parallel(ro)
-        row_reduce_at(s, cache, st, ri, self.info.lanes)
+        ahead = self.k.choose(f"{op.name}.prefetch_rows", [0, 1, 2, 4, 8, 16],
+                              min(want, max(1, rb // 4)) if rb > 1 else want)
+        row_reduce_at(s, cache, st, ri, self.info.lanes, prefetch_rows=ahead)
 
     def tuple_row_reduction(self, st: Stage, epilogue: Optional[Stage] = None):
         """A row reduction of several values at once (an argmax's index and value, along

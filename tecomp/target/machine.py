@@ -73,6 +73,13 @@ class CpuModel:
         L2 cache.
     memory_operands : bool, optional
         Whether an arithmetic instruction may read one of its operands from memory (x86).
+    stream_output_bytes : int, optional
+        An elementwise pass's output of more than this many bytes, where that is less
+        than half the last-level cache, is stored past the cache (0: not measured; more
+        than half that cache).
+    row_prefetch_bytes : int, optional
+        How far ahead, in bytes, a reduction along short rows read from beyond the L2
+        caches prefetches its input (0: not at all, the hardware prefetchers alone).
     target : str, optional
         The target (its string) these facts are from.
     parallel_region_cycles : int, optional
@@ -129,6 +136,24 @@ class CpuModel:
     #: them rather than once into a register of its own (``pragma load_each_use``, the
     #: skinny GEMM's rows of W: ``strategy.cpu.skinny``)
     memory_operands: bool = False
+    #: how far ahead, in bytes, a reduction along rows a few KiB long or shorter (a sum
+    #: over the last axis of 8x64x128x256: rows of 1 KiB) prefetches its input where it
+    #: streams from beyond the L2 caches: each row ends in a chain of dependent combines
+    #: (its partial results folded, its lanes reduced), which holds back the loads of
+    #: the rows after it, so fewer lines are on their way from memory than in a long
+    #: row's loop; a prefetch retires without waiting for its line.  0 where unmeasured:
+    #: the hardware prefetchers alone (``tecomp.calibration`` measures it on a host CPU
+    #: without a :data:`~tecomp.target.x86.MEASURED` entry; ``strategy.rows.row_reduce_at``)
+    row_prefetch_bytes: int = 0
+    #: the output of a plain elementwise pass (no other stage reads it) of more than this
+    #: many bytes is stored past the cache (``pragma nontemporal``), where a measurement
+    #: found a pass of twice that size faster so: on a VM the last-level cache the host
+    #: reports (480 MiB by sysfs on session 21's Xeon VM) is shared with every other
+    #: guest, and a 16M-float output there ran 1.25-1.38x faster streamed though it is
+    #: 13% of that cache.  0 where unmeasured: more than half the last-level cache
+    #: (``strategy._common._streams_past_cache``; ``tecomp.calibration`` measures it on a
+    #: host CPU without a :data:`~tecomp.target.x86.MEASURED` entry)
+    stream_output_bytes: int = 0
     target: str = "llvm"   # the tc.Target (its string) these facts are from
     #: what starting and joining one parallel region costs, in cycles, however little it
     #: runs: an empty kernel of 6 regions took 5.0-5.5 us a call on the 2-core Zen 4
