@@ -64,8 +64,12 @@ streaming its own columns of C, the sums accumulated in vector registers:
   of it).  (``A @ W``, 4096 x 11008, 1 thread, Xeon, under load: 4 rows 13.1 ms, 96%
   of the read stream, where tasks of 16 tiles and blocks of 1024 rows took 25.5-27.5,
   8 rows 13.8 against 37.7, 16 rows 16.3 against 65; with blocks of 16 rows, tasks of
-  16 tiles 1.08x slower at 1 row, 1.59x at 4 and 1.33x at 16; W prefetched into L2
-  2 KiB ahead along its rows: no faster, 1.4x slower at 16 rows.)
+  16 tiles 1.08x slower at 1 row, 1.59x at 4 and 1.33x at 16.  W prefetched along its
+  rows, 1 tile to 4 KiB ahead, was no faster and 1.4-1.5x slower at 16 rows: with a
+  prefetch in the nest LLVM no longer keeps C's block in registers over the block of
+  rows but stores it at every step.  A batched ``p @ V``, 32 x 1 x 4096 @ 4096 x 128,
+  one tile a row: blocks of 16 to 4096 rows within the noise of the same schedule run
+  twice, 12% on 1 thread and 22% on 2.)
 
 The tiles are sized to the vector registers of the target's machine model (its lanes and
 registers, :class:`~tecomp.target.CpuModel`), the reduction blocks to its L1; the
@@ -105,7 +109,9 @@ SKINNY_MAX_ROWS = 16
 #: ``W[k, j]``: the rows of W a register block accumulates over before it is added
 #: into C: rows read side by side, each a stream of the thread's columns that the
 #: hardware prefetchers follow (1 to 16 rows of A, 1 thread, Xeon, under load: blocks
-#: of 8 rows 0.92-1.03x the time of 16, of 32 rows 0.99-1.12x, of 64 rows 2.1-2.3x)
+#: of 8 rows 0.92-1.03x the time of 16, of 32 rows 0.99-1.12x, of 64 rows 2.1-2.3x;
+#: measurements: benchmarks/DECISIONS.md, "Skinny GEMM: A @ W in blocks of 16 rows, one
+#: task a thread")
 K_BLOCK = 16
 
 #: the bytes of one way of L1d (48 KiB in 12 ways on Zen 5, 32 in 8 on Intel cores):
