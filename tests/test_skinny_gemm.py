@@ -343,6 +343,7 @@ def test_rows_of_w_read_in_one_run_per_thread():
                         cols = plan.nb * info.lanes
                         tiles = -(-N // cols)
                         assert plan.kb == min(K, K_BLOCK), plan
+                        assert plan.stream == "tile", plan
                         share = -(-tiles // threads)
                         fits = 4 * M * plan.task_tiles * cols <= l2 // 2
                         assert 1 <= plan.task_tiles <= share, (l2, threads, plan)
@@ -373,8 +374,10 @@ def test_a_at_w_streams_each_thread_s_columns(M, threads, l2):
     of rows (N = 203, K = 37: two blocks of 16 rows and 5): numpy's results, no copy of
     W, the reduction in blocks of K_BLOCK rows inside the thread task; one task a
     thread (a parallel loop of ``threads`` tasks, no parallel loop on one thread), a
-    tile a task where the machine model's L2 does not hold C's strip; each FMA loads W itself only
-    where the register block holds all M rows."""
+    tile a task where the machine model's L2 does not hold C's strip; each FMA loads W
+    itself only where the register block holds all M rows; each tile prefetches into L2
+    the next tile's block of rows, outside the step loop (``skinny.stream`` ``"tile"``;
+    nothing in a task of one tile), and with the knob off nothing is prefetched."""
     import dataclasses
 
     from tecomp.strategy.cpu.skinny import K_BLOCK
@@ -404,7 +407,16 @@ def test_a_at_w_streams_each_thread_s_columns(M, threads, l2):
     each = knobs.values["skinny.rows"] == M > 1
     assert knobs.values["skinny.w_each_use"] is (knobs.values["skinny.rows"] == M)
     assert ("pragma_load_each_use = 'W'" in ir) == each, ir
+    assert knobs.values["skinny.stream"] == "tile"
+    pf = _prefetches_of(ir)
+    # (at the tile: a block of rows, whatever the step; none in a task of one tile)
+    assert bool(pf) == (knobs.values["skinny.task_tiles"] > 1), pf
+    assert all(ln.startswith("prefetch (L2) W[") and "k.inner" not in ln for ln in pf), pf
     c, want = _run(s, args, "w")
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+    off = apply_rules(args, Knobs({"skinny.stream": "off"}), info)
+    assert not _prefetches_of(str(tc.lower(off, args)))
+    c, want = _run(off, args, "w")
     np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
 
 

@@ -64,10 +64,17 @@ streaming its own columns of C, the sums accumulated in vector registers:
   of it).  (``A @ W``, 4096 x 11008, 1 thread, Xeon, under load: 4 rows 13.1 ms, 96%
   of the read stream, where tasks of 16 tiles and blocks of 1024 rows took 25.5-27.5,
   8 rows 13.8 against 37.7, 16 rows 16.3 against 65; with blocks of 16 rows, tasks of
-  16 tiles 1.08x slower at 1 row, 1.59x at 4 and 1.33x at 16.  W prefetched along its
-  rows, 1 tile to 4 KiB ahead, was no faster and 1.4-1.5x slower at 16 rows: with a
-  prefetch in the nest LLVM no longer keeps C's block in registers over the block of
-  rows but stores it at every step.  A batched ``p @ V``, 32 x 1 x 4096 @ 4096 x 128,
+  16 tiles 1.08x slower at 1 row, 1.59x at 4 and 1.33x at 16.)  Each tile, as it
+  starts, prefetches into L2 the next tile's block of rows (its ``kb`` rows by its
+  columns, a line at a time: ``skinny.stream`` ``"tile"``, ``skinny.stream_level``): the
+  hardware prefetchers alone fell behind where a tile's FMAs hold the core (16 rows: the
+  second block of rows reads W from L1 and issues no misses).  (1 thread, Xeon, under
+  load, two runs: 1 row 0.99-1.01x, 2 rows 1.05-1.07x, 4 rows 1.15-1.18x, 8 rows
+  1.06-1.10x, 16 rows 1.08-1.09x faster than without, 80-86% of the read stream; into
+  L1 instead 1.01-1.04x slower at 1-4 rows, 1.03-1.05x faster at 8 and 16.  Prefetched at each step of the rows instead, 1 tile to 4 KiB ahead, W ran
+  no faster and 1.4-1.5x slower at 16 rows: with a prefetch in the step loop LLVM no
+  longer keeps C's block in registers over the block of rows but stores it at every
+  step.  A batched ``p @ V``, 32 x 1 x 4096 @ 4096 x 128,
   one tile a row: blocks of 16 to 4096 rows within the noise of the same schedule run
   twice, 12% on 1 thread and 22% on 2.)
 
@@ -172,7 +179,9 @@ class SkinnyPlan:
     copy_a: bool = False  # W[j, k]: A read from a copy with its rows in other sets
     prefetch: int = 0     # W[j, k]: a tile's W prefetched this many blocks of k ahead
     stream: str = "off"   # W[j, k]: at each step, prefetch "rows" (the tile's own,
-    #                       stream_bytes ahead) or "tile" (the next tile's), or "off"
+    #                       stream_bytes ahead) or "tile" (the next tile's), or "off";
+    #                       W[k, j]: "tile" (at each tile, the next tile's block of
+    #                       rows) or "off"
     rows_in_lanes: bool = False  # W[j, k], M a multiple of the lanes: vectors along
     #                              A's rows instead (_schedule_rows_in_lanes) may be
     #                              chosen (by default where the target has AVX-512)
@@ -247,10 +256,11 @@ def _stream_prefetch(kb: int, w_kfirst: bool, info: CpuModel) -> str:
     """``W[j, k]``: each step of a tile prefetches its own rows :data:`L2_PREFETCH_BYTES`
     ahead (``"rows"``) where a block of the reduction is long enough for that to run
     ahead of most of it (four distances or more), else the next tile's rows at the same
-    step (``"tile"``: a block of the tile's rows of A later); ``"off"`` for ``W[k,
-    j]``."""
+    step (``"tile"``: a block of the tile's rows of A later).  ``W[k, j]``: ``"tile"``,
+    each tile prefetching, as it starts, the next tile's block of rows (see the module
+    docstring)."""
     if w_kfirst:
-        return "off"
+        return "tile"
     return "rows" if kb // info.lanes >= 4 * prefetch_steps(info, L2_PREFETCH_BYTES) else "tile"
 
 
@@ -307,8 +317,8 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
                       plan.kb)
     copy_a = plan.rows_of_w and knobs.choose("skinny.copy_a", [False, True], plan.copy_a)
     pf = knobs.choose("skinny.prefetch", [0, 1, 2], plan.prefetch) if plan.rows_of_w else 0
-    stream = (knobs.choose("skinny.stream", ["off", "rows", "tile"], plan.stream)
-              if plan.rows_of_w else "off")
+    stream = knobs.choose("skinny.stream", ["off", "rows", "tile"] if plan.rows_of_w
+                          else ["off", "tile"], plan.stream)
     task = plan.task_tiles
     if not plan.rows_of_w:  # W[k, j]: the tiles of a thread task, for the chosen tile
         tiles = _ceil(plan.N, nb * info.lanes)
@@ -323,6 +333,7 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     level, ahead = plan.stream_level, plan.stream_bytes
     if stream != "off":
         level = knobs.choose("skinny.stream_level", [1, 2], level)
+    if stream != "off" and plan.rows_of_w:
         ahead = knobs.choose("skinny.stream_bytes", [1024, 2048, 4096], ahead)
     return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf,
                                stream=stream, rows_in_lanes=lanes, stream_level=level,
@@ -353,6 +364,10 @@ def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPl
     _parallel_tasks(st, bs, jo, plan.batch * _ceil(tiles, per_task), info)
     st.pragma(ki, "unroll_count", 4)
     st.pragma(ki, "fp_contract")
+    if plan.stream == "tile":
+        # at each tile, the next tile's block of rows (at the tile, not at each step:
+        # a prefetch inside the step loop keeps LLVM from holding C's block in registers)
+        st.prefetch(_contraction_operands(C.op)[2][0], jt, 1, level=plan.stream_level)
     if plan.w_each_use and plan.mb > 1:
         # each of the mb FMAs of a vector of W loads it (see the module docstring)
         st.pragma(ki, "load_each_use", _contraction_operands(C.op)[2][0].name)
