@@ -322,26 +322,102 @@ def test_few_rows_read_at_most_read_streams_rows_of_w(streams):
     np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
 
 
-def test_rows_of_w_blocks_from_l2():
-    """``A @ W`` (W is K x N): the block of W's rows a register block accumulates over is
-    read from the machine model's L2: a power of two whose strip of W (the block's rows
-    by the tile's columns) fills at most a quarter of L2 (at least K_BLOCK rows, at
-    most K), whatever the CPU."""
+def test_rows_of_w_read_in_one_run_per_thread():
+    """``A @ W`` (W is K x N): the register blocks accumulate over K_BLOCK rows of W (all
+    of K where it is shorter), and each thread has one task, its share of the tiles of
+    columns (a run of each row of W), fewer tiles where C's strip (M rows by the task's
+    columns) would fill more than half of the machine model's L2; batched GEMMs share
+    their tiles out the same way.  Whatever the CPU."""
     import dataclasses
 
     from tecomp.strategy.cpu.skinny import K_BLOCK
 
     base = cpu_model()
-    for l2 in (256 << 10, 1 << 20, 2 << 20):
-        info = dataclasses.replace(base, l2_bytes=l2)
-        for M in (1, 4, 16):
-            for K in (45, 4096):
-                plan = skinny_plan(_plain(M, 11008, K, "w")[2].op, info)
-                strip = 4 * plan.nb * info.lanes
-                kb = plan.kb
-                assert kb == K or (kb & (kb - 1) == 0 and kb >= K_BLOCK), plan
-                assert kb * strip <= l2 // 4 or kb == K_BLOCK, (l2, plan)
-                assert kb == K or 2 * kb * strip > l2 // 4, (l2, plan)
+    for l2 in (64 << 10, 256 << 10, 2 << 20):
+        for threads in (1, 2, 8):
+            info = dataclasses.replace(base, l2_bytes=l2, threads=threads)
+            for M in (1, 4, 16):
+                for K in (9, 4096):
+                    for N in (100, 11008):
+                        plan = skinny_plan(_plain(M, N, K, "w")[2].op, info)
+                        cols = plan.nb * info.lanes
+                        tiles = -(-N // cols)
+                        assert plan.kb == min(K, K_BLOCK), plan
+                        assert plan.stream == "tile", plan
+                        share = -(-tiles // threads)
+                        fits = 4 * M * plan.task_tiles * cols <= l2 // 2
+                        assert 1 <= plan.task_tiles <= share, (l2, threads, plan)
+                        assert fits or plan.task_tiles == 1, (l2, threads, plan)
+                        # one task a thread, unless C's strip would not fit in L2
+                        assert plan.task_tiles == share or \
+                            4 * M * (plan.task_tiles + 1) * cols > l2 // 2, (l2, plan)
+    info = dataclasses.replace(base, threads=4)
+    A = tc.placeholder((3, 2, 64), name="A")
+    W = tc.placeholder((3, 64, 100), name="W")
+    plan = skinny_plan(nn.batch_matmul(A, W).op, info)
+    tiles = -(-100 // (plan.nb * info.lanes))
+    assert plan.batch == 3 and plan.task_tiles == min(tiles, -(-3 * tiles // 4)), plan
+
+
+# (M, threads, L2 bytes): A @ W with odd sizes for every row count; 1 and 2 threads, and
+# an L2 too small for C's strip (a tile a task)
+ROWS_W = [(m, t, l2) for m in range(1, SKINNY_MAX_ROWS + 1) for t, l2 in
+          ((1, None), (2, None), (2, 256))]
+ROWS_W_DEFAULT = {(1, 2, None), (3, 1, None), (5, 2, 256), (9, 2, None),
+                  (16, 1, None), (16, 2, 256)}
+
+
+@pytest.mark.parametrize("M, threads, l2", ROWS_W,
+                         ids=[f"M{m}-t{t}-{'small' if l2 else 'l2'}" for m, t, l2 in ROWS_W])
+def test_a_at_w_streams_each_thread_s_columns(M, threads, l2):
+    """``A @ W`` (W is K x N) with N and K not multiples of the vector or of the block
+    of rows (N = 203, K = 37: two blocks of 16 rows and 5): numpy's results, no copy of
+    W, the reduction in blocks of K_BLOCK rows inside the thread task; one task a
+    thread (a parallel loop of ``threads`` tasks, no parallel loop on one thread), a
+    tile a task where the machine model's L2 does not hold C's strip; each FMA loads W
+    itself only where the register block holds all M rows; each tile prefetches into L2
+    the next tile's block of rows, outside the step loop (``skinny.stream`` ``"tile"``;
+    nothing in a task of one tile), and with the knob off nothing is prefetched."""
+    import dataclasses
+
+    from tecomp.strategy.cpu.skinny import K_BLOCK
+
+    if not LONG and (M, threads, l2) not in ROWS_W_DEFAULT:
+        pytest.skip("the full matrix: set TECOMP_LONG_TESTS=1")
+    info = dataclasses.replace(cpu_model(), threads=threads, memory_operands=True)
+    if l2 is not None:
+        info = dataclasses.replace(info, l2_bytes=l2)
+    N, K = 203, 37
+    args = _plain(M, N, K, "w")
+    knobs = Knobs()
+    s = apply_rules(args, knobs, info)
+    assert knobs.values["skinny"] is True and knobs.values["skinny.kblock"] == K_BLOCK
+    ir = _no_copy_of(s, args, args[1])
+    tasks = -(-N // (knobs.values["skinny.task_tiles"] * knobs.values["skinny.cols"]
+                     * info.lanes))
+    loops = re.findall(r"(parallel|for) \(j\.outer, 0, (\d+)\)", ir)
+    if tasks > 1 or threads > 1:
+        assert loops == [("parallel" if threads > 1 and tasks > 1 else "for", str(tasks))], \
+            (loops, ir)
+    if l2 is None:
+        assert tasks == min(threads, -(-N // (knobs.values["skinny.cols"] * info.lanes)))
+    else:
+        assert knobs.values["skinny.task_tiles"] == 1, knobs.values
+    assert re.search(rf"for \(k\.inner, 0, {K_BLOCK}\)", ir), ir
+    each = knobs.values["skinny.rows"] == M > 1
+    assert knobs.values["skinny.w_each_use"] is (knobs.values["skinny.rows"] == M)
+    assert ("pragma_load_each_use = 'W'" in ir) == each, ir
+    assert knobs.values["skinny.stream"] == "tile"
+    pf = _prefetches_of(ir)
+    # (at the tile: a block of rows, whatever the step; none in a task of one tile)
+    assert bool(pf) == (knobs.values["skinny.task_tiles"] > 1), pf
+    assert all(ln.startswith("prefetch (L2) W[") and "k.inner" not in ln for ln in pf), pf
+    c, want = _run(s, args, "w")
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+    off = apply_rules(args, Knobs({"skinny.stream": "off"}), info)
+    assert not _prefetches_of(str(tc.lower(off, args)))
+    c, want = _run(off, args, "w")
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
 
 
 # odd row counts (a short row block), both thread counts of the machine model; every
@@ -462,8 +538,8 @@ EACH_DEFAULT = {(1, "wt"), (2, "wt"), (7, "wt"), (16, "wt"), (3, "w"), (8, "w")}
 @pytest.mark.parametrize("M, layout", EACH, ids=[f"M{m}-{lay}" for m, lay in EACH])
 def test_each_fma_loads_its_vector_of_w(M, layout):
     """``A @ W^T`` and ``A @ W`` with odd N and K where the machine model's FMAs take a
-    memory operand (x86: ``memory_operands``): a tile of 2 rows of A or more reads W at
-    each FMA (``pragma load_each_use`` on W at the step loop; LLVM's loads of W's
+    memory operand (x86: ``memory_operands``): a tile of 2 rows of A or more (``A @ W``:
+    holding all M rows) reads W at each FMA (``pragma load_each_use`` on W at the step loop; LLVM's loads of W's
     vectors volatile, none merged), one row once per vector as before; numpy's results,
     no copy of W; with the knob ``skinny.w_each_use`` off, or for an AArch64 model, no
     such pragma."""
@@ -478,6 +554,8 @@ def test_each_fma_loads_its_vector_of_w(M, layout):
     lanes = knobs.values.get("skinny.rows_in_lanes", False)
     # (vectors along A's rows, W's elements broadcast: no such choice)
     assert ("skinny.w_each_use" in knobs.values) is not lanes
+    if layout == "w":
+        assert knobs.values["skinny.w_each_use"] is (knobs.values["skinny.rows"] == M)
     each = (not lanes and knobs.values["skinny.w_each_use"]
             and knobs.values["skinny.rows"] > 1)
     ir = _no_copy_of(s, args, args[1])

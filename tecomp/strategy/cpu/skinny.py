@@ -49,23 +49,40 @@ streaming its own columns of C, the sums accumulated in vector registers:
   ``masks``);
 * ``W[k, j]``: vectors along ``j``, a register block of ``mb`` rows by ``nv`` vectors,
   ``A[i, k]`` broadcast (``nv`` vector loads of one row of W and ``mb`` broadcasts per
-  ``mb * nv`` FMAs; from 2 rows on, where the machine model's ``memory_operands``, each
-  FMA loads its vector of W itself, as above: 1 thread, Zen 4, under load, 8 rows 11.4
-  ms against 17.0, 16 rows 19.0 against 22.9, 2 and 4 rows 1.02-1.07x), accumulated in
-  registers over a block of ``kb`` rows of W and
-  added into C after each: a task's tiles go across the same ``kb`` rows one after the
-  other, each reading a strip of them (``kb`` rows by the tile's columns) a strip
-  further on than the one before, whose lines the prefetchers have brought into L2: a
-  strip fills at most a quarter of L2 (:func:`_rows_block`; blocks of 16 rows, C loaded
-  and stored every 16 steps, ran 1.3-1.85x slower from 4 rows on, 1 thread, Zen 5; the
-  whole reduction at once, each tile reading one line of each row, a row of W apart:
-  4 rows at 73% of the read stream against 84%).
+  ``mb * nv`` FMAs; from 2 rows on, where the machine model's ``memory_operands`` and
+  the block holds all the rows of A, each FMA loads its vector of W itself, as above:
+  1 thread, Xeon, under load, 4 rows 13.1 ms against 15.0, 8 rows 13.8 against 15.2;
+  with two blocks of rows each vector of W is loaded once per row, from L1 the second
+  time, and the loads outnumber the FMAs: 16 rows 19.0-21.5 ms against 16.3-16.7 with
+  W's vectors in registers), accumulated in registers over a block of :data:`K_BLOCK`
+  rows of W and added into C after each.  Each thread has one task
+  (:func:`_row_task_tiles`): its share of the columns, whose tiles go across the same
+  block of rows one after the other, so that each row of W is read as one run of the
+  thread's columns, the block's rows side by side as streams the hardware prefetchers
+  follow, and C's strip (``M`` rows by the task's columns) is loaded and stored once
+  per block, from L2 (a task of fewer tiles where the strip would fill more than half
+  of it).  (``A @ W``, 4096 x 11008, 1 thread, Xeon, under load: 4 rows 13.1 ms, 96%
+  of the read stream, where tasks of 16 tiles and blocks of 1024 rows took 25.5-27.5,
+  8 rows 13.8 against 37.7, 16 rows 16.3 against 65; with blocks of 16 rows, tasks of
+  16 tiles 1.08x slower at 1 row, 1.59x at 4 and 1.33x at 16.)  Each tile, as it
+  starts, prefetches into L2 the next tile's block of rows (its ``kb`` rows by its
+  columns, a line at a time: ``skinny.stream`` ``"tile"``, ``skinny.stream_level``): the
+  hardware prefetchers alone fell behind where a tile's FMAs hold the core (16 rows: the
+  second block of rows reads W from L1 and issues no misses).  (1 thread, Xeon, under
+  load, two runs: 1 row 0.99-1.01x, 2 rows 1.05-1.07x, 4 rows 1.15-1.18x, 8 rows
+  1.06-1.10x, 16 rows 1.08-1.09x faster than without, 80-86% of the read stream; into
+  L1 instead 1.01-1.04x slower at 1-4 rows, 1.03-1.05x faster at 8 and 16.  Prefetched at each step of the rows instead, 1 tile to 4 KiB ahead, W ran
+  no faster and 1.4-1.5x slower at 16 rows: with a prefetch in the step loop LLVM no
+  longer keeps C's block in registers over the block of rows but stores it at every
+  step.  A batched ``p @ V``, 32 x 1 x 4096 @ 4096 x 128,
+  one tile a row: blocks of 16 to 4096 rows within the noise of the same schedule run
+  twice, 12% on 1 thread and 22% on 2.)
 
 The tiles are sized to the vector registers of the target's machine model (its lanes and
 registers, :class:`~tecomp.target.CpuModel`), the reduction blocks to its L1; the
-columns of C are shared out between the threads in tasks of up to :data:`TASK_TILES`
-tiles (two tasks or more per thread), the rows of A (``M / mb`` blocks) re-read from
-cache inside each.
+columns of C are shared out between the threads in tasks (``W[j, k]``: of up to
+:data:`TASK_TILES` tiles, two tasks or more per thread; ``W[k, j]``: one a thread),
+the rows of A (``M / mb`` blocks) re-read from cache inside each.
 
 Batch axes in front (``C[b.., i, j]``, each batch with its own W: ``batch_matmul``, a
 decoding step's ``q @ k^T`` per head) are fused with the column tasks into the one
@@ -75,7 +92,7 @@ The auto-scheduler (:func:`tecomp.strategy.apply_rules`) gives every such GEMM t
 schedule, whether written in plain TE or with ``tecomp.nn``, its decisions as knobs
 (``skinny``, ``skinny.rows``, ``skinny.cols``, ``skinny.kblock``, ``skinny.copy_a``,
 ``skinny.prefetch``, ``skinny.stream``, ``skinny.stream_level``, ``skinny.stream_bytes``,
-``skinny.rows_in_lanes``, ``skinny.w_each_use``).
+``skinny.rows_in_lanes``, ``skinny.w_each_use``, ``skinny.task_tiles``).
 """
 from __future__ import annotations
 
@@ -96,8 +113,12 @@ from .microkernel import accumulate_lanes, lane_vectors, vector_columns
 #: the register-blocked GEMM templates, which reuse W across more rows, take over)
 SKINNY_MAX_ROWS = 16
 
-#: ``W[k, j]``: the fewest rows of W a register block accumulates over before it is
-#: added into C (:func:`_rows_block` sizes the block from L2)
+#: ``W[k, j]``: the rows of W a register block accumulates over before it is added
+#: into C: rows read side by side, each a stream of the thread's columns that the
+#: hardware prefetchers follow (1 to 16 rows of A, 1 thread, Xeon, under load: blocks
+#: of 8 rows 0.92-1.03x the time of 16, of 32 rows 0.99-1.12x, of 64 rows 2.1-2.3x;
+#: measurements: benchmarks/DECISIONS.md, "Skinny GEMM: A @ W in blocks of 16 rows, one
+#: task a thread")
 K_BLOCK = 16
 
 #: the bytes of one way of L1d (48 KiB in 12 ways on Zen 5, 32 in 8 on Intel cores):
@@ -158,7 +179,9 @@ class SkinnyPlan:
     copy_a: bool = False  # W[j, k]: A read from a copy with its rows in other sets
     prefetch: int = 0     # W[j, k]: a tile's W prefetched this many blocks of k ahead
     stream: str = "off"   # W[j, k]: at each step, prefetch "rows" (the tile's own,
-    #                       stream_bytes ahead) or "tile" (the next tile's), or "off"
+    #                       stream_bytes ahead) or "tile" (the next tile's), or "off";
+    #                       W[k, j]: "tile" (at each tile, the next tile's block of
+    #                       rows) or "off"
     rows_in_lanes: bool = False  # W[j, k], M a multiple of the lanes: vectors along
     #                              A's rows instead (_schedule_rows_in_lanes) may be
     #                              chosen (by default where the target has AVX-512)
@@ -167,6 +190,8 @@ class SkinnyPlan:
     w_each_use: bool = False  # each FMA loads its vector of W itself (its memory
     #                           operand) where a tile has 2 rows of A or more (by
     #                           default where the machine model's memory_operands)
+    task_tiles: int = 0   # W[k, j]: the tiles of columns in one thread task
+    #                       (_row_task_tiles); W[j, k]: 0 (_task_tiles decides)
 
 
 def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
@@ -190,7 +215,7 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
     batch = math.prod(bs)
     mb, nb = skinny_tile(M, N, not w_kfirst, info, batch)
     if w_kfirst:
-        kb = min(K, _rows_block(nb * info.lanes, info))
+        kb = min(K, K_BLOCK)
     elif M < A_IN_L2_MIN_ROWS and 4 * M * K <= info.l1_bytes:
         kb = K  # few rows of A: the rows of W read whole, A kept in L1
     elif 4 * M * K <= info.l2_bytes // 4:
@@ -205,34 +230,37 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
     # tile's W for the next block of the reduction prefetched (one prefetch per line of
     # W feeds 8 FMAs or more); see _aligned_copy_of_a and _schedule_rows_of_w
     dense = not w_kfirst and M >= PREFETCH_MIN_ROWS
+    tasks = _row_task_tiles(M, N, nb, batch, info) if w_kfirst else 0
     return SkinnyPlan(M, N, K, not w_kfirst, mb, nb, kb, batch,
                       copy_a=dense and rows_share_sets(K, mb),
                       prefetch=1 if dense and kb < K else 0,
                       stream=_stream_prefetch(kb, w_kfirst, info),
                       rows_in_lanes=not w_kfirst and M % info.lanes == 0 and batch == 1,
-                      w_each_use=info.memory_operands)
+                      w_each_use=info.memory_operands and (not w_kfirst or mb == M),
+                      task_tiles=tasks)
 
 
-def _rows_block(cols: int, info: CpuModel) -> int:
-    """``W[k, j]``: the rows of W a register block of ``cols`` columns accumulates over
-    before it is added into C: the largest power of two whose strip of W (the block's
-    rows by the tile's columns) fills at most a quarter of L2, at least :data:`K_BLOCK`.
-    The next tile reads the same rows a strip further on, where the prefetchers have
-    brought lines of them into L2 (``A @ W``, 11008 columns, 4096 rows, 1 thread, Zen 5,
-    under load: 4 rows, blocks of 512-1024 rows, 76-84% of the read stream against 56-60%
-    at 16 and 73% at 4096; 16 rows: 1024, 47% against 27% at 16 and 42% at 2048)."""
-    rows = info.l2_bytes // 4 // (4 * cols)
-    return max(K_BLOCK, 1 << max(0, rows.bit_length() - 1))
+def _row_task_tiles(M: int, N: int, nb: int, batch: int, info: CpuModel) -> int:
+    """``W[k, j]``: the tiles (of ``nb`` vectors of columns) of one thread task: the
+    threads' share of the ``batch`` GEMMs' tiles, one task each, so that each thread
+    reads its columns of every row of W as one run, fewer where the task's strip of C
+    (``M`` rows by its columns, loaded and stored once per block of rows) would fill
+    more than half of L2."""
+    cols = nb * info.lanes
+    tiles = _ceil(N, cols)
+    fit = max(1, info.l2_bytes // 2 // (4 * M * cols))
+    return max(1, min(tiles, fit, _ceil(tiles * batch, info.threads)))
 
 
 def _stream_prefetch(kb: int, w_kfirst: bool, info: CpuModel) -> str:
     """``W[j, k]``: each step of a tile prefetches its own rows :data:`L2_PREFETCH_BYTES`
     ahead (``"rows"``) where a block of the reduction is long enough for that to run
     ahead of most of it (four distances or more), else the next tile's rows at the same
-    step (``"tile"``: a block of the tile's rows of A later); ``"off"`` for ``W[k,
-    j]``."""
+    step (``"tile"``: a block of the tile's rows of A later).  ``W[k, j]``: ``"tile"``,
+    each tile prefetching, as it starts, the next tile's block of rows (see the module
+    docstring)."""
     if w_kfirst:
-        return "off"
+        return "tile"
     return "rows" if kb // info.lanes >= 4 * prefetch_steps(info, L2_PREFETCH_BYTES) else "tile"
 
 
@@ -284,13 +312,19 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     rows = sorted({plan.mb, plan.M} | {m for m in (1, 2, 4, 8) if m < plan.M})
     mb = knobs.choose("skinny.rows", rows, plan.mb)
     nb = knobs.choose("skinny.cols", sorted({plan.nb, 1, 2, 3, 4, 6, 8}), plan.nb)
-    blocks = (8, 16, 64, 256, 1024) if not plan.rows_of_w else (256, 1024, plan.K)
+    blocks = (4, 8, 16, 32, 64, 256, 1024) if not plan.rows_of_w else (256, 1024, plan.K)
     kb = knobs.choose("skinny.kblock", sorted({plan.kb} | {b for b in blocks if b <= plan.K}),
                       plan.kb)
     copy_a = plan.rows_of_w and knobs.choose("skinny.copy_a", [False, True], plan.copy_a)
     pf = knobs.choose("skinny.prefetch", [0, 1, 2], plan.prefetch) if plan.rows_of_w else 0
-    stream = (knobs.choose("skinny.stream", ["off", "rows", "tile"], plan.stream)
-              if plan.rows_of_w else "off")
+    stream = knobs.choose("skinny.stream", ["off", "rows", "tile"] if plan.rows_of_w
+                          else ["off", "tile"], plan.stream)
+    task = plan.task_tiles
+    if not plan.rows_of_w:  # W[k, j]: the tiles of a thread task, for the chosen tile
+        tiles = _ceil(plan.N, nb * info.lanes)
+        task = _row_task_tiles(plan.M, plan.N, nb, plan.batch, info)
+        task = knobs.choose("skinny.task_tiles", sorted(
+            {task} | {t for t in (1, 4, 16, 64, tiles) if t <= tiles}), task)
     # (by default with AVX-512, whose FMAs take W's element as a broadcast operand; with
     # AVX2 each would be a broadcast load of its own: unmeasured, the knob only)
     lanes = plan.rows_in_lanes and knobs.choose("skinny.rows_in_lanes", [True, False],
@@ -299,10 +333,11 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     level, ahead = plan.stream_level, plan.stream_bytes
     if stream != "off":
         level = knobs.choose("skinny.stream_level", [1, 2], level)
+    if stream != "off" and plan.rows_of_w:
         ahead = knobs.choose("skinny.stream_bytes", [1024, 2048, 4096], ahead)
     return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf,
                                stream=stream, rows_in_lanes=lanes, stream_level=level,
-                               stream_bytes=ahead, w_each_use=each)
+                               stream_bytes=ahead, w_each_use=each, task_tiles=task)
 
 
 def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
@@ -318,7 +353,7 @@ def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPl
     st = s[C]
     *bs, i, j = st.op.axis
     tiles = _ceil(plan.N, nr)
-    per_task = _task_tiles(plan, tiles, info)
+    per_task = max(1, min(plan.task_tiles, tiles))
     jo, jr = st.split(j, factor=per_task * nr)
     jt, ji = st.split(jr, factor=nr)
     io, ii = st.split(i, factor=plan.mb)
@@ -329,6 +364,10 @@ def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPl
     _parallel_tasks(st, bs, jo, plan.batch * _ceil(tiles, per_task), info)
     st.pragma(ki, "unroll_count", 4)
     st.pragma(ki, "fp_contract")
+    if plan.stream == "tile":
+        # at each tile, the next tile's block of rows (at the tile, not at each step:
+        # a prefetch inside the step loop keeps LLVM from holding C's block in registers)
+        st.prefetch(_contraction_operands(C.op)[2][0], jt, 1, level=plan.stream_level)
     if plan.w_each_use and plan.mb > 1:
         # each of the mb FMAs of a vector of W loads it (see the module docstring)
         st.pragma(ki, "load_each_use", _contraction_operands(C.op)[2][0].name)
