@@ -1418,3 +1418,28 @@ def test_small_panels_put_the_rows_outside_where_the_rows_pass_l1(target, T, C, 
         xp = np.pad(x.astype(np.float64), ((0, 0), (2, 2), (0, 0)))
         want = sum(xp[:, j:j + T, :] * w[j] for j in range(5))
     np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("C,K,H,target,plane", [
+    (256, 256, 14, "llvm -mcpu=skylake-avx512", False),   # 2 rows a block, 200 KiB plane
+    (256, 256, 14, "llvm -mcpu=sapphirerapids", False),
+    (256, 256, 14, "llvm -mcpu=znver4", True),            # half-width FMAs: 2 cycles
+    (16, 64, 14, "llvm -mcpu=skylake-avx512", True),      # the plane over C in L1
+    (256, 512, 7, "llvm -mcpu=skylake-avx512", True),     # 6 rows a block: 3 cycles
+])
+def test_a_plane_from_l2_needs_rows_enough_for_the_fma_ports(C, K, H, target, plane):
+    """The image plane as the vector axis where each plane vector, read from L2 at every
+    reduction step (the plane over the whole reduction is larger than L1), feeds more
+    than one cycle of the target's FMA ports: 2 rows of 512-bit FMAs on two full-width
+    ports are one cycle (the rows' blocks instead), on Zen 4's half-width datapath two;
+    6 rows (a 7x7 plane) three.  From the target's model, not the host's; correct
+    either way."""
+    args = _conv1x1_nchw(C, K, H)
+    cfg = tc.autoschedule.default_config(args, target=target)
+    assert cfg["O.plane"] is plane, str(cfg)
+    info = cpu_model(target)
+    slow = dataclasses.replace(info, fma_lanes=info.lanes // 2)   # half-width FMAs
+    k2 = Knobs({})
+    apply_rules(args, k2, slow, {})
+    assert k2.values["O.plane"] is True, str(k2.values)
+    _check_conv1x1(tc.auto_schedule(args, target=target), args, target)
