@@ -1362,3 +1362,84 @@ def test_streamed_elementwise_output_is_vmovntps_on_x86():
     s = apply_rules([X, Y], Knobs(), _small_cache(target))
     asm = tc.build(s, [X, Y], target=target).get_source("asm")
     assert "vmovntps" in asm and "fence" in asm
+
+
+def _depthwise_channels_last(T, C, two_d):
+    """A channels-last depthwise convolution: 1-d (5 taps over t, "same" padding) or 2-d
+    (3x3, valid) with C channels."""
+    if two_d:
+        X, W = tc.placeholder((2, T, T, C), name="x"), tc.placeholder((3, 3, C), name="w")
+        kh, kw = tc.reduce_axis(3, name="kh"), tc.reduce_axis(3, name="kw")
+        Y = tc.compute((2, T - 2, T - 2, C), lambda n, h, w, c: tc.sum(
+            X[n, h + kh, w + kw, c] * W[kh, kw, c], axis=[kh, kw]), name="y")
+        return [X, W, Y]
+    X, W = tc.placeholder((2, T, C), name="x"), tc.placeholder((5, C), name="w")
+    k = tc.reduce_axis(5, name="k")
+    Y = tc.compute((2, T, C), lambda b, t, c: tc.sum(tc.if_then_else(
+        tc.all(t + k >= 2, t + k < T + 2), X[b, t + k - 2, c] * W[k, c], 0.0), axis=k),
+        name="y")
+    return [X, W, Y]
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=skylake-avx512", "llvm -mcpu=sapphirerapids",
+                                    "llvm -mcpu=haswell"])
+@pytest.mark.parametrize("T,C,two_d,order", [
+    (512, 256, False, "uv"),   # x over t: 512 KiB, w's panels 5 KiB: the rows outside
+    (8, 256, False, "vu"),     # x over t: 8 KiB (in L1 anyway): a panel's rows outside
+    (58, 96, True, "vu"),      # x's row 56 x 96: 21 KiB
+])
+def test_small_panels_put_the_rows_outside_where_the_rows_pass_l1(target, T, C, two_d,
+                                                                   order):
+    """The register block's order: where the panels of the operand that moves with the
+    vector axis alone (w) fit in half of L1 for the whole axis, and what moves with both
+    (x) takes more than twice L1 along the rows, the blocks of rows go outside the panels
+    (each panel would walk all the rows a block at a time, a row apart); else a panel
+    stays while the rows go by.  Decided from the target's L1, not the host's; the
+    schedule is correct either way."""
+    args = _depthwise_channels_last(T, C, two_d)
+    knobs = Knobs({})
+    s = apply_rules(args, knobs, cpu_model(target), {})
+    assert knobs.values["y.order"] == order, str(knobs.values)
+    info = cpu_model(target)
+    big_l1 = dataclasses.replace(info, l1_bytes=1 << 20)   # x's rows fit: a panel outside
+    k2 = Knobs({})
+    apply_rules(args, k2, big_l1, {})
+    assert k2.values["y.order"] == "vu", str(k2.values)
+    X, W, Y = args
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal([int(d.value) for d in X.shape]).astype("float32")
+    w = rng.standard_normal([int(d.value) for d in W.shape]).astype("float32")
+    y = np.full([int(d.value) for d in Y.shape], np.nan, "float32")
+    tc.build(s, args, target="llvm")(x, w, y)
+    if two_d:
+        want = sum(x[:, i:i + T - 2, j:j + T - 2, :].astype(np.float64) * w[i, j]
+                   for i in range(3) for j in range(3))
+    else:
+        xp = np.pad(x.astype(np.float64), ((0, 0), (2, 2), (0, 0)))
+        want = sum(xp[:, j:j + T, :] * w[j] for j in range(5))
+    np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("C,K,H,target,plane", [
+    (256, 256, 14, "llvm -mcpu=skylake-avx512", False),   # 2 rows a block, 200 KiB plane
+    (256, 256, 14, "llvm -mcpu=sapphirerapids", False),
+    (256, 256, 14, "llvm -mcpu=znver4", True),            # half-width FMAs: 2 cycles
+    (16, 64, 14, "llvm -mcpu=skylake-avx512", True),      # the plane over C in L1
+    (256, 512, 7, "llvm -mcpu=skylake-avx512", True),     # 6 rows a block: 3 cycles
+])
+def test_a_plane_from_l2_needs_rows_enough_for_the_fma_ports(C, K, H, target, plane):
+    """The image plane as the vector axis where each plane vector, read from L2 at every
+    reduction step (the plane over the whole reduction is larger than L1), feeds more
+    than one cycle of the target's FMA ports: 2 rows of 512-bit FMAs on two full-width
+    ports are one cycle (the rows' blocks instead), on Zen 4's half-width datapath two;
+    6 rows (a 7x7 plane) three.  From the target's model, not the host's; correct
+    either way."""
+    args = _conv1x1_nchw(C, K, H)
+    cfg = tc.autoschedule.default_config(args, target=target)
+    assert cfg["O.plane"] is plane, str(cfg)
+    info = cpu_model(target)
+    slow = dataclasses.replace(info, fma_lanes=info.lanes // 2)   # half-width FMAs
+    k2 = Knobs({})
+    apply_rules(args, k2, slow, {})
+    assert k2.values["O.plane"] is True, str(k2.values)
+    _check_conv1x1(tc.auto_schedule(args, target=target), args, target)

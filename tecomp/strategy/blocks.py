@@ -84,14 +84,20 @@ class BlockRules:
         u_red, v_red = plan
         w_red = None if oaxes is not None else \
             self._plane_axis(origin or red_op, outer.op, u_red, v_red)
-        if w_red is not None and k.choose(f"{name}.plane", [True, False], self._panel_bytes(
-                origin or red_op, v_red, u_red, self.ext(v_red.dom.extent) *
-                self.ext(w_red.dom.extent)) <= self.info.l2_bytes // 2):
+        if w_red is not None:
+            plane = self._panel_bytes(origin or red_op, v_red, u_red,
+                                      self.ext(v_red.dom.extent) * self.ext(w_red.dom.extent))
             # (every block of rows reads the whole plane over the whole reduction: where
             # that is more than half of L2 it comes from L3 for every block, and the rows'
-            # blocks won: DECISIONS.md, "Rules: the image plane as the vector axis")
-            self._tile_plane(inner, outer, red_op, origin, u_red)
-            return
+            # blocks won: DECISIONS.md, "Rules: the image plane as the vector axis"; past
+            # L1 it comes from L2, too slowly for blocks of few rows on fast FMA ports:
+            # "Rules: the plane from L2")
+            on = plane <= self.info.l2_bytes // 2 and not (
+                plane > self.info.l1_bytes and
+                self._plane_fma_cycles(origin or red_op, outer.op, u_red) <= 1.0)
+            if k.choose(f"{name}.plane", [True, False], on):
+                self._tile_plane(inner, outer, red_op, origin, u_red)
+                return
         # the same positions in outer's axes
         pos_v = len(red_op.axis) - 1
         pos_u = list((origin or red_op).axis).index(u_red) if u_red is not None else None
@@ -261,18 +267,8 @@ class BlockRules:
         if inner.scope != "local":
             inner.set_scope("local")
         oaxes = list(outer.op.axis)
-        F = self.ext(oaxes[pos_v].dom.extent) * self.ext(oaxes[pos_w].dom.extent)
-        nv = -(-F // L)
-        budget = max(1, (info.vregs - 1) // (nv + 1))  # accumulators, rows' values, a vector
-        most = self._rows_one_set(op, u_red)
-        if most is not None:
-            budget = min(budget, most)
+        mr0, budget = self._plane_rows(op, outer.op, u_red)
         eu = self.ext(oaxes[pos_u].dom.extent)
-
-        def rows_busy(m):   # rows doing useful work per block, with u's tail
-            return m if eu is None else eu / -(-eu // m)
-
-        mr0 = max(range(1, budget + 1), key=lambda m: (rows_busy(m), -m))
         mr = k.choose(f"{name}.plane_mr", sorted({mr0} | {m for m in (1, 2, 3, 4, 6, 8)
                                                         if m <= budget}), mr0)
         odims = [d for d in range(len(oaxes)) if d not in (pos_v, pos_w, pos_u)]
@@ -301,6 +297,33 @@ class BlockRules:
         inner.pragma(rax[-1], "unroll_count", k.choose(f"{name}.plane_unroll", [1, 2, 4, 8], 2))
         inner.pragma(rax[0], "fp_contract")
         self._attach_producers(red_op, outer, fused, [])
+
+    def _plane_rows(self, op, outer_op, u) -> Tuple[int, int]:
+        """(rows, the most rows) of :meth:`_tile_plane`'s block: ``mr x nv`` accumulators,
+        ``mr`` rows' values and one vector in the registers (2 rows for a 14x14 plane's 13
+        vectors, 6 for 7x7's 4), at most :meth:`_rows_one_set`, the fewest blocks in the
+        tail of ``u``."""
+        oaxes, pos_v = list(outer_op.axis), len(op.axis) - 1
+        F = self.ext(oaxes[pos_v].dom.extent) * self.ext(oaxes[pos_v - 1].dom.extent)
+        nv = -(-F // self.L)
+        budget = max(1, (self.info.vregs - 1) // (nv + 1))
+        most = self._rows_one_set(op, u)
+        if most is not None:
+            budget = min(budget, most)
+        eu = self.ext(oaxes[list(op.axis).index(u)].dom.extent)
+
+        def rows_busy(m):   # rows doing useful work per block, with u's tail
+            return m if eu is None else eu / -(-eu // m)
+
+        return max(range(1, budget + 1), key=lambda m: (rows_busy(m), -m)), budget
+
+    def _plane_fma_cycles(self, op, outer_op, u) -> float:
+        """Cycles of the FMA ports that one vector of the plane feeds: its ``mr`` rows'
+        FMAs, at ``fma_ports`` FMAs of ``fma_lanes`` lanes a cycle (2 rows on two 512-bit
+        ports: 1 cycle; on Zen 4's 256-bit datapath: 2)."""
+        mr, _ = self._plane_rows(op, outer_op, u)
+        lanes = self.info.fma_lanes or self.L
+        return mr * self.L / (lanes * max(1, self.info.fma_ports))
 
     def _vector(self, st, axis, nr):
         L = self.L
@@ -417,7 +440,8 @@ class BlockRules:
         L2, or one panel covers the
         whole of ``v`` (a 1x1 convolution's row of 7 or 14 pixels): then the blocks of
         ``u`` are the tasks, not a loop of one panel (DECISIONS.md, "Rules: rows shorter
-        than half a vector")."""
+        than half a vector"); or the panels of all of ``v`` fit in half of L1 while the
+        operands that move with both take more than twice L1 over ``u`` (below)."""
         if ev is not None and ev <= nr and u is not None:
             return "uv"
         op = origin or red_op
@@ -427,7 +451,26 @@ class BlockRules:
             # with both): nothing to keep while the rows go by, and with v outside each
             # row of u would be read a block at a time, a page apart
             return "uv"
+        eu = self._axis_ext(u) if u is not None else None
+        if ev is not None and eu is not None and \
+                self._panel_bytes(op, v, u, ev) <= self.info.l1_bytes // 2 and \
+                self._both_bytes(op, u, v, eu, ev) > 2 * self.info.l1_bytes:
+            # the panels of the whole of v fit in half of L1 (a channels-last depthwise
+            # conv1d's w[k, c], 5 x 256): with the rows outside they all stay there while
+            # the rows go by; with v outside, each panel walks all the rows of the operand
+            # that moves with both (x[b, t + k - 2, c]) a block at a time, a row apart,
+            # past what L1 holds (8 x 512 x 256 on the Xeon: 0.70x the trivial schedule,
+            # "uv" 1.36x faster; DECISIONS.md, "Rules: small panels, the rows outside")
+            return "uv"
         return "vu" if panel <= self.info.l2_bytes // 2 else "uv"
+
+    def _both_bytes(self, op, u, v, eu: int, ev: int) -> int:
+        """Bytes of the operands that move with both ``u`` and ``v``, one value each over
+        the whole of both (what one pass along ``u`` at a block of ``v`` walks through)."""
+        return sum(eu * ev * max(1, _dt.bits(ld.producer.dtype) // 8)
+                   for ld in _loads(op.body.source)
+                   if any(uses_var(i, u.var) for i in ld.indices) and
+                   any(uses_var(i, v.var) for i in ld.indices))
 
     def _panel_bytes(self, op, v, u, nr) -> int:
         total = 0

@@ -34,6 +34,13 @@ from .values import _I1, _I32, _I64, _PTR, Val, _i64_at, _poison, _sanitize
 MAX_GUARDED_UNROLL = 16
 MAX_GUARDED_COPIES = 64
 
+#: past those budgets, such a loop (its trip count unknown to LLVM) is left to LLVM's
+#: unroller with this count (``llvm.loop.unroll.count``; the bound is over 16 there): a
+#: count it honours, with a remainder loop.  Asked only to ``unroll.enable`` a loop whose
+#: trip count it does not know, LLVM does nothing and prints "loop not unrolled" to the
+#: process's stderr (the tail of ``split(x, factor=32)`` of a symbolic ``x``: issue 49).
+RUNTIME_UNROLL_COUNT = 4
+
 
 def guarded_unroll_count(extent: Expr) -> Optional[int]:
     """The constant upper bound of the symbolic ``extent`` where there is one of at most
@@ -267,8 +274,7 @@ class _ControlEmitter:
             return
         count = None if isinstance(s.extent, Const) else guarded_unroll_count(s.extent)
         if count is None or outer * count > MAX_GUARDED_COPIES:
-            md = self.mb.loop_md(("llvm.loop.unroll.enable", True)) if outer == 1 else None
-            self.serial(s, md)
+            self.serial(s, self._llvm_unroll_md(s.extent) if outer == 1 else None)
             return
         lo, n = self._bounds(s)
         self._unroll_copies = outer * max(count, 1)
@@ -279,6 +285,15 @@ class _ControlEmitter:
                                                 lambda: self.stmt(s.body)),
                      name=f"{_sanitize(s.var.name)}.{k}")
         self._unroll_copies = outer
+
+    def _llvm_unroll_md(self, extent: Expr):
+        """The unroll request to LLVM for an unrolled loop that stays a loop: a long
+        constant extent, which its unroller unrolls in part (``unroll.enable``); a symbolic
+        one (past the guarded copies' budgets: a bound over ``MAX_GUARDED_UNROLL``, or
+        none), a count of :data:`RUNTIME_UNROLL_COUNT`."""
+        if isinstance(extent, Const):
+            return self.mb.loop_md(("llvm.loop.unroll.enable", True))
+        return self.mb.loop_md(("llvm.loop.unroll.count", RUNTIME_UNROLL_COUNT))
 
     def vectorized(self, s: For, plan):
         """Emit ``s`` as its plan says (lower/vectorize.py decides)."""

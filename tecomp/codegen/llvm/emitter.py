@@ -22,8 +22,11 @@ Lowering
   constant extent (up to 1024) are fully unrolled at code generation; so are those whose
   symbolic extent has a constant bound up to 16 (a split's tail, ``min(n - 8*i, 8)``:
   one copy per value, each under ``if k < extent``) while the unrolled loops around
-  make at most 64 copies; otherwise they get ``llvm.loop.unroll.enable`` where no
-  unrolled loop is around them, and stay loops inside unrolled copies.
+  make at most 64 copies; otherwise, where no unrolled loop is around them, they are
+  left to LLVM's unroller: ``llvm.loop.unroll.enable`` on a constant extent,
+  ``llvm.loop.unroll.count`` 4 on a symbolic one (a trip count LLVM does not know: asked
+  to ``enable`` it, LLVM printed "loop not unrolled" and did nothing); inside unrolled
+  copies they stay loops.
 * **vectorized** loops are *widened*: the body is emitted once with the loop variable
   as the vector ``<base, base+1, ..., base+L-1>``.  Values are tracked as uniform
   (scalar), affine (``base + lane*step``, integers) or general vectors: a load whose
