@@ -77,6 +77,10 @@ floats, ``C[g][8h+2t:8h+2t+2]`` and ``C[g+8][8h+2t:8h+2t+2]``.
   -- the same with ``ex2.approx.ftz.f32`` of the difference times ``log2(e)``: a result
   below ``2**-126`` is 0 (two instructions fewer an exp than ``__expf``, whose
   ``ex2.approx`` keeps subnormals: ``FlashConfig(ftz=True)``);
+  ``cuda.mma_exp2_diff_or_zero_f32``, ``cuda.mma_rows_exp2_diff_or_zero_f32`` and their
+  ``_ftz`` twins -- ``2^(A - B)`` where ``B > -inf``, else 0: operands in base-2 units
+  (``log2(e)`` folded into them beforehand), one ``ex2.approx`` (``.ftz``) of the
+  difference and no multiply (``FlashConfig(exp2=True)``);
 * ``cuda.mma_add_cols_f32`` -- ``C[i, j] = A[i, j] + v[j]``: a vector in memory (a 16 x 16
   view of it, row stride 0) added along the columns of an accumulator tile, each lane
   loading the 4 elements of its columns: a per-key bias on the scores in registers (a
@@ -106,7 +110,7 @@ import struct
 from ..errors import BuildError
 from .intrin_cuda import TC_DTYPES, _copy, _fill, _leading_dim, _memory, _mma
 from .reduce import max as _max, sum as _sum
-from .intrin import fast_exp, if_then_else
+from .intrin import exp2, fast_exp, if_then_else
 from .tensor import compute, const, placeholder, reduce_axis
 
 #: the C text of a lane's index in its warp (the renderer requires blockDim.x to be a
@@ -337,9 +341,10 @@ def _elementwise(kind: str):
     f32 = "float32"
     if kind == "exp_diff":
         return compute((16, 16), lambda i, j: fast_exp(a[i, j] - b[i, j]), name="c")
-    if kind in ("exp_diff_or_zero", "exp_diff_or_zero_ftz"):
+    if kind.removesuffix("_ftz") in ("exp_diff_or_zero", "exp2_diff_or_zero"):
+        ex = exp2 if kind.startswith("exp2") else fast_exp
         return compute((16, 16), lambda i, j: if_then_else(
-            b[i, j] > const(float("-inf"), f32), fast_exp(a[i, j] - b[i, j]),
+            b[i, j] > const(float("-inf"), f32), ex(a[i, j] - b[i, j]),
             const(0.0, f32)), name="c")
     return compute((16, 16), lambda i, j: a[i, j] * b[i, j], name="c")
 
@@ -354,6 +359,10 @@ _ELEMENTWISE_C = {
     # than __expf's ex2.approx, a result below 2^-126 flushed to 0)
     "exp_diff_or_zero_ftz": "{ex2}((({y} > -INFINITY) ? ({x} - {y}) : -INFINITY) * "
                             "1.44269504f)",
+    # (2^(x - y), operands in base-2 units: no multiply by log2(e); ex2.approx without
+    # and with .ftz)
+    "exp2_diff_or_zero": "{ex2}(({y} > -INFINITY) ? ({x} - {y}) : -INFINITY)",
+    "exp2_diff_or_zero_ftz": "{ex2}(({y} > -INFINITY) ? ({x} - {y}) : -INFINITY)",
     "mul": "{x} * {y}",
     # (the row tiles' own; the reciprocal fast: 2 ulp)
     "copy": "{x}",
@@ -375,8 +384,10 @@ def _elementwise_emit(name: str, kind: str):
 
 
 def _ex2(cb, kind: str):
-    """The helper of ``ex2.approx.ftz`` where ``kind`` is an ftz exp, else None."""
-    return cb.helper("tc_ex2_ftz") if kind.endswith("_ftz") else None
+    """The helper of ``ex2.approx.ftz`` where ``kind`` is an ftz exp, of ``ex2.approx``
+    where it is a base-2 one, else None."""
+    return (cb.helper("tc_ex2_ftz") if kind.endswith("_ftz")
+            else cb.helper("tc_ex2") if kind.startswith("exp2") else None)
 
 
 def _rows(kind: str):
@@ -394,6 +405,8 @@ def _rows(kind: str):
     return compute((16, 16), lambda i, j: {
         "exp_diff_or_zero": lambda: if_then_else(b[i, j] > ninf, fast_exp(a[i, j] - b[i, j]),
                                                  const(0.0, f32)),
+        "exp2_diff_or_zero": lambda: if_then_else(b[i, j] > ninf, exp2(a[i, j] - b[i, j]),
+                                                  const(0.0, f32)),
         "mul": lambda: a[i, j] * b[i, j],
     }[kind.removesuffix("_ftz")](), name="c")
 
@@ -650,10 +663,12 @@ def declarations():
                 "cuda.mma_fill_neg_inf_f32", False, None))
     out.append((_rows("copy"), _store_rows_emit("cuda.mma_store_rows_f32"),
                 "cuda.mma_store_rows_f32", False, None))
-    for kind in ("copy", "exp_diff_or_zero", "exp_diff_or_zero_ftz", "mul", "rcp_or_zero"):
+    exps = ("exp_diff_or_zero", "exp_diff_or_zero_ftz", "exp2_diff_or_zero",
+            "exp2_diff_or_zero_ftz")
+    for kind in ("copy", *exps, "mul", "rcp_or_zero"):
         name = f"cuda.mma_rows_{kind}_f32"
         out.append((_rows(kind), _rows_emit(name, kind), name, False, None))
-    for kind in ("exp_diff", "exp_diff_or_zero", "exp_diff_or_zero_ftz", "mul"):
+    for kind in ("exp_diff", *exps, "mul"):
         name = f"cuda.mma_{kind}_f32"
         out.append((_elementwise(kind), _elementwise_emit(name, kind), name, False, None))
     for kind, init in (("max", "cuda.mma_fill_neg_inf_f32"), ("sum", "cuda.mma_fill_f32")):

@@ -505,7 +505,9 @@ FLASH_FIELDS = {
     "block_kv": ((16, 32, 64), (8, 48, 0, 16.0, "16", None, True, np.int64(32))),
     "warp_rows": ((32,), (16, 32.0, True, 8, np.int64(32))),
     "stages": ((1, 2, 3), (0, 9, 2.0, True, np.int64(2), "2")),
-    "form": (("shared", "registers"), ("register", None, ["registers"], "")),
+    "form": (("shared", "registers", "fragments"), ("register", None, ["registers"], "")),
+    # (True with a form other than fragments: a documented refusal naming the config)
+    "exp2": ((False, True), (1, "yes", None)),
 }
 
 
@@ -2187,12 +2189,20 @@ def _run_flash_config(ec: EdgeCase) -> Outcome:
         mod(*([qa, ka, va] + ([ma] if ma is not None else []) + [o, ls]), mode="reverse")
     except Exception as e:  # noqa: BLE001
         return _failure(ec, stage, e)
-    want = _attention64(qa, ka, va, tw["causal"], ma)
+    want, want_lse = _attention64(qa, ka, va, tw["causal"], ma, lse=True)
     tol = 4e-3 if dt == "float16" else 3e-2
     err = float(np.abs(o.astype(np.float64) - want).max())
     if not err <= tol:
         return Outcome("mismatch", ec, "compare", f"{cfg}: max |error| {err} against a "
                        f"float64 attention (tolerance {tol})")
+    # the logsumexp (what the backward reads) in natural-log units, -inf where a row has
+    # no key (FlashConfig(exp2=True) converts it back from base-2 units)
+    with np.errstate(invalid="ignore"):
+        lerr = np.where(np.isneginf(want_lse) & np.isneginf(ls), 0.0,
+                        np.abs(ls.astype(np.float64) - want_lse))
+    if not float(np.nan_to_num(lerr, nan=np.inf).max()) <= 1e-4:
+        return Outcome("mismatch", ec, "compare", f"{cfg}: the logsumexp's max |error| "
+                       f"{float(np.nanmax(lerr))} against a float64 one (tolerance 1e-4)")
     return Outcome("ok", ec, "compare")
 
 
@@ -2206,8 +2216,9 @@ def _flash_config_hostile(fields: dict) -> bool:
     return not all(legal(v, FLASH_FIELDS[f][0]) for f, v in fields.items())
 
 
-def _attention64(q, k, v, causal: bool, mask):
-    """float64 attention of 16-bit arrays ``[b, h, L, d]``: a row with no key is 0."""
+def _attention64(q, k, v, causal: bool, mask, lse: bool = False):
+    """float64 attention of 16-bit arrays ``[b, h, L, d]``: a row with no key is 0; with
+    ``lse``, ``(output, the rows' logsumexp)``, ``-inf`` where a row has no key."""
     q, k, v = (x.astype(np.float64) for x in (q, k, v))
     s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
     if mask is not None:
@@ -2218,8 +2229,11 @@ def _attention64(q, k, v, causal: bool, mask):
     with np.errstate(all="ignore"):
         m = s.max(-1, keepdims=True)
         p = np.exp(s - np.where(np.isfinite(m), m, 0))
-        p = p / p.sum(-1, keepdims=True)
-    return np.nan_to_num(p, nan=0.0) @ v
+        total = p.sum(-1, keepdims=True)
+        p = p / total
+        out = np.nan_to_num(p, nan=0.0) @ v
+        rows = (np.where(np.isfinite(m), m, 0) + np.log(total))[..., 0]
+    return (out, rows) if lse else out
 
 
 def _run_row_division(ec: EdgeCase) -> Outcome:
