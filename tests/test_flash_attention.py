@@ -862,6 +862,30 @@ def test_scaled_dot_product_attention_on_cuda_is_flash_attention():
 
 @needs_cxx
 @needs_cxx
+@pytest.mark.parametrize("cfg", [FlashConfig(4, 16, form="registers"),
+                                 FlashConfig(4, 16, form="fragments", ftz=True, exp2=True)],
+                         ids=["registers", "fragments-ftz-exp2"])
+def test_sdpa_as_flash_in_the_register_and_fragment_forms(cfg):
+    """``schedule_sdpa_as_flash`` with a config of the register or fragment form (their
+    masks as data read the attention's attributes from the output's stage, which the
+    substitution gave flash_attention's; before, a KeyError): a padding mask with
+    ``-inf`` keys, its scale, against float64."""
+    B, H, L, D = 1, 2, 40, 64
+    q, k, v = (tc.placeholder((B, H, L, D), "float16", name=n) for n in "qkv")
+    m = tc.placeholder((B, 1, 1, L), "float16", name="m")
+    out = tc.nn.scaled_dot_product_attention(q, k, v, m, scale=0.3)
+    s = flash_template.schedule_sdpa_as_flash([out], target="cuda-emu", config=cfg)
+    mod = tc.build(s, [q, k, v, m, out], target="cuda-emu")
+    qa, ka, va, ma = _grad_data([(B, H, L, D)] * 3 + [(B, 1, 1, L)], "float16", 3)
+    ma[..., ::5] = -np.inf
+    got = np.full((B, H, L, D), np.nan, np.float16)
+    mod(qa, ka, va, ma, got, mode="reverse")
+    # (the reference's scale 1 / sqrt(D): q scaled by 0.3 sqrt(D) in float64)
+    want, _ = reference(qa.astype(np.float64) * 0.3 * math.sqrt(D), ka, va, False, mask=ma)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=4e-3)
+
+
+@needs_cxx
 def test_sdpa_with_a_padding_mask_inside_a_graph_is_flash_attention():
     """Inside a larger graph (q computed before it, an output after it), with an additive
     mask over the keys broadcast over heads and queries ((batch, 1, 1, Lk), a compute of

@@ -563,7 +563,8 @@ def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False,
     inserted before ``p``'s; with ``fragments``, ``x`` before the statistics' and its
     masks before the key tile's copy)."""
     p, sc, lse_p = t["p"], t["s"], t["lse_p"]
-    attrs = t["out"].op.attrs
+    # (the stage's op: an sdpa output computed as flash_attention has its attributes there)
+    attrs = s[t["out"]].op.attrs
     B, H, Lqp, Lkp = (_cint(e) for e in p.shape)
     base, f32 = p.op.name.rsplit(".", 1)[0], "float32"
     ninf, zero = _te.const(float("-inf"), f32), _te.const(0.0, f32)
