@@ -366,14 +366,20 @@ def test_a_fragment_at_the_key_loop_holds_its_warps_rows():
 
 
 @needs_cxx
-def test_a_nan_key_reaches_the_rows_that_see_it():
+@pytest.mark.parametrize("cfg", [None, FlashConfig(4, 16, form="fragments"),
+                                 FlashConfig(4, 16, form="fragments", ftz=True, exp2=True)],
+                         ids=["shared", "fragments", "fragments-ftz-exp2"])
+def test_a_nan_key_reaches_the_rows_that_see_it(cfg):
     """A NaN in a key makes the output and the logsumexp of every row that attends to it
     NaN (as softmax's), the rows before it (causal) finite: the online softmax's
     reducer keeps the NaN in the running maximum (a select of the smaller instead of
-    the NaN-propagating min makes l NaN, which the guards then read as "no key": zeros)."""
+    the NaN-propagating min makes l NaN, which the guards then read as "no key": zeros).
+    The fragment form's step: its exps of a NaN maximum NaN (their guard ``m != -inf``,
+    not ``m > -inf``, which gave 0 and the row zeros), its logsumexp NaN where ``l`` is
+    (``l != 0``, not ``l > 0``, which gave ``-inf``)."""
     L, key = 40, 5
     args = flash(1, 1, L, L, 64, "float16", True)
-    mod = tc.build(schedule_flash_attention(args[3:], target="cuda-emu"), args,
+    mod = tc.build(schedule_flash_attention(args[3:], target="cuda-emu", config=cfg), args,
                    target="cuda-emu")
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal((1, 1, L, 64)).astype(np.float16) for _ in range(3))

@@ -213,7 +213,7 @@ def exp_tile(intrin: str, M=16, D=16, L=48, base2: bool = False):
     Mx = tc.compute((M, 16), lambda i, j: tc.max(S[i, c], axis=c), name="m")
     ninf = tc.const(float("-inf"), F32)
     X = tc.compute((M, L), lambda i, j: tc.if_then_else(
-        Mx[i, j % 16] > ninf, (tc.exp2 if base2 else tc.fast_exp)(S[i, j] - Mx[i, j % 16]),
+        tc.ne(Mx[i, j % 16], ninf), (tc.exp2 if base2 else tc.fast_exp)(S[i, j] - Mx[i, j % 16]),
         tc.const(0.0, F32)), name="x")
     s = tc.create_schedule(X.op)
     XF, w = _warp_store(s, X)
@@ -293,7 +293,7 @@ def masked_tile(M=32, D=32, L=48, N=32, off=12, guarded=True):
     Mx = tc.compute((M, 16), lambda i, j: tc.max(X[i, c], axis=c), name="m")
     if guarded:
         P = tc.compute((M, L), lambda i, j: tc.if_then_else(
-            Mx[i, j % 16] > ninf, tc.fast_exp(X[i, j] - Mx[i, j % 16]),
+            tc.ne(Mx[i, j % 16], ninf), tc.fast_exp(X[i, j] - Mx[i, j % 16]),
             tc.const(0.0, F32)), name="p")
     else:
         P = tc.compute((M, L), lambda i, j: tc.fast_exp(X[i, j] - Mx[i, j % 16]), name="p")

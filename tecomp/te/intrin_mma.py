@@ -71,14 +71,15 @@ floats, ``C[g][8h+2t:8h+2t+2]`` and ``C[g+8][8h+2t:8h+2t+2]``.
   exchanges anything): with ``B`` a row tile of ``cuda.mma_row_max_f32``, ``exp(S -
   m)``; with ``B`` one of factors, the rows of an accumulator rescaled in registers;
   ``cuda.mma_exp_diff_or_zero_f32`` -- ``C[i, j] = fast_exp(A[i, j] - B[i, j])`` where
-  ``B[i, j] > -inf``, else 0: a row whose maximum is ``-inf`` (every key masked) gives 0,
-  not ``exp(-inf + inf)`` (NaN), as ``flash_attention``'s ``p``;
+  ``B[i, j] != -inf``, else 0: a row whose maximum is ``-inf`` (every key masked) gives 0,
+  not ``exp(-inf + inf)`` (NaN), as ``flash_attention``'s ``p``, and a NaN ``B`` NaN (a
+  NaN score reaches its row, as the softmax's);
   ``cuda.mma_exp_diff_or_zero_ftz_f32`` and ``cuda.mma_rows_exp_diff_or_zero_ftz_f32``
   -- the same with ``ex2.approx.ftz.f32`` of the difference times ``log2(e)``: a result
   below ``2**-126`` is 0 (two instructions fewer an exp than ``__expf``, whose
   ``ex2.approx`` keeps subnormals: ``FlashConfig(ftz=True)``);
   ``cuda.mma_exp2_diff_or_zero_f32``, ``cuda.mma_rows_exp2_diff_or_zero_f32`` and their
-  ``_ftz`` twins -- ``2^(A - B)`` where ``B > -inf``, else 0: operands in base-2 units
+  ``_ftz`` twins -- ``2^(A - B)`` where ``B != -inf``, else 0: operands in base-2 units
   (``log2(e)`` folded into them beforehand), one ``ex2.approx`` (``.ftz``) of the
   difference and no multiply (``FlashConfig(exp2=True)``);
 * ``cuda.mma_add_cols_f32`` -- ``C[i, j] = A[i, j] + v[j]``: a vector in memory (a 16 x 16
@@ -110,7 +111,7 @@ import struct
 from ..errors import BuildError
 from .intrin_cuda import TC_DTYPES, _copy, _fill, _leading_dim, _memory, _mma
 from .reduce import max as _max, sum as _sum
-from .intrin import exp2, fast_exp, if_then_else
+from .intrin import exp2, fast_exp, if_then_else, ne
 from .tensor import compute, const, placeholder, reduce_axis
 
 #: the C text of a lane's index in its warp (the renderer requires blockDim.x to be a
@@ -344,7 +345,7 @@ def _elementwise(kind: str):
     if kind.removesuffix("_ftz") in ("exp_diff_or_zero", "exp2_diff_or_zero"):
         ex = exp2 if kind.startswith("exp2") else fast_exp
         return compute((16, 16), lambda i, j: if_then_else(
-            b[i, j] > const(float("-inf"), f32), ex(a[i, j] - b[i, j]),
+            ne(b[i, j], const(float("-inf"), f32)), ex(a[i, j] - b[i, j]),
             const(0.0, f32)), name="c")
     return compute((16, 16), lambda i, j: a[i, j] * b[i, j], name="c")
 
@@ -353,16 +354,16 @@ def _elementwise(kind: str):
 _ELEMENTWISE_C = {
     "exp_diff": "__expf({x} - {y})",
     # (the argument selected, not the result: exp(-inf) is 0, and the exp runs
-    # unconditionally instead of in a branch)
-    "exp_diff_or_zero": "__expf(({y} > -INFINITY) ? ({x} - {y}) : -INFINITY)",
+    # unconditionally instead of in a branch; a NaN y gives NaN, as the softmax's)
+    "exp_diff_or_zero": "__expf(({y} != -INFINITY) ? ({x} - {y}) : -INFINITY)",
     # (the same as ex2.approx.ftz of the argument times log2(e): two instructions fewer
     # than __expf's ex2.approx, a result below 2^-126 flushed to 0)
-    "exp_diff_or_zero_ftz": "{ex2}((({y} > -INFINITY) ? ({x} - {y}) : -INFINITY) * "
+    "exp_diff_or_zero_ftz": "{ex2}((({y} != -INFINITY) ? ({x} - {y}) : -INFINITY) * "
                             "1.44269504f)",
     # (2^(x - y), operands in base-2 units: no multiply by log2(e); ex2.approx without
     # and with .ftz)
-    "exp2_diff_or_zero": "{ex2}(({y} > -INFINITY) ? ({x} - {y}) : -INFINITY)",
-    "exp2_diff_or_zero_ftz": "{ex2}(({y} > -INFINITY) ? ({x} - {y}) : -INFINITY)",
+    "exp2_diff_or_zero": "{ex2}(({y} != -INFINITY) ? ({x} - {y}) : -INFINITY)",
+    "exp2_diff_or_zero_ftz": "{ex2}(({y} != -INFINITY) ? ({x} - {y}) : -INFINITY)",
     "mul": "{x} * {y}",
     # (the row tiles' own; the reciprocal fast: 2 ulp)
     "copy": "{x}",
@@ -403,9 +404,9 @@ def _rows(kind: str):
             a[i, j] > const(0.0, f32), const(1.0, f32) / a[i, j], const(0.0, f32)), name="c")
     b = placeholder((16, 16), "float32", name="b")
     return compute((16, 16), lambda i, j: {
-        "exp_diff_or_zero": lambda: if_then_else(b[i, j] > ninf, fast_exp(a[i, j] - b[i, j]),
-                                                 const(0.0, f32)),
-        "exp2_diff_or_zero": lambda: if_then_else(b[i, j] > ninf, exp2(a[i, j] - b[i, j]),
+        "exp_diff_or_zero": lambda: if_then_else(ne(b[i, j], ninf),
+                                                 fast_exp(a[i, j] - b[i, j]), const(0.0, f32)),
+        "exp2_diff_or_zero": lambda: if_then_else(ne(b[i, j], ninf), exp2(a[i, j] - b[i, j]),
                                                   const(0.0, f32)),
         "mul": lambda: a[i, j] * b[i, j],
     }[kind.removesuffix("_ftz")](), name="c")

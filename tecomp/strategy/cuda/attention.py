@@ -47,7 +47,7 @@ tile whose last key comes before its first query skips the mask); ``ftz=True`` t
 the step's exps as ``ex2.approx.ftz`` (:data:`FRAGMENT_STEP_FTZ`); ``exp2=True`` in base
 2, ``log2(e)`` folded into ``x``'s scale (``x`` and ``m`` in base-2 units, each exp
 ``ex2.approx`` of a difference: :func:`fragment_step`), the logsumexp converted back
-once per row (:func:`_lse_from_base2`).
+once per row (:func:`_lse_of_fragments`).
 
 With ``FlashConfig(stages=2)`` (or more) the key and value tiles are copied together at
 the top of each step, with ``cp.async`` into rings of ``stages`` tiles, ``stages - 1``
@@ -559,7 +559,7 @@ def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False,
     :data:`P_FROM_STEP`).  ``base2`` (with ``fragments``, ``FlashConfig(exp2=True)``):
     ``x`` in base-2 units (its scale and the padding mask's values times
     :data:`LOG2E`), the statistics reduce it in base 2 and the rows' logsumexp is
-    converted back (:func:`_lse_from_base2`).  Returns the new tensors by role (stages
+    converted back (:func:`_lse_of_fragments`).  Returns the new tensors by role (stages
     inserted before ``p``'s; with ``fragments``, ``x`` before the statistics' and its
     masks before the key tile's copy)."""
     p, sc, lse_p = t["p"], t["s"], t["lse_p"]
@@ -588,12 +588,13 @@ def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False,
         x = _te.compute(tuple(p.shape), lambda b, h, i, j: _flash_x_value(
             sc[b, h, i, j], kbias[b, j] if masks else kbias[j], qpos[i], kpos[j], scale,
             causal), name=f"{base}.x")
+        # (a row that saw a NaN score: lse NaN, p NaN, as the softmax's)
         p32 = _te.compute(tuple(p.shape), lambda b, h, i, j: _te.if_then_else(
-            lse_p[b, h, i] > ninf, _te.exp2(x[b, h, i, j] - lse_p[b, h, i] * unit) if base2
-            else _te.fast_exp(x[b, h, i, j] - lse_p[b, h, i]), zero), name=f"{base}.p32")
+            _te.ne(lse_p[b, h, i], ninf), _te.exp2(x[b, h, i, j] - lse_p[b, h, i] * unit)
+            if base2 else _te.fast_exp(x[b, h, i, j] - lse_p[b, h, i]), zero),
+            name=f"{base}.p32")
         _reduce_x(s, t, x, base2)
-        if base2:
-            _lse_from_base2(s, t)
+        _lse_of_fragments(s, t, base2)
     else:
         p32 = _te.compute(tuple(p.shape), lambda b, h, i, j: _flash_p_value(
             sc[b, h, i, j], kbias[b, j] if masks else kbias[j], lse_p[b, h, i], qpos[i],
@@ -648,16 +649,20 @@ def _rebody(s: Schedule, st: Stage, new) -> None:
     s._replace_op(st, op)
 
 
-def _lse_from_base2(s: Schedule, t: dict) -> None:
-    """``FlashConfig(exp2=True)``: the rows' logsumexp (``lse_padded``, which the
-    output's logsumexp and ``p`` read) from statistics whose ``m`` is in base-2 units:
-    ``m ln(2) + log(l)`` (:data:`LN2`; ``-inf`` where ``l`` is 0), natural-log units as
-    the backward and users read them, computed once per row after the key loop."""
+def _lse_of_fragments(s: Schedule, t: dict, base2: bool = False) -> None:
+    """``form="fragments"``: the rows' logsumexp (``lse_padded``, which the output's
+    logsumexp and ``p`` read) from the statistics the step leaves: ``m + log(l)``,
+    ``-inf`` where ``l`` is 0 (no key) and NaN where it is NaN (a row that saw a NaN
+    score: the step's exps of a NaN maximum are NaN, where the shared form's reducer
+    keeps ``l`` finite; the logsumexp is NaN either way).  ``base2``
+    (``FlashConfig(exp2=True)``): ``m`` in base-2 units, ``m ln(2) + log(l)``
+    (:data:`LN2`), natural-log units as the backward and users read them, computed once
+    per row after the key loop."""
     st, m, l = s[t["lse_p"]], t["m"], t["l"]
     f32 = "float32"
     new = _te.compute(tuple(t["lse_p"].shape), lambda b, h, i: _te.if_then_else(
-        l[b, h, i] > _te.const(0.0, f32),
-        m[b, h, i] * _te.const(LN2, f32) + _te.log(l[b, h, i]),
+        _te.ne(l[b, h, i], _te.const(0.0, f32)),
+        (m[b, h, i] * _te.const(LN2, f32) if base2 else m[b, h, i]) + _te.log(l[b, h, i]),
         _te.const(float("-inf"), f32)), name=st.op.name)
     _rebody(s, st, new.op)
 
