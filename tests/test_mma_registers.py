@@ -212,9 +212,10 @@ def exp_tile(intrin: str, M=16, D=16, L=48, base2: bool = False):
     c = tc.reduce_axis((0, L), name="c")
     Mx = tc.compute((M, 16), lambda i, j: tc.max(S[i, c], axis=c), name="m")
     ninf = tc.const(float("-inf"), F32)
-    X = tc.compute((M, L), lambda i, j: tc.if_then_else(
-        tc.ne(Mx[i, j % 16], ninf), (tc.exp2 if base2 else tc.fast_exp)(S[i, j] - Mx[i, j % 16]),
-        tc.const(0.0, F32)), name="x")
+    X = tc.compute((M, L), lambda i, j: tc.exp2(S[i, j] - tc.if_then_else(
+        tc.ne(Mx[i, j % 16], ninf), Mx[i, j % 16], tc.const(0.0, F32))) if base2
+        else tc.if_then_else(tc.ne(Mx[i, j % 16], ninf), tc.fast_exp(S[i, j] - Mx[i, j % 16]),
+                             tc.const(0.0, F32)), name="x")
     s = tc.create_schedule(X.op)
     XF, w = _warp_store(s, X)
     QS, KS = _shared(s, (Q, Kt), (S, S), X, w, M // 16)

@@ -79,9 +79,10 @@ floats, ``C[g][8h+2t:8h+2t+2]`` and ``C[g+8][8h+2t:8h+2t+2]``.
   below ``2**-126`` is 0 (two instructions fewer an exp than ``__expf``, whose
   ``ex2.approx`` keeps subnormals: ``FlashConfig(ftz=True)``);
   ``cuda.mma_exp2_diff_or_zero_f32``, ``cuda.mma_rows_exp2_diff_or_zero_f32`` and their
-  ``_ftz`` twins -- ``2^(A - B)`` where ``B != -inf``, else 0: operands in base-2 units
-  (``log2(e)`` folded into them beforehand), one ``ex2.approx`` (``.ftz``) of the
-  difference and no multiply (``FlashConfig(exp2=True)``);
+  ``_ftz`` twins -- ``2^(A - B)``, ``B = -inf`` read as 0 (0 where ``A`` is ``-inf`` too,
+  as a row's scores are where their maximum is): operands in base-2 units (``log2(e)``
+  folded into them beforehand), one ``ex2.approx`` (``.ftz``) of the difference, no
+  multiply, the guard a select of ``B``, once a row (``FlashConfig(exp2=True)``);
 * ``cuda.mma_add_cols_f32`` -- ``C[i, j] = A[i, j] + v[j]``: a vector in memory (a 16 x 16
   view of it, row stride 0) added along the columns of an accumulator tile, each lane
   loading the 4 elements of its columns: a per-key bias on the scores in registers (a
@@ -336,16 +337,27 @@ def _row_reduce_emit(name: str, kind: str):
     return emit
 
 
+def _exp2_diff(a, b):
+    """``2^(a - b)`` with ``b = -inf`` read as 0: ``cuda.mma_[rows_]exp2_diff_or_zero*``'s
+    element.  Where ``b`` is a row's running maximum and ``a`` its scores (or its
+    previous maximum), ``b = -inf`` means ``a = -inf``, and the result is 0 as the "or
+    zero" guard's; the guard is then one select a row, not one an element; a NaN ``b``
+    gives NaN."""
+    f32 = "float32"
+    return exp2(a - if_then_else(ne(b, const(float("-inf"), f32)), b, const(0.0, f32)))
+
+
 def _elementwise(kind: str):
     a = placeholder((16, 16), "float32", name="a")
     b = placeholder((16, 16), "float32", name="b")
     f32 = "float32"
     if kind == "exp_diff":
         return compute((16, 16), lambda i, j: fast_exp(a[i, j] - b[i, j]), name="c")
-    if kind.removesuffix("_ftz") in ("exp_diff_or_zero", "exp2_diff_or_zero"):
-        ex = exp2 if kind.startswith("exp2") else fast_exp
+    if kind.startswith("exp2"):
+        return compute((16, 16), lambda i, j: _exp2_diff(a[i, j], b[i, j]), name="c")
+    if kind in ("exp_diff_or_zero", "exp_diff_or_zero_ftz"):
         return compute((16, 16), lambda i, j: if_then_else(
-            ne(b[i, j], const(float("-inf"), f32)), ex(a[i, j] - b[i, j]),
+            ne(b[i, j], const(float("-inf"), f32)), fast_exp(a[i, j] - b[i, j]),
             const(0.0, f32)), name="c")
     return compute((16, 16), lambda i, j: a[i, j] * b[i, j], name="c")
 
@@ -362,8 +374,10 @@ _ELEMENTWISE_C = {
                             "1.44269504f)",
     # (2^(x - y), operands in base-2 units: no multiply by log2(e); ex2.approx without
     # and with .ftz)
-    "exp2_diff_or_zero": "{ex2}(({y} != -INFINITY) ? ({x} - {y}) : -INFINITY)",
-    "exp2_diff_or_zero_ftz": "{ex2}(({y} != -INFINITY) ? ({x} - {y}) : -INFINITY)",
+    # (y = -inf read as 0: x is -inf there too, a row's maximum and its scores; the
+    # select of y once a row, :func:`_exp2_diff`)
+    "exp2_diff_or_zero": "{ex2}({x} - (({y} != -INFINITY) ? {y} : 0.0f))",
+    "exp2_diff_or_zero_ftz": "{ex2}({x} - (({y} != -INFINITY) ? {y} : 0.0f))",
     "mul": "{x} * {y}",
     # (the row tiles' own; the reciprocal fast: 2 ulp)
     "copy": "{x}",
@@ -406,8 +420,7 @@ def _rows(kind: str):
     return compute((16, 16), lambda i, j: {
         "exp_diff_or_zero": lambda: if_then_else(ne(b[i, j], ninf),
                                                  fast_exp(a[i, j] - b[i, j]), const(0.0, f32)),
-        "exp2_diff_or_zero": lambda: if_then_else(ne(b[i, j], ninf), exp2(a[i, j] - b[i, j]),
-                                                  const(0.0, f32)),
+        "exp2_diff_or_zero": lambda: _exp2_diff(a[i, j], b[i, j]),
         "mul": lambda: a[i, j] * b[i, j],
     }[kind.removesuffix("_ftz")](), name="c")
 
