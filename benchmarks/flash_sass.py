@@ -9,6 +9,7 @@ GPU needed, nvcc and a disassembler (nvdisasm or cuobjdump on PATH; the
     python benchmarks/flash_sass.py --form fragments --stages 2   # with the K/V ring
     python benchmarks/flash_sass.py --form fragments --whole on --ftz   # FlashConfig(whole=True,
                                                                         # ftz=True)
+    python benchmarks/flash_sass.py --form fragments --ftz --exp2   # the exps in base 2 too
     python benchmarks/flash_sass.py --d 128 --tiling 4,16   # FlashConfig(4, 16)
 
 For each kernel: ptxas's registers and spills, then each loop that holds the HMMAs (a
@@ -115,11 +116,14 @@ def main(argv=None) -> int:
     ap.add_argument("--whole", choices=("rule", "on", "off"), default="rule",
                     help="FlashConfig.whole: the template's rule (None, default), True or False")
     ap.add_argument("--ftz", action="store_true", help="FlashConfig.ftz=True (form fragments)")
+    ap.add_argument("--exp2", action="store_true",
+                    help="FlashConfig.exp2=True (form fragments): the exps in base 2")
     ap.add_argument("--tiling", help="WARPS,BLOCK_KV (default: flash_config's)")
     a = ap.parse_args(argv)
     for d in a.d or (64, 128):
         for causal in ((True,) if a.causal else (False, True)):
-            fields = dict(whole={"rule": None, "on": True, "off": False}[a.whole], ftz=a.ftz)
+            fields = dict(whole={"rule": None, "on": True, "off": False}[a.whole], ftz=a.ftz,
+                          exp2=a.exp2)
             tiling = tuple(int(x) for x in a.tiling.split(",")) if a.tiling else None
             report_text, sass = ptxas_build(source(d, causal, a.arch, a.form, a.stages, tiling,
                                                    **fields), a.arch, sass=True)

@@ -110,6 +110,19 @@ CASES = [
     (1, 2, 300, 260, 64, "float16", True, FlashConfig(4, 16, form="registers", whole=True)),
     # with ftz=True, the exps as ex2.approx.ftz (subnormal results 0)
     (1, 2, 64, 100, 128, "float16", False, FlashConfig(4, 32, form="fragments", ftz=True)),
+    # with exp2=True, the exps in base 2 (x and m in base-2 units, the logsumexp converted
+    # back per row): both dtypes, head dims 64 and 128, causal and not, with whole, ftz and
+    # the ring
+    (2, 2, 100, 100, 64, "bfloat16", True, FlashConfig(4, 16, form="fragments", exp2=True)),
+    (1, 2, 64, 100, 128, "float16", False, FlashConfig(4, 32, form="fragments", exp2=True)),
+    (1, 1, 70, 90, 64, "float16", False, FlashConfig(4, 16, form="fragments", ftz=True,
+                                                     exp2=True)),
+    (1, 2, 300, 260, 64, "float16", True, FlashConfig(4, 16, stages=2, form="fragments",
+                                                      whole=True, ftz=True, exp2=True)),
+    (1, 1, 270, 270, 128, "bfloat16", True, FlashConfig(4, 32, form="fragments", whole=True,
+                                                        exp2=True)),
+    (1, 1, 130, 200, 128, "float16", True, FlashConfig(4, 32, form="fragments", ftz=True,
+                                                       exp2=True)),
 ]
 
 
@@ -117,7 +130,7 @@ def _case_id(c) -> str:
     cfg = c[7]
     return "-".join(map(str, c[:7])) + ("" if cfg is None or cfg.form == "shared" else (
         f"-{cfg.form}-{cfg.stages}" + ("-whole" if cfg.whole else "")
-        + ("-ftz" if cfg.ftz else "")))
+        + ("-ftz" if cfg.ftz else "") + ("-exp2" if cfg.exp2 else "")))
 
 
 @needs_cxx
@@ -295,18 +308,20 @@ def test_a_fragment_step_without_its_factor_is_caught(monkeypatch):
 
 
 @needs_cxx
-@pytest.mark.parametrize("causal,form", [(False, "registers"), (True, "registers"),
-                                         (False, "fragments"), (True, "fragments")])
-def test_the_register_form_with_a_padding_mask(causal, form):
+@pytest.mark.parametrize("causal,form,exp2", [
+    (False, "registers", False), (True, "registers", False), (False, "fragments", False),
+    (True, "fragments", False), (False, "fragments", True), (True, "fragments", True)])
+def test_the_register_form_with_a_padding_mask(causal, form, exp2):
     """A padding mask (batch, 1, 1, Lk) read as the keys' vector of the register form's
     ``p`` (``-inf`` keys among finite ones, per batch; with ``form="fragments"``, of the
-    statistics' ``x`` too), against float64."""
+    statistics' ``x`` too; with ``exp2``, its values in base-2 units as ``x``), against
+    float64."""
     B, H, L, D = 2, 2, 70, 64
     q, k, v = (tc.placeholder((B, H, L, D), "float16", name=n) for n in "qkv")
     mask = tc.placeholder((B, 1, 1, L), "float16", name="mask")
     out, lse = tc.nn.flash_attention(q, k, v, causal=causal, mask=mask)
     s = schedule_flash_attention([out, lse], target="cuda-emu",
-                                 config=FlashConfig(4, 16, form=form))
+                                 config=FlashConfig(4, 16, form=form, exp2=exp2))
     assert "flash.kbias: float32[1, 16] (shared)" in str(
         tc.lower(s, [q, k, v, mask, out, lse], target="cuda-emu"))
     mod = tc.build(s, [q, k, v, mask, out, lse], target="cuda-emu")
@@ -351,14 +366,20 @@ def test_a_fragment_at_the_key_loop_holds_its_warps_rows():
 
 
 @needs_cxx
-def test_a_nan_key_reaches_the_rows_that_see_it():
+@pytest.mark.parametrize("cfg", [None, FlashConfig(4, 16, form="fragments"),
+                                 FlashConfig(4, 16, form="fragments", ftz=True, exp2=True)],
+                         ids=["shared", "fragments", "fragments-ftz-exp2"])
+def test_a_nan_key_reaches_the_rows_that_see_it(cfg):
     """A NaN in a key makes the output and the logsumexp of every row that attends to it
     NaN (as softmax's), the rows before it (causal) finite: the online softmax's
     reducer keeps the NaN in the running maximum (a select of the smaller instead of
-    the NaN-propagating min makes l NaN, which the guards then read as "no key": zeros)."""
+    the NaN-propagating min makes l NaN, which the guards then read as "no key": zeros).
+    The fragment form's step: its exps of a NaN maximum NaN (their guard ``m != -inf``,
+    not ``m > -inf``, which gave 0 and the row zeros), its logsumexp NaN where ``l`` is
+    (``l != 0``, not ``l > 0``, which gave ``-inf``)."""
     L, key = 40, 5
     args = flash(1, 1, L, L, 64, "float16", True)
-    mod = tc.build(schedule_flash_attention(args[3:], target="cuda-emu"), args,
+    mod = tc.build(schedule_flash_attention(args[3:], target="cuda-emu", config=cfg), args,
                    target="cuda-emu")
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal((1, 1, L, 64)).astype(np.float16) for _ in range(3))
@@ -542,6 +563,67 @@ def test_tc_gradient_of_flash_attention_is_the_flash_backward():
     for g, want in zip(got, reference(qa, ka, va, True, ha, ma)):
         np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
                                    atol=2e-3 * np.abs(want).max())
+
+
+@needs_cxx
+@pytest.mark.parametrize("causal,dtype,wrong", [(True, "float16", False),
+                                                (False, "bfloat16", False),
+                                                (True, "float16", True)])
+def test_tc_gradient_with_the_forward_in_base_2(monkeypatch, causal, dtype, wrong):
+    """tc.gradient's backward scheduled with ``FlashConfig(form="fragments", exp2=True)``:
+    the forward it recomputes takes the config (its rows' maximum in base-2 units), and
+    the logsumexp the backward's kernels read is converted back to natural-log units
+    (``m ln(2) + log(l)``): dq, dk and dv match float64.  With the conversion wrong
+    (``wrong``: ``LN2`` taken as ``log2(e)``) they do not (the test can fail)."""
+    if wrong:
+        monkeypatch.setattr(flash_template, "LN2", flash_template.LOG2E)
+    B, H, L, D = 1, 2, 70, 64
+    q, k, v, head = (tc.placeholder((B, H, L, D), dtype, name=n) for n in
+                     ("q", "k", "v", "head"))
+    out, _ = tc.nn.flash_attention(q, k, v, causal=causal)
+    grads = tc.gradient(out, [q, k, v], head=head)
+    args = [q, k, v, head, *grads]
+    s = schedule_flash_attention_backward(grads, target="cuda-emu", config=FlashConfig(
+        4, 16, form="fragments", exp2=True))
+    text = str(tc.lower(s, args, target="cuda-emu"))
+    assert "tensorize cuda.mma_exp2_diff_or_zero_f32 " in text
+    assert "tensorize cuda.mma_exp_diff_or_zero_f32 " not in text
+    mod = tc.build(s, args, target="cuda-emu")
+    qa, ka, va, ha = _grad_data([(B, H, L, D)] * 4, dtype, 2)
+    got = [np.full((B, H, L, D), np.nan, NP[dtype]) for _ in range(3)]
+    mod(qa, ka, va, ha, *got, mode="reverse" if causal else "serial")
+    tol = 2e-3 if dtype == "float16" else 2e-2
+    errs = [np.abs(g.astype(np.float64) - want).max() / np.abs(want).max()
+            for g, want in zip(got, reference(qa, ka, va, causal, ha))]
+    if wrong:
+        assert max(errs) > 0.1, errs
+    else:
+        assert max(errs) < tol, errs
+
+
+@needs_cxx
+def test_the_base_2_logsumexp_converted_wrong_is_caught(monkeypatch):
+    """The forward with ``exp2=True`` stores the rows' logsumexp in natural-log units:
+    with ``LN2`` taken as 1 (``m`` left in base-2 units) it differs from float64's by far
+    more than the emulation test's tolerance, while the output (``p = e / l``, units
+    that cancel) stays right."""
+    B, H, Lq, Lk, D = 1, 1, 40, 50, 64
+    args = flash(B, H, Lq, Lk, D, "float16", False)
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal(shape).astype(np.float16) for shape in
+               ((B, H, Lq, D), (B, H, Lk, D), (B, H, Lk, D)))
+    want, want_lse = reference(q, k, v, False)
+    errs = []
+    for ln2 in (flash_template.LN2, 1.0):
+        monkeypatch.setattr(flash_template, "LN2", ln2)
+        mod = tc.build(schedule_flash_attention(args[3:], target="cuda-emu", config=FlashConfig(
+            4, 16, form="fragments", exp2=True)), args, target="cuda-emu")
+        out = np.full((B, H, Lq, D), np.nan, np.float16)
+        lse = np.full((B, H, Lq), np.nan, np.float32)
+        mod(q, k, v, out, lse, mode="serial")
+        np.testing.assert_allclose(out.astype(np.float64), want, rtol=0, atol=4e-3)
+        errs.append(np.abs(lse - want_lse).max())
+    assert errs[0] < 1e-5 and errs[1] > 1e-2, errs
 
 
 def test_the_gradient_of_the_mask_on_the_cpu():
@@ -785,6 +867,30 @@ def test_scaled_dot_product_attention_on_cuda_is_flash_attention():
 
 
 @needs_cxx
+@needs_cxx
+@pytest.mark.parametrize("cfg", [FlashConfig(4, 16, form="registers"),
+                                 FlashConfig(4, 16, form="fragments", ftz=True, exp2=True)],
+                         ids=["registers", "fragments-ftz-exp2"])
+def test_sdpa_as_flash_in_the_register_and_fragment_forms(cfg):
+    """``schedule_sdpa_as_flash`` with a config of the register or fragment form (their
+    masks as data read the attention's attributes from the output's stage, which the
+    substitution gave flash_attention's; before, a KeyError): a padding mask with
+    ``-inf`` keys, its scale, against float64."""
+    B, H, L, D = 1, 2, 40, 64
+    q, k, v = (tc.placeholder((B, H, L, D), "float16", name=n) for n in "qkv")
+    m = tc.placeholder((B, 1, 1, L), "float16", name="m")
+    out = tc.nn.scaled_dot_product_attention(q, k, v, m, scale=0.3)
+    s = flash_template.schedule_sdpa_as_flash([out], target="cuda-emu", config=cfg)
+    mod = tc.build(s, [q, k, v, m, out], target="cuda-emu")
+    qa, ka, va, ma = _grad_data([(B, H, L, D)] * 3 + [(B, 1, 1, L)], "float16", 3)
+    ma[..., ::5] = -np.inf
+    got = np.full((B, H, L, D), np.nan, np.float16)
+    mod(qa, ka, va, ma, got, mode="reverse")
+    # (the reference's scale 1 / sqrt(D): q scaled by 0.3 sqrt(D) in float64)
+    want, _ = reference(qa.astype(np.float64) * 0.3 * math.sqrt(D), ka, va, False, mask=ma)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=4e-3)
+
+
 @needs_cxx
 def test_sdpa_with_a_padding_mask_inside_a_graph_is_flash_attention():
     """Inside a larger graph (q computed before it, an output after it), with an additive
@@ -1122,14 +1228,22 @@ def test_gpu_backward_matches_float64(gpu_driver, dq, d, dtype, causal, masked):
     (64, "bfloat16", True, FlashConfig(4, 16, stages=2, form="fragments", whole=True,
                                        ftz=True)),
     (128, "float16", True, FlashConfig(4, 32, form="fragments", whole=True, ftz=True)),
-    (128, "bfloat16", False, FlashConfig(4, 32, form="fragments", ftz=True))])
+    (128, "bfloat16", False, FlashConfig(4, 32, form="fragments", ftz=True)),
+    (64, "float16", True, FlashConfig(4, 16, form="fragments", whole=True, ftz=True,
+                                      exp2=True)),
+    (64, "bfloat16", False, FlashConfig(4, 16, stages=2, form="fragments", ftz=True,
+                                        exp2=True)),
+    (128, "float16", True, FlashConfig(4, 32, form="fragments", whole=True, ftz=True,
+                                       exp2=True)),
+    (128, "bfloat16", False, FlashConfig(4, 32, form="fragments", exp2=True))])
 def test_gpu_forward_matches_float64(gpu_driver, d, dtype, causal, cfg):
     """The forward on the GPU against float64: lengths that are not multiples of the
     tiles, causal with many blocks (at head dim 64 the key tiles before each block's
     first query in their loop without the mask, then the diagonal ones), the rings of
     cp.async tiles (whose waits the emulation's synchronous copies cannot check), the
     fragment form's whole tiles and ``ex2.approx.ftz`` exps (whose approximation the
-    emulation computes exactly)."""
+    emulation computes exactly), and its exps in base 2 (``ex2.approx`` and ``.ftz`` of
+    base-2 differences; the logsumexp converted back to natural-log units)."""
     B, H, Lq, Lk = 2, 3, 1000, 1000 if causal else 777
     args = flash(B, H, Lq, Lk, d, dtype, causal)
     mod = tc.build(schedule_flash_attention(args[3:], target="cuda", config=cfg), args,
@@ -1145,3 +1259,30 @@ def test_gpu_forward_matches_float64(gpu_driver, d, dtype, causal, cfg):
         mod(q, k, v, out, lse)
         np.testing.assert_allclose(out.astype(np.float64), want, rtol=0, atol=tol)
         np.testing.assert_allclose(lse, want_lse, rtol=0, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d,dtype,causal,tiling", [(64, "float16", True, (4, 32)),
+                                                   (128, "bfloat16", False, (2, 32))])
+def test_gpu_gradient_with_the_forward_in_base_2(gpu_driver, d, dtype, causal, tiling):
+    """tc.gradient of flash_attention on the GPU, scheduled with a tiling of 32-row warps
+    (which the forward it recomputes takes) in the fragment form with ``ftz`` and
+    ``exp2``: the forward's logsumexp, converted back from base-2 units, is what the
+    backward's kernels read; dq, dk and dv against float64."""
+    B, H, L = 1, 2, 500
+    q, k, v, head = (tc.placeholder((B, H, L, d), dtype, name=n) for n in
+                     ("q", "k", "v", "head"))
+    out, _ = tc.nn.flash_attention(q, k, v, causal=causal)
+    grads = tc.gradient(out, [q, k, v], head=head)
+    cfg = FlashConfig(*tiling, form="fragments", ftz=True, exp2=True)
+    args = [q, k, v, head, *grads]
+    mod = tc.build(schedule_flash_attention_backward(grads, target="cuda", config=cfg), args,
+                   target="cuda")
+    assert "tc_ex2_ftz(" in mod.get_source()     # (the forward took the config)
+    qa, ka, va, ha = _grad_data([(B, H, L, d)] * 4, dtype, 12)
+    got = [np.full((B, H, L, d), np.nan, NP[dtype]) for _ in range(3)]
+    mod(qa, ka, va, ha, *got)
+    tol = 4e-3 if dtype == "float16" else 3e-2
+    for g, want in zip(got, reference(qa, ka, va, causal, ha)):
+        np.testing.assert_allclose(g.astype(np.float64), want, rtol=0,
+                                   atol=tol * max(1.0, np.abs(want).max()))

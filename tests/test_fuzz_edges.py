@@ -615,6 +615,21 @@ def test_flash_config_family_finds_configs_taken_unchecked(monkeypatch):
     assert kinds & {"crash", "mismatch"}, kinds
 
 
+def test_flash_config_family_finds_a_logsumexp_left_in_base_2(monkeypatch):
+    """With ``FlashConfig(exp2=True)``'s logsumexp not converted back to natural-log
+    units (``LN2`` taken as 1), the family's runs of the fragment form with ``exp2``
+    find it (the output is right: only the logsumexp, which it compares too, differs)."""
+    from tecomp.strategy.cuda import attention
+
+    cases = [ec for ec in map(draw_edge_case, _seeds("flash_config", 120))
+             if ec.twist["run"] and ec.twist["config"]["form"] == "fragments"
+             and ec.twist["config"]["exp2"] is True and not ec.twist["sdpa"]][:3]
+    assert cases
+    monkeypatch.setattr(attention, "LN2", 1.0)
+    kinds = [run_edge_case(ec).kind for ec in cases]
+    assert "mismatch" in kinds, kinds
+
+
 _OLD_SPECULATION = """
 import sys
 from tecomp.codegen.llvm import emit_expr

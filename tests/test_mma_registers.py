@@ -201,19 +201,21 @@ def _row_max_at(s, Mx, at, w):
     s[Mx].tensorize(mi, tc.tensor_intrin("cuda.mma_row_max_f32"))
 
 
-def exp_tile(intrin: str, M=16, D=16, L=48):
-    """``X = exp(S - m)`` (0 where ``m`` is ``-inf``) of the scores ``S = Q K^T`` and their
-    rows' maximum ``m``, in registers, each 16 x 16 tile by ``intrin``
-    (``cuda.mma_exp_diff_or_zero_f32`` or its ftz twin), stored (float32, global)."""
+def exp_tile(intrin: str, M=16, D=16, L=48, base2: bool = False):
+    """``X = exp(S - m)`` (0 where ``m`` is ``-inf``; ``base2``: ``2^(S - m)``) of the
+    scores ``S = Q K^T`` and their rows' maximum ``m``, in registers, each 16 x 16 tile by
+    ``intrin`` (``cuda.mma_exp_diff_or_zero_f32`` or its ftz twin; with ``base2``,
+    ``cuda.mma_exp2_diff_or_zero_f32`` or its), stored (float32, global)."""
     Q, Kt = (tc.placeholder(shape, "float16", name=n) for n, shape in (("Q", (M, D)),
                                                                       ("K", (L, D))))
     S = _mm(Q, Kt, "S", transpose_b=True)
     c = tc.reduce_axis((0, L), name="c")
     Mx = tc.compute((M, 16), lambda i, j: tc.max(S[i, c], axis=c), name="m")
     ninf = tc.const(float("-inf"), F32)
-    X = tc.compute((M, L), lambda i, j: tc.if_then_else(
-        Mx[i, j % 16] > ninf, tc.fast_exp(S[i, j] - Mx[i, j % 16]), tc.const(0.0, F32)),
-        name="x")
+    X = tc.compute((M, L), lambda i, j: tc.exp2(S[i, j] - tc.if_then_else(
+        tc.ne(Mx[i, j % 16], ninf), Mx[i, j % 16], tc.const(0.0, F32))) if base2
+        else tc.if_then_else(tc.ne(Mx[i, j % 16], ninf), tc.fast_exp(S[i, j] - Mx[i, j % 16]),
+                             tc.const(0.0, F32)), name="x")
     s = tc.create_schedule(X.op)
     XF, w = _warp_store(s, X)
     QS, KS = _shared(s, (Q, Kt), (S, S), X, w, M // 16)
@@ -292,7 +294,7 @@ def masked_tile(M=32, D=32, L=48, N=32, off=12, guarded=True):
     Mx = tc.compute((M, 16), lambda i, j: tc.max(X[i, c], axis=c), name="m")
     if guarded:
         P = tc.compute((M, L), lambda i, j: tc.if_then_else(
-            Mx[i, j % 16] > ninf, tc.fast_exp(X[i, j] - Mx[i, j % 16]),
+            tc.ne(Mx[i, j % 16], ninf), tc.fast_exp(X[i, j] - Mx[i, j % 16]),
             tc.const(0.0, F32)), name="p")
     else:
         P = tc.compute((M, L), lambda i, j: tc.fast_exp(X[i, j] - Mx[i, j % 16]), name="p")
@@ -513,6 +515,40 @@ def test_an_exp_in_registers_flushes_subnormal_results_with_ftz(ftz):
             assert (x[r, 22:26] > 0).all() and (x[r, 22:26] < 1.2e-38).all()
     np.testing.assert_allclose(x[5], 1.0, rtol=1e-6)
     assert (x[3] == 0).all() and np.isnan(x[9]).all()
+
+
+@needs_cxx
+@pytest.mark.parametrize("ftz", [False, True])
+def test_an_exp2_in_registers(ftz):
+    """``2^(S - m)`` of scores 4 apart (``cuda.mma_exp2_diff_or_zero_f32``, operands in
+    base-2 units: ``ex2.approx`` of the difference, no multiply by ``log2(e)``): exact
+    powers of two down to ``2^-124``, ``2^-128`` to ``2^-148`` subnormal (kept; 0 with the
+    ftz twin), a row whose maximum is ``-inf`` 0, an infinite one NaN."""
+    name = f"cuda.mma_exp2_diff_or_zero{'_ftz' if ftz else ''}_f32"
+    s, args = exp_tile(name, base2=True)
+    mod = tc.build(s, args, target="cuda-emu")
+    src = mod.get_source()
+    assert ("ex2.approx.ftz.f32" in src) == ftz and ("ex2.approx.f32" in src) != ftz
+    assert "1.44269504f" not in src
+    q = np.zeros((16, 16), np.float16)
+    k = np.zeros((48, 16), np.float16)
+    q[:, 0] = 1
+    k[:, 0] = -4 * np.arange(48)
+    k[:, 1] = 1
+    q[3, :2] = 0, -np.inf
+    q[5, 0] = 0
+    q[9, :2] = 0, np.inf
+    x = np.full((16, 48), 7.0, np.float32)
+    mod(q, k, x, mode="serial")
+    want = np.exp2(-4.0 * np.arange(48))
+    for r in (0, 7, 15):
+        np.testing.assert_array_equal(x[r, :32], want[:32])    # (2^-n exactly)
+        if ftz:
+            assert (x[r, 32:] == 0).all()
+        else:
+            np.testing.assert_array_equal(x[r, 32:38], want[32:38].astype(np.float32))
+            assert (x[r, 38:] == 0).all()
+    assert (x[5] == 1.0).all() and (x[3] == 0).all() and np.isnan(x[9]).all()
 
 
 @needs_cxx

@@ -796,13 +796,16 @@ def test_a_cuda_intrinsic_on_the_cpu_runs_its_loops(backend):
 def test_tensor_intrins_for_a_cuda_target():
     names = [t.name for t in tc.tensor_intrins_for("cuda")]
     mma = ["cuda.mma_acc_to_a_bf16", "cuda.mma_acc_to_a_f16", "cuda.mma_add_cols_f32",
-           "cuda.mma_atomic_add_f32", "cuda.mma_bf16bf16f32", "cuda.mma_exp_diff_f32",
+           "cuda.mma_atomic_add_f32", "cuda.mma_bf16bf16f32",
+           "cuda.mma_exp2_diff_or_zero_f32", "cuda.mma_exp2_diff_or_zero_ftz_f32",
+           "cuda.mma_exp_diff_f32",
            "cuda.mma_exp_diff_or_zero_f32", "cuda.mma_exp_diff_or_zero_ftz_f32",
            "cuda.mma_f16f16f32", "cuda.mma_fill_f32", "cuda.mma_fill_neg_inf_f32",
            "cuda.mma_load_a_bf16", "cuda.mma_load_a_f16", "cuda.mma_load_a_tf32",
            "cuda.mma_load_b_bf16", "cuda.mma_load_b_f16", "cuda.mma_load_b_tf32",
            "cuda.mma_mask_causal_f32", "cuda.mma_mul_f32", "cuda.mma_row_max_f32", "cuda.mma_row_sum_f32",
-           "cuda.mma_rows_copy_f32", "cuda.mma_rows_exp_diff_or_zero_f32",
+           "cuda.mma_rows_copy_f32", "cuda.mma_rows_exp2_diff_or_zero_f32",
+           "cuda.mma_rows_exp2_diff_or_zero_ftz_f32", "cuda.mma_rows_exp_diff_or_zero_f32",
            "cuda.mma_rows_exp_diff_or_zero_ftz_f32", "cuda.mma_rows_mul_f32", "cuda.mma_rows_rcp_or_zero_f32",
            "cuda.mma_scale_rows_f32", "cuda.mma_store_bf16", "cuda.mma_store_f16",
            "cuda.mma_store_f32", "cuda.mma_store_rows_f32", "cuda.mma_tf32tf32f32"]

@@ -29,7 +29,7 @@ from .cuda_hopper import HOPPER_COLLECTIVES, HOPPER_HELPERS
 HELPERS = ("tc_ld_b32", "tc_dp4a_us", "tc_dp4a_ss", "tc_ldmatrix_x4", "tc_ldmatrix_x4_trans",
            "tc_mma_m16n8k16_f16", "tc_mma_m16n8k16_bf16", "tc_tf32", "tc_mma_m16n8k8_tf32",
            "tc_pack2_f16", "tc_pack2_bf16", "tc_quad_max_f32", "tc_quad_sum_f32",
-           "tc_swizzled_ptr", "tc_ex2_ftz",
+           "tc_swizzled_ptr", "tc_ex2_ftz", "tc_ex2",
            *HOPPER_HELPERS)  # sm_90a: mbarrier, cp.async.bulk, wgmma (cuda_hopper.py)
 
 #: what one lane holds of a 16 x 16 tile of an ``mma.*`` fragment: its C element type and
@@ -136,6 +136,19 @@ _EX2_FTZ = (
     "#endif\n"
     "}}")
 
+_EX2 = (
+    "// 2^x, ex2.approx.f32: subnormal inputs and results kept (what __expf runs on the\n"
+    "// argument times log2(e); the CUDA emulation: exp2f).\n"
+    "{q} float tc_ex2(float x) {{\n"
+    "#if defined(TECOMP_CUDA_EMU)\n"
+    "  return exp2f(x);\n"
+    "#else\n"
+    "  float r;\n"
+    "  asm(\"ex2.approx.f32 %0, %1;\" : \"=f\"(r) : \"f\"(x));\n"
+    "  return r;\n"
+    "#endif\n"
+    "}}")
+
 _QUAD = (
     "// The {what} of a, b, c, d (the lane's four elements of a row of an mma accumulator\n"
     "// tile) and of the other three lanes of its quad (lanes 4g..4g+3, the row's lanes):\n"
@@ -177,6 +190,7 @@ MMA_HELPERS = {
     "tc_quad_max_f32": _quad("max"),
     "tc_quad_sum_f32": _quad("sum"),
     "tc_ex2_ftz": _EX2_FTZ,
+    "tc_ex2": _EX2,
 }
 
 

@@ -214,9 +214,10 @@ def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
-def _online_softmax():
+def _online_softmax(base2: bool = False):
     """The reducer of a row's softmax statistics ``(m, l)``: the running maximum and the
-    running sum of ``exp(x - m)``.  Combining two partial rows keeps the larger maximum and
+    running sum of ``exp(x - m)`` (``base2``: of ``2^(x - m)``, the rows' values in base-2
+    units, ``x = s log2(e)``: the same ``l`` as ``exp`` of ``s``, ``m`` times ``log2(e)``).  Combining two partial rows keeps the larger maximum and
     rescales the other row's sum by ``exp(smaller - larger)`` (one exp per combine; a
     partial row of no keys is ``(-inf, 0)``): FlashAttention's online softmax.  Where
     the smaller is ``-inf`` (or NaN) the exp's argument is ``-inf``, whose exp is 0: a
@@ -232,12 +233,12 @@ def _online_softmax():
         hi, lo = _te.max(m1, m2), _te.min(m1, m2)
         keep = _te.if_then_else(first, l1, l2)
         other = _te.if_then_else(first, l2, l1)
-        scale = _te.fast_exp(_te.if_then_else(lo > _c(-math.inf, f32), lo - hi,
-                                              _c(-math.inf, f32)))
+        scale = (_te.exp2 if base2 else _te.fast_exp)(_te.if_then_else(
+            lo > _c(-math.inf, f32), lo - hi, _c(-math.inf, f32)))
         return hi, keep + other * scale
 
     return _te.comm_reducer(combine, lambda t0, t1: (_c(-math.inf, f32), _c(0.0, f32)),
-                            name="online_softmax")
+                            name="online_softmax2" if base2 else "online_softmax")
 
 
 def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,

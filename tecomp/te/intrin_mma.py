@@ -71,12 +71,18 @@ floats, ``C[g][8h+2t:8h+2t+2]`` and ``C[g+8][8h+2t:8h+2t+2]``.
   exchanges anything): with ``B`` a row tile of ``cuda.mma_row_max_f32``, ``exp(S -
   m)``; with ``B`` one of factors, the rows of an accumulator rescaled in registers;
   ``cuda.mma_exp_diff_or_zero_f32`` -- ``C[i, j] = fast_exp(A[i, j] - B[i, j])`` where
-  ``B[i, j] > -inf``, else 0: a row whose maximum is ``-inf`` (every key masked) gives 0,
-  not ``exp(-inf + inf)`` (NaN), as ``flash_attention``'s ``p``;
+  ``B[i, j] != -inf``, else 0: a row whose maximum is ``-inf`` (every key masked) gives 0,
+  not ``exp(-inf + inf)`` (NaN), as ``flash_attention``'s ``p``, and a NaN ``B`` NaN (a
+  NaN score reaches its row, as the softmax's);
   ``cuda.mma_exp_diff_or_zero_ftz_f32`` and ``cuda.mma_rows_exp_diff_or_zero_ftz_f32``
   -- the same with ``ex2.approx.ftz.f32`` of the difference times ``log2(e)``: a result
   below ``2**-126`` is 0 (two instructions fewer an exp than ``__expf``, whose
   ``ex2.approx`` keeps subnormals: ``FlashConfig(ftz=True)``);
+  ``cuda.mma_exp2_diff_or_zero_f32``, ``cuda.mma_rows_exp2_diff_or_zero_f32`` and their
+  ``_ftz`` twins -- ``2^(A - B)``, ``B = -inf`` read as 0 (0 where ``A`` is ``-inf`` too,
+  as a row's scores are where their maximum is): operands in base-2 units (``log2(e)``
+  folded into them beforehand), one ``ex2.approx`` (``.ftz``) of the difference, no
+  multiply, the guard a select of ``B``, once a row (``FlashConfig(exp2=True)``);
 * ``cuda.mma_add_cols_f32`` -- ``C[i, j] = A[i, j] + v[j]``: a vector in memory (a 16 x 16
   view of it, row stride 0) added along the columns of an accumulator tile, each lane
   loading the 4 elements of its columns: a per-key bias on the scores in registers (a
@@ -106,7 +112,7 @@ import struct
 from ..errors import BuildError
 from .intrin_cuda import TC_DTYPES, _copy, _fill, _leading_dim, _memory, _mma
 from .reduce import max as _max, sum as _sum
-from .intrin import fast_exp, if_then_else
+from .intrin import exp2, fast_exp, if_then_else, ne
 from .tensor import compute, const, placeholder, reduce_axis
 
 #: the C text of a lane's index in its warp (the renderer requires blockDim.x to be a
@@ -331,15 +337,27 @@ def _row_reduce_emit(name: str, kind: str):
     return emit
 
 
+def _exp2_diff(a, b):
+    """``2^(a - b)`` with ``b = -inf`` read as 0: ``cuda.mma_[rows_]exp2_diff_or_zero*``'s
+    element.  Where ``b`` is a row's running maximum and ``a`` its scores (or its
+    previous maximum), ``b = -inf`` means ``a = -inf``, and the result is 0 as the "or
+    zero" guard's; the guard is then one select a row, not one an element; a NaN ``b``
+    gives NaN."""
+    f32 = "float32"
+    return exp2(a - if_then_else(ne(b, const(float("-inf"), f32)), b, const(0.0, f32)))
+
+
 def _elementwise(kind: str):
     a = placeholder((16, 16), "float32", name="a")
     b = placeholder((16, 16), "float32", name="b")
     f32 = "float32"
     if kind == "exp_diff":
         return compute((16, 16), lambda i, j: fast_exp(a[i, j] - b[i, j]), name="c")
+    if kind.startswith("exp2"):
+        return compute((16, 16), lambda i, j: _exp2_diff(a[i, j], b[i, j]), name="c")
     if kind in ("exp_diff_or_zero", "exp_diff_or_zero_ftz"):
         return compute((16, 16), lambda i, j: if_then_else(
-            b[i, j] > const(float("-inf"), f32), fast_exp(a[i, j] - b[i, j]),
+            ne(b[i, j], const(float("-inf"), f32)), fast_exp(a[i, j] - b[i, j]),
             const(0.0, f32)), name="c")
     return compute((16, 16), lambda i, j: a[i, j] * b[i, j], name="c")
 
@@ -348,12 +366,18 @@ def _elementwise(kind: str):
 _ELEMENTWISE_C = {
     "exp_diff": "__expf({x} - {y})",
     # (the argument selected, not the result: exp(-inf) is 0, and the exp runs
-    # unconditionally instead of in a branch)
-    "exp_diff_or_zero": "__expf(({y} > -INFINITY) ? ({x} - {y}) : -INFINITY)",
+    # unconditionally instead of in a branch; a NaN y gives NaN, as the softmax's)
+    "exp_diff_or_zero": "__expf(({y} != -INFINITY) ? ({x} - {y}) : -INFINITY)",
     # (the same as ex2.approx.ftz of the argument times log2(e): two instructions fewer
     # than __expf's ex2.approx, a result below 2^-126 flushed to 0)
-    "exp_diff_or_zero_ftz": "{ex2}((({y} > -INFINITY) ? ({x} - {y}) : -INFINITY) * "
+    "exp_diff_or_zero_ftz": "{ex2}((({y} != -INFINITY) ? ({x} - {y}) : -INFINITY) * "
                             "1.44269504f)",
+    # (2^(x - y), operands in base-2 units: no multiply by log2(e); ex2.approx without
+    # and with .ftz)
+    # (y = -inf read as 0: x is -inf there too, a row's maximum and its scores; the
+    # select of y once a row, :func:`_exp2_diff`)
+    "exp2_diff_or_zero": "{ex2}({x} - (({y} != -INFINITY) ? {y} : 0.0f))",
+    "exp2_diff_or_zero_ftz": "{ex2}({x} - (({y} != -INFINITY) ? {y} : 0.0f))",
     "mul": "{x} * {y}",
     # (the row tiles' own; the reciprocal fast: 2 ulp)
     "copy": "{x}",
@@ -375,8 +399,10 @@ def _elementwise_emit(name: str, kind: str):
 
 
 def _ex2(cb, kind: str):
-    """The helper of ``ex2.approx.ftz`` where ``kind`` is an ftz exp, else None."""
-    return cb.helper("tc_ex2_ftz") if kind.endswith("_ftz") else None
+    """The helper of ``ex2.approx.ftz`` where ``kind`` is an ftz exp, of ``ex2.approx``
+    where it is a base-2 one, else None."""
+    return (cb.helper("tc_ex2_ftz") if kind.endswith("_ftz")
+            else cb.helper("tc_ex2") if kind.startswith("exp2") else None)
 
 
 def _rows(kind: str):
@@ -392,8 +418,9 @@ def _rows(kind: str):
             a[i, j] > const(0.0, f32), const(1.0, f32) / a[i, j], const(0.0, f32)), name="c")
     b = placeholder((16, 16), "float32", name="b")
     return compute((16, 16), lambda i, j: {
-        "exp_diff_or_zero": lambda: if_then_else(b[i, j] > ninf, fast_exp(a[i, j] - b[i, j]),
-                                                 const(0.0, f32)),
+        "exp_diff_or_zero": lambda: if_then_else(ne(b[i, j], ninf),
+                                                 fast_exp(a[i, j] - b[i, j]), const(0.0, f32)),
+        "exp2_diff_or_zero": lambda: _exp2_diff(a[i, j], b[i, j]),
         "mul": lambda: a[i, j] * b[i, j],
     }[kind.removesuffix("_ftz")](), name="c")
 
@@ -650,10 +677,12 @@ def declarations():
                 "cuda.mma_fill_neg_inf_f32", False, None))
     out.append((_rows("copy"), _store_rows_emit("cuda.mma_store_rows_f32"),
                 "cuda.mma_store_rows_f32", False, None))
-    for kind in ("copy", "exp_diff_or_zero", "exp_diff_or_zero_ftz", "mul", "rcp_or_zero"):
+    exps = ("exp_diff_or_zero", "exp_diff_or_zero_ftz", "exp2_diff_or_zero",
+            "exp2_diff_or_zero_ftz")
+    for kind in ("copy", *exps, "mul", "rcp_or_zero"):
         name = f"cuda.mma_rows_{kind}_f32"
         out.append((_rows(kind), _rows_emit(name, kind), name, False, None))
-    for kind in ("exp_diff", "exp_diff_or_zero", "exp_diff_or_zero_ftz", "mul"):
+    for kind in ("exp_diff", *exps, "mul"):
         name = f"cuda.mma_{kind}_f32"
         out.append((_elementwise(kind), _elementwise_emit(name, kind), name, False, None))
     for kind, init in (("max", "cuda.mma_fill_neg_inf_f32"), ("sum", "cuda.mma_fill_f32")):

@@ -214,7 +214,7 @@ from ..lower.tma_pipeline import TmaBox, TmaDim, map_spec
 from ..nn import quant
 from ..strategy import Knobs, apply_rules
 from ..strategy.cpu import cpu_model
-from ..strategy.cuda import FlashConfig, schedule_flash_attention
+from ..strategy.cuda import FlashConfig, schedule_flash_attention, schedule_sdpa_as_flash
 from ..target import tma as _tma
 from .deep import chain_compute, chain_reference, random_chain
 from .device_arrays import FORGERIES, DeviceStandIn, forged_call
@@ -505,7 +505,9 @@ FLASH_FIELDS = {
     "block_kv": ((16, 32, 64), (8, 48, 0, 16.0, "16", None, True, np.int64(32))),
     "warp_rows": ((32,), (16, 32.0, True, 8, np.int64(32))),
     "stages": ((1, 2, 3), (0, 9, 2.0, True, np.int64(2), "2")),
-    "form": (("shared", "registers"), ("register", None, ["registers"], "")),
+    "form": (("shared", "registers", "fragments"), ("register", None, ["registers"], "")),
+    # (True with a form other than fragments: a documented refusal naming the config)
+    "exp2": ((False, True), (1, "yes", None)),
 }
 
 
@@ -519,6 +521,9 @@ def _draw_flash_config(d) -> dict:
     twist["config"] = {f: d.choice(legal if d.bool(0.85) else hostile)
                        for f, (legal, hostile) in FLASH_FIELDS.items()}
     twist["run"] = d.bool(0.3)
+    # (one in four through scaled_dot_product_attention, not causal: schedule_sdpa_as_flash
+    # substitutes flash_attention's computes for its stages, the config as given)
+    twist["sdpa"] = not twist["causal"] and d.bool(0.25)
     return twist
 
 
@@ -2146,16 +2151,25 @@ def _run_flash_config(ec: EdgeCase) -> Outcome:
     tw = ec.twist
     B, H, Lq, Lk, D, dt = tw["batch"], tw["heads"], tw["lq"], tw["lk"], tw["d"], tw["dtype"]
     cfg = FlashConfig(**tw["config"])
+    sdpa = tw.get("sdpa", False)
     stage = "compute"
     try:
         q, k, v = (tc.placeholder((B, H, n, D), dt, name=x)
                    for x, n in (("q", Lq), ("k", Lk), ("v", Lk)))
         mshape = {"b11L": (B, 1, 1, Lk), "11L": (1, 1, 1, Lk), "1L": (1, Lk)}.get(tw["mask"])
         m = tc.placeholder(mshape, dt, name="m") if mshape else None
-        out, lse = tc.nn.flash_attention(q, k, v, causal=tw["causal"], mask=m)
-        args = [q, k, v] + ([m] if m is not None else []) + [out, lse]
+        if sdpa:
+            outs = [tc.nn.scaled_dot_product_attention(q, k, v, m)]
+        else:
+            outs = list(tc.nn.flash_attention(q, k, v, causal=tw["causal"], mask=m))
+        args = [q, k, v] + ([m] if m is not None else []) + outs
         stage = "schedule"
-        s = schedule_flash_attention([out, lse], target="cuda-emu", config=cfg)
+        if sdpa:
+            s = schedule_sdpa_as_flash(outs, target="cuda-emu", config=cfg)
+            if s is None:   # (not a FlashAttention: the generic rules' business)
+                return Outcome("ok", ec, stage)
+        else:
+            s = schedule_flash_attention(outs, target="cuda-emu", config=cfg)
         stage = "lower"
         tc.lower(s, args, target="cuda-emu")
     except tc.ScheduleError as e:
@@ -2184,15 +2198,26 @@ def _run_flash_config(ec: EdgeCase) -> Outcome:
         o = np.full((B, H, Lq, D), np.nan, npdt)
         ls = np.full((B, H, Lq), np.nan, np.float32)
         stage = "call"
-        mod(*([qa, ka, va] + ([ma] if ma is not None else []) + [o, ls]), mode="reverse")
+        mod(*([qa, ka, va] + ([ma] if ma is not None else []) + [o] + ([] if sdpa else [ls])),
+            mode="reverse")
     except Exception as e:  # noqa: BLE001
         return _failure(ec, stage, e)
-    want = _attention64(qa, ka, va, tw["causal"], ma)
+    want, want_lse = _attention64(qa, ka, va, tw["causal"], ma, lse=True)
     tol = 4e-3 if dt == "float16" else 3e-2
     err = float(np.abs(o.astype(np.float64) - want).max())
     if not err <= tol:
         return Outcome("mismatch", ec, "compare", f"{cfg}: max |error| {err} against a "
                        f"float64 attention (tolerance {tol})")
+    if sdpa:
+        return Outcome("ok", ec, "compare")
+    # the logsumexp (what the backward reads) in natural-log units, -inf where a row has
+    # no key (FlashConfig(exp2=True) converts it back from base-2 units)
+    with np.errstate(invalid="ignore"):
+        lerr = np.where(np.isneginf(want_lse) & np.isneginf(ls), 0.0,
+                        np.abs(ls.astype(np.float64) - want_lse))
+    if not float(np.nan_to_num(lerr, nan=np.inf).max()) <= 1e-4:
+        return Outcome("mismatch", ec, "compare", f"{cfg}: the logsumexp's max |error| "
+                       f"{float(np.nanmax(lerr))} against a float64 one (tolerance 1e-4)")
     return Outcome("ok", ec, "compare")
 
 
@@ -2206,8 +2231,9 @@ def _flash_config_hostile(fields: dict) -> bool:
     return not all(legal(v, FLASH_FIELDS[f][0]) for f, v in fields.items())
 
 
-def _attention64(q, k, v, causal: bool, mask):
-    """float64 attention of 16-bit arrays ``[b, h, L, d]``: a row with no key is 0."""
+def _attention64(q, k, v, causal: bool, mask, lse: bool = False):
+    """float64 attention of 16-bit arrays ``[b, h, L, d]``: a row with no key is 0; with
+    ``lse``, ``(output, the rows' logsumexp)``, ``-inf`` where a row has no key."""
     q, k, v = (x.astype(np.float64) for x in (q, k, v))
     s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
     if mask is not None:
@@ -2218,8 +2244,11 @@ def _attention64(q, k, v, causal: bool, mask):
     with np.errstate(all="ignore"):
         m = s.max(-1, keepdims=True)
         p = np.exp(s - np.where(np.isfinite(m), m, 0))
-        p = p / p.sum(-1, keepdims=True)
-    return np.nan_to_num(p, nan=0.0) @ v
+        total = p.sum(-1, keepdims=True)
+        p = p / total
+        out = np.nan_to_num(p, nan=0.0) @ v
+        rows = (np.where(np.isfinite(m), m, 0) + np.log(total))[..., 0]
+    return (out, rows) if lse else out
 
 
 def _run_row_division(ec: EdgeCase) -> Outcome:

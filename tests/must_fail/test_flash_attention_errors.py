@@ -91,23 +91,26 @@ def test_config_form_of_another_name():
 
 
 @pytest.mark.parametrize("form", ["shared", "registers"])
-def test_config_ftz_exps_of_another_form(form):
-    """``ftz`` makes the exps of the fragment form's step ``ex2.approx.ftz``; the other
-    forms' exps are the computes' own (``__expf``): asking for it there is a mistake, not
-    a silent no-op."""
+@pytest.mark.parametrize("field, what", [("ftz", r"the exps as ex2.approx.ftz"),
+                                         ("exp2", r"the exps in base 2")])
+def test_config_exps_of_another_form(form, field, what):
+    """``ftz`` makes the exps of the fragment form's step ``ex2.approx.ftz``, ``exp2`` puts
+    its rows' statistics in base-2 units; the other forms' exps are the computes' own
+    (``__expf``): asking for either there is a mistake, not a silent no-op."""
     out, lse = nn.flash_attention(*_qkv())
-    with pytest.raises(tc.ScheduleError, match=r"ftz \(the exps as ex2.approx.ftz\) is the "
-                                               r"exps of form='fragments'.*; take that form or "
-                                               r"leave ftz False"):
+    with pytest.raises(tc.ScheduleError, match=rf"{field} \({what}\) is the exps of "
+                                               rf"form='fragments'.*; take that form or "
+                                               rf"leave {field} False"):
         schedule_flash_attention([out, lse], target="cuda",
-                                 config=FlashConfig(4, 16, form=form, ftz=True))
+                                 config=FlashConfig(4, 16, form=form, **{field: True}))
 
 
-@pytest.mark.parametrize("field, value", [("whole", "yes"), ("whole", 1), ("ftz", None)])
+@pytest.mark.parametrize("field, value", [("whole", "yes"), ("whole", 1), ("ftz", None),
+                                          ("exp2", 1), ("exp2", "True")])
 def test_config_whole_or_ftz_of_another_type(field, value):
     out, lse = nn.flash_attention(*_qkv(), causal=True)
     with pytest.raises(tc.ScheduleError, match=r"whole is None \(the template's rule\), True "
-                                               r"or False, and ftz True or False"):
+                                               r"or False, and ftz and exp2 True or False"):
         schedule_flash_attention([out, lse], target="cuda",
                                  config=FlashConfig(4, 16, form="fragments", **{field: value}))
 

@@ -44,7 +44,10 @@ statistics in memory inside the loop: three barriers a key tile (one with a ring
 ``FlashConfig(whole=True)`` gives a causal one the whole tiles' loop too, whose ``x``
 is the intrinsic without the mask (``Stage._tensorize_unmasked``: elsewhere each 16 x 16
 tile whose last key comes before its first query skips the mask); ``ftz=True`` takes
-the step's exps as ``ex2.approx.ftz`` (:data:`FRAGMENT_STEP_FTZ`).
+the step's exps as ``ex2.approx.ftz`` (:data:`FRAGMENT_STEP_FTZ`); ``exp2=True`` in base
+2, ``log2(e)`` folded into ``x``'s scale (``x`` and ``m`` in base-2 units, each exp
+``ex2.approx`` of a difference: :func:`fragment_step`), the logsumexp converted back
+once per row (:func:`_lse_of_fragments`).
 
 With ``FlashConfig(stages=2)`` (or more) the key and value tiles are copied together at
 the top of each step, with ``cp.async`` into rings of ``stages`` tiles, ``stages - 1``
@@ -66,6 +69,7 @@ dimension and the shared memory of the target (:func:`shared_bytes`).
 """
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass, replace
 from typing import Optional
@@ -162,6 +166,16 @@ class FlashConfig:
     #: :data:`FRAGMENT_STEP_FTZ`; docs/numerics.md says why that is harmless there); a
     #: ScheduleError with another form.  The backward ignores it
     ftz: bool = False
+    #: ``form="fragments"``'s exps in base 2 (FlashAttention-2's ``exp2``): ``log2(e)``
+    #: folded into the scores' scale (and into a padding mask's values), so that the rows'
+    #: ``x``, their maximum ``m`` and the step's differences are in base-2 units and each
+    #: exp is ``ex2.approx`` (``.ftz`` with ``ftz``) of a difference, without the multiply
+    #: by ``log2(e)`` that ``__expf`` runs (:func:`fragment_step`); the rows' sum ``l`` is
+    #: the same.  The logsumexp (the output the backward reads) is converted back once per
+    #: row after the key loop, ``m ln(2) + log(l)``: natural-log units, as without it.  A
+    #: ScheduleError with another form.  The backward's kernels ignore it (the forward a
+    #: ``tc.gradient`` schedules with the backward's config takes it)
+    exp2: bool = False
 
     @property
     def block_q(self) -> int:
@@ -503,11 +517,28 @@ FRAGMENT_STEP = dict(
     factor="f",
     store="cuda.mma_store_rows_f32")
 
+
+def fragment_step(exp2: bool = False, ftz: bool = False) -> dict:
+    """:data:`FRAGMENT_STEP` with its exps (``cuda.mma_exp_diff_or_zero_f32`` and the row
+    tiles' twin) in base 2 (``exp2``: ``cuda.mma_*exp2_diff_or_zero*_f32``, ``2^(x -
+    m)`` of operands in base-2 units, ``ex2.approx`` of the difference alone) and as
+    ``ex2.approx.ftz`` (``ftz``: a result below ``2**-126`` is 0)."""
+    kind = ("exp2_diff_or_zero" if exp2 else "exp_diff_or_zero") + ("_ftz" if ftz else "")
+    return dict(FRAGMENT_STEP, step=tuple(
+        (per_column, tuple((i.replace("exp_diff_or_zero", kind), o, a) for i, o, a in ops))
+        for per_column, ops in FRAGMENT_STEP["step"]))
+
+
 #: :data:`FRAGMENT_STEP` with ``FlashConfig(ftz=True)``: its exps as ``ex2.approx.ftz``
 #: (``cuda.mma_*exp_diff_or_zero_ftz_f32``: a result below ``2**-126`` is 0)
-FRAGMENT_STEP_FTZ = dict(FRAGMENT_STEP, step=tuple(
-    (per_column, tuple((i.replace("exp_diff_or_zero", "exp_diff_or_zero_ftz"), o, a)
-                       for i, o, a in ops)) for per_column, ops in FRAGMENT_STEP["step"]))
+FRAGMENT_STEP_FTZ = fragment_step(ftz=True)
+
+#: ``log2(e)``: ``FlashConfig(exp2=True)`` multiplies the scores' scale (and a padding
+#: mask's values) by it, the rows' ``x`` and ``m`` then in base-2 units
+LOG2E = 1.0 / math.log(2.0)
+#: ``ln(2)``: ``FlashConfig(exp2=True)``'s logsumexp is ``m LN2 + log(l)`` (``m`` in
+#: base-2 units), once per row after the key loop
+LN2 = math.log(2.0)
 
 #: ``form="fragments"``'s ``p = exp(x - lse)`` at each 16-key tile, as
 #: ``Stage._lockstep_view``: the step's ``e = exp(x - m)`` times its ``r = 1 / l``
@@ -516,7 +547,7 @@ P_FROM_STEP = ("cuda.mma_mul_f32", {"a": "e", "b": "r"})
 
 
 def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False,
-                    unmask: bool = False) -> dict:
+                    unmask: bool = False, base2: bool = False) -> dict:
     """``FlashConfig(form="registers")``: ``p`` recomputed as the cast of a float32
     ``p32`` whose masks are data (what :func:`_p_intrin` computes on a tile in
     registers): ``kbias`` (the padding mask's value, or 0, for the keys; ``-inf`` past
@@ -525,11 +556,15 @@ def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False,
     (``form="fragments"``): the masked, scaled scores ``x`` a compute of their own, which
     the statistics reduce (their body rewritten to read it: the same values), and ``p32
     = exp(x - lse)`` (0 where ``lse`` is ``-inf``; computed from the statistics' step,
-    :data:`P_FROM_STEP`).  Returns the new tensors by role (stages inserted before
-    ``p``'s; with ``fragments``, ``x`` before the statistics' and its masks before the key
-    tile's copy)."""
+    :data:`P_FROM_STEP`).  ``base2`` (with ``fragments``, ``FlashConfig(exp2=True)``):
+    ``x`` in base-2 units (its scale and the padding mask's values times
+    :data:`LOG2E`), the statistics reduce it in base 2 and the rows' logsumexp is
+    converted back (:func:`_lse_of_fragments`).  Returns the new tensors by role (stages
+    inserted before ``p``'s; with ``fragments``, ``x`` before the statistics' and its
+    masks before the key tile's copy)."""
     p, sc, lse_p = t["p"], t["s"], t["lse_p"]
-    attrs = t["out"].op.attrs
+    # (the stage's op: an sdpa output computed as flash_attention has its attributes there)
+    attrs = s[t["out"]].op.attrs
     B, H, Lqp, Lkp = (_cint(e) for e in p.shape)
     base, f32 = p.op.name.rsplit(".", 1)[0], "float32"
     ninf, zero = _te.const(float("-inf"), f32), _te.const(0.0, f32)
@@ -537,24 +572,29 @@ def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False,
     # the padding mask (p's one other operand): its value per (batch, key)
     masks = [x for x in p.op.input_tensors if x.op is not sc.op and x.op is not lse_p.op]
     # (without one, a vector of the keys alone: its index has no batch to compute)
+    # (base2: the mask's values in base-2 units too, as x)
+    unit = _te.const(LOG2E, f32) if base2 else None
     if masks:
         read = _key_mask(masks[0], t["q"], t["out"].name, "flash_attention")
-        kbias = _te.compute((B, Lkp), lambda b, j: _te.if_then_else(j < Lk, read(b, j), ninf),
-                            name=f"{base}.kbias")
+        kbias = _te.compute((B, Lkp), lambda b, j: _te.if_then_else(
+            j < Lk, read(b, j) * unit if base2 else read(b, j), ninf), name=f"{base}.kbias")
     else:
         kbias = _te.compute((Lkp,), lambda j: _te.if_then_else(j < Lk, zero, ninf),
                             name=f"{base}.kbias")
     qpos = _te.compute((Lqp,), lambda i: i, name=f"{base}.qpos")
     kpos = _te.compute((Lkp,), lambda j: j, name=f"{base}.kpos")
-    scale = float(attrs["scale"])
+    scale = float(attrs["scale"]) * (LOG2E if base2 else 1.0)
     if fragments:
         x = _te.compute(tuple(p.shape), lambda b, h, i, j: _flash_x_value(
             sc[b, h, i, j], kbias[b, j] if masks else kbias[j], qpos[i], kpos[j], scale,
             causal), name=f"{base}.x")
+        # (a row that saw a NaN score: lse NaN, p NaN, as the softmax's)
         p32 = _te.compute(tuple(p.shape), lambda b, h, i, j: _te.if_then_else(
-            lse_p[b, h, i] > ninf, _te.fast_exp(x[b, h, i, j] - lse_p[b, h, i]), zero),
+            _te.ne(lse_p[b, h, i], ninf), _te.exp2(x[b, h, i, j] - lse_p[b, h, i] * unit)
+            if base2 else _te.fast_exp(x[b, h, i, j] - lse_p[b, h, i]), zero),
             name=f"{base}.p32")
-        _reduce_x(s, t, x)
+        _reduce_x(s, t, x, base2)
+        _lse_of_fragments(s, t, base2)
     else:
         p32 = _te.compute(tuple(p.shape), lambda b, h, i, j: _flash_p_value(
             sc[b, h, i, j], kbias[b, j] if masks else kbias[j], lse_p[b, h, i], qpos[i],
@@ -586,18 +626,45 @@ def _p_in_registers(s: Schedule, t: dict, causal: bool, fragments: bool = False,
     return out
 
 
-def _reduce_x(s: Schedule, t: dict, x: Tensor) -> None:
+def _reduce_x(s: Schedule, t: dict, x: Tensor, base2: bool = False) -> None:
     """The statistics' stage (``m``, ``l``) rewritten to reduce ``x`` (the masked, scaled
-    scores its body computed itself: the same values), over the same axes."""
+    scores its body computed itself: the same values; ``base2``: ``x`` in base-2 units,
+    reduced by the base-2 online softmax, ``m`` in those units and ``l`` the same), over
+    the same axes."""
     st = s[t["m"]]
     old = st.op
     rj = old.reduce_axis[0]
-    new = _te.compute(tuple(old.output(0).shape), lambda b, h, i: _online_softmax()(
+    new = _te.compute(tuple(old.output(0).shape), lambda b, h, i: _online_softmax(base2)(
         (x[b, h, i, rj], _te.const(1.0, "float32")), axis=rj), name=old.name)
-    axes = {a.var: b.var for a, b in zip(new[0].op.axis, old.axis)}
-    op = _with_body(old, tuple(substitute(b, axes) for b in new[0].op.bodies))
+    _rebody(s, st, new[0].op)
+
+
+def _rebody(s: Schedule, st: Stage, new) -> None:
+    """Stage ``st``'s computation replaced by that of ``new`` (a compute over axes of the
+    same extents), its own axes, name, tag and attributes kept."""
+    old = st.op
+    axes = {a.var: b.var for a, b in zip(new.axis, old.axis)}
+    op = _with_body(old, tuple(substitute(b, axes) for b in new.bodies))
     op.tag, op.attrs = old.tag, dict(old.attrs)
     s._replace_op(st, op)
+
+
+def _lse_of_fragments(s: Schedule, t: dict, base2: bool = False) -> None:
+    """``form="fragments"``: the rows' logsumexp (``lse_padded``, which the output's
+    logsumexp and ``p`` read) from the statistics the step leaves: ``m + log(l)``,
+    ``-inf`` where ``l`` is 0 (no key) and NaN where it is NaN (a row that saw a NaN
+    score: the step's exps of a NaN maximum are NaN, where the shared form's reducer
+    keeps ``l`` finite; the logsumexp is NaN either way).  ``base2``
+    (``FlashConfig(exp2=True)``): ``m`` in base-2 units, ``m ln(2) + log(l)``
+    (:data:`LN2`), natural-log units as the backward and users read them, computed once
+    per row after the key loop."""
+    st, m, l = s[t["lse_p"]], t["m"], t["l"]
+    f32 = "float32"
+    new = _te.compute(tuple(t["lse_p"].shape), lambda b, h, i: _te.if_then_else(
+        _te.ne(l[b, h, i], _te.const(0.0, f32)),
+        (m[b, h, i] * _te.const(LN2, f32) if base2 else m[b, h, i]) + _te.log(l[b, h, i]),
+        _te.const(float("-inf"), f32)), name=st.op.name)
+    _rebody(s, st, new.op)
 
 
 def _checked_config(cfg, forward: bool) -> FlashConfig:
@@ -637,10 +704,14 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig, target="cuda") -> None
         raise ScheduleError(f"{cfg}: ftz (the exps as ex2.approx.ftz) is the exps of "
                             "form='fragments' (the rows' statistics in registers); take that "
                             "form or leave ftz False")
+    if cfg.exp2 and not frag:
+        raise ScheduleError(f"{cfg}: exp2 (the exps in base 2) is the exps of form='fragments' "
+                            "(the rows' statistics in registers); take that form or leave exp2 "
+                            "False")
     whole = causal and (cfg.whole if cfg.whole is not None else not frag and (
         cfg.block_kv + _cint(t["v"].shape[3]) <= WHOLE_TILES_MAX_ACCUMULATORS))
-    regs = (_p_in_registers(s, t, causal, frag, cfg.whole is True) if cfg.form != "shared"
-            else None)
+    regs = (_p_in_registers(s, t, causal, frag, cfg.whole is True, cfg.exp2)
+            if cfg.form != "shared" else None)
     # the rows' logsumexp, for p: a shared copy per key tile (with fragments: from the
     # statistics' row tiles in registers); the output's: read from the statistics the
     # output kernel leaves in global memory
@@ -693,7 +764,7 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig, target="cuda") -> None
     st.compute_at(pf, ko)
     _cooperative_copy(st, k.threads, cfg.block_q)
     st._lockstep(cfg.block_kv, _rescale, None if not frag else
-                 FRAGMENT_STEP_FTZ if cfg.ftz else FRAGMENT_STEP)
+                 fragment_step(cfg.exp2, cfg.ftz))
     if frag:
         # p from the statistics' step (its exp(x - m) and 1 / l) at each 16-key tile
         s[regs["p32"]]._lockstep_view(st, *P_FROM_STEP)
@@ -740,9 +811,10 @@ class _Kernels:
             raise ScheduleError(f"{cfg}: form is 'shared' (p in a shared tile), "
                                 "'registers' (p in each warp's registers) or 'fragments' "
                                 "(p and the rows' statistics in each warp's registers)")
-        if not (cfg.whole is None or isinstance(cfg.whole, bool)) or not isinstance(cfg.ftz, bool):
+        if not (cfg.whole is None or isinstance(cfg.whole, bool)) or not isinstance(
+                cfg.ftz, bool) or not isinstance(cfg.exp2, bool):
             raise ScheduleError(f"{cfg}: whole is None (the template's rule), True or "
-                                "False, and ftz True or False")
+                                "False, and ftz and exp2 True or False")
         self.s, self.cfg = s, cfg
         self.names = family_intrinsics("mma", dtype)
         self.per16 = 16 // _dt.nbytes(dtype)
