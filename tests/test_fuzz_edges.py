@@ -256,6 +256,8 @@ def test_records_family_replays_the_genuine_record():
     10017506,   # layouts: the output "overlapping" an input of no elements (none can)
     70266,      # ir_edit: `2i64 + 7` past an int64 index, text the IR parser refuses (the
                 # family's edit wrote an int32 constant)
+    21300118,   # ir_edit: an allocation of no element that lowering stores nothing into
+                # (its stage read only under a condition that never holds): no refusal due
 ])
 def test_campaign_findings_run_clean(seed):
     out = run_edge_case(draw_edge_case(seed))
