@@ -27,7 +27,8 @@ The measurement times kernels: on a busy machine its figures are those of a busy
 Run ``python -m tecomp calibrate`` on a quiet one to replace them.  A cache file is data
 this process trusts: one that does not parse, names a cost this version does not know, or
 holds a value outside the range the costs can take is ignored with a warning (and
-replaced by the next measurement)."""
+replaced by the next measurement); so is anything there that is not a regular file of at
+most 64 KiB (a FIFO, a device, a directory), which is never read."""
 from __future__ import annotations
 
 import functools
@@ -48,7 +49,7 @@ import numpy as np
 from ._version import __version__
 from .build import build
 from .errors import TargetError
-from .runtime.libfiles import cache_root, private_dir
+from .runtime.libfiles import FileRefused, cache_root, open_regular, private_dir, read_fd
 from .runtime.timing import time_calls
 from .schedule import create_schedule
 from .strategy import cpu as _scpu
@@ -160,16 +161,20 @@ def _valid(entry, lanes: int) -> Optional[str]:
 
 
 def _load(path: Path, lanes: int) -> Optional[dict]:
+    # (a FIFO there would block every process's first schedule, a device never end:
+    # only a regular file of at most _MAX_FILE bytes is read)
     try:
-        with open(path, "rb") as f:
-            text = f.read(_MAX_FILE + 1).decode("utf-8", "replace")
-        if len(text) > _MAX_FILE:
-            text = ""     # (not JSON: the warning below)
+        fd = open_regular(path, _MAX_FILE)
+        try:
+            text = read_fd(fd, _MAX_FILE).decode("utf-8", "replace")
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         return None
-    except OSError as e:
-        warnings.warn(f"tecomp: cannot read the machine calibration {path} ({e.strerror}); "
-                      "the machine model uses its defaults", RuntimeWarning, stacklevel=3)
+    except FileRefused as e:
+        warnings.warn(f"tecomp: ignoring the machine calibration {path}: it {e.reason}; "
+                      "delete it or run `python -m tecomp calibrate` to measure again "
+                      "(the machine model uses its defaults)", RuntimeWarning, stacklevel=3)
         return None
     try:
         doc = json.loads(text)

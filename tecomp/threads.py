@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import math
 import numbers
 import os
 import stat
@@ -38,8 +39,8 @@ __all__ = ["PoolControls", "register", "set_num_threads", "get_num_threads",
            "MAX_THREADS", "POOL_FUNCTIONS", "DEFAULT_WORKSPACE_LIMIT", "set_workspace_limit",
            "release_workspace", "workspace_cached", "workspace_limit_from_env",
            "workspace_limit", "on_release",
-           "shared_pool_from_env", "share_pool", "run_marked_threads_on", "PARALLEL_FOR",
-           "DELEGATE_TO", "DELEGATE_MARKED"]
+           "shared_pool_from_env", "number_from_env", "share_pool", "run_marked_threads_on",
+           "PARALLEL_FOR", "DELEGATE_TO", "DELEGATE_MARKED"]
 
 #: the most threads a pool runs
 MAX_THREADS = 1024
@@ -259,6 +260,31 @@ def spin_from_env(name: str = "TECOMP_SPIN") -> Optional[int]:
         warnings.warn(f"{name}={env!r} is not a non-negative integer; ignored",
                       RuntimeWarning, stacklevel=3)
         return None
+
+
+def number_from_env(name: str, default, *, low: float, high: float, integer: bool,
+                    error: type, use: str, choices: tuple = (), unset: str = ""):
+    """The number in the environment variable ``name`` (``default`` when it is unset or
+    blank): an int where ``integer``, else a finite float, from ``low`` to ``high``
+    (or one of ``choices`` where given); ``error`` (a :class:`TecompError` subclass)
+    naming the variable, what it sets (``use``) and its legal values for anything else
+    -- a variable set by mistake must not surface as a Python error deep in a build, or
+    as a limit that every build fails (``nan`` seconds).  ``unset`` says what an unset
+    variable means (default: ``default``)."""
+    env = os.environ.get(name)
+    if env is None or not env.strip():
+        return default
+    try:
+        v = int(env) if integer else float(env)
+    except ValueError:
+        v = None
+    if v is not None and (v in choices if choices else
+                          (integer or math.isfinite(v)) and low <= v <= high):
+        return v
+    legal = (" or ".join(str(c) for c in choices) if choices else
+             f"{'an integer' if integer else 'a number'} from {low:g} to {high:g}")
+    raise error(f"{name}={env[:40]!r} is not {legal}: it sets {use}; set it to such a "
+                f"value or unset it ({unset or f'default {default:g}'})")
 
 
 def shared_pool_from_env() -> bool:

@@ -169,7 +169,7 @@ def test_the_best_round_of_each_kernel_counts():
     assert "gemm_load_cost" not in cal.costs_from(median, 16, 64, 576, loads)
 
 
-@pytest.mark.filterwarnings("ignore:tecomp. cannot read the machine calibration")
+@pytest.mark.filterwarnings("ignore:tecomp. ignoring the machine calibration")
 def test_first_use_that_fails_is_a_warning(fresh, monkeypatch):
     """A measurement that raises, or a cache dir that cannot hold the result, leaves the
     schedule that asked with the defaults (or the unkept result): a warning, no error."""
@@ -199,7 +199,7 @@ def test_an_oversized_cache_file_is_not_read_whole(fresh, monkeypatch):
     path = cal.cache_path(host)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.write_text('{"costs": {}}' + " " * (1 << 20))
-    with pytest.warns(RuntimeWarning, match="it is not JSON"):
+    with pytest.warns(RuntimeWarning, match=r"it is 1048589 bytes, more than 65536"):
         assert tc.Target("llvm").machine.gemm_load_cost == 0.0
 
 
@@ -258,3 +258,43 @@ def test_streamed_outputs_where_the_streamed_copy_gains(copy, streamed, want):
                            (0.6, 0.3))
     assert costs == dict(base, stream_output_bytes=want)
     assert cal._valid(costs, 16) is None
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "link_to_dev_zero"])
+def test_a_special_file_in_the_cache_is_never_read(fresh, monkeypatch, kind):
+    """A FIFO where the calibration should be blocked every process's first schedule
+    (its read waits for a writer); a device never ends.  Each is ignored with a warning
+    that says what it is.  (A thread writes into the FIFO after 30 s, so that a
+    regression fails this test instead of hanging it.)"""
+    import os
+    import threading
+    host, _ = fresh
+    monkeypatch.setenv("TECOMP_CALIBRATE", "0")
+    path = cal.cache_path(host)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    why = {"fifo": "it is a FIFO", "directory": "it is a directory",
+           "link_to_dev_zero": "it is a character device"}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+
+        def unblock():
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:      # no reader: nothing to unblock
+                return
+            os.write(fd, b"{}")
+            os.close(fd)
+
+        timer = threading.Timer(30.0, unblock)
+        timer.start()
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        os.symlink("/dev/zero", path)
+    try:
+        with pytest.warns(RuntimeWarning, match=rf"ignoring the machine calibration .*: "
+                                                rf"{why}.*python -m tecomp calibrate"):
+            assert tc.Target("llvm").machine.gemm_load_cost == 0.0
+    finally:
+        if kind == "fifo":
+            timer.cancel()

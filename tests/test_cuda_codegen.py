@@ -665,6 +665,12 @@ def test_cubins_are_cached_on_disk_and_checked(tmp_path, monkeypatch):
     path.write_bytes(other.read_bytes())
     write_sidecar(str(path))
     assert cg.compile_cubin(VECTOR_ADD, "sm_80") == a and len(runs) == 5
+    # a FIFO in the entry's place (its read would block until a writer came): a miss,
+    # never read, compiled again and replaced by the entry
+    path.unlink()
+    os.mkfifo(path)
+    assert cg.compile_cubin(VECTOR_ADD, "sm_80") == a and len(runs) == 6
+    assert path.is_file()
 
 
 def test_missing_nvcc_is_runtime_unavailable(monkeypatch):

@@ -13,8 +13,9 @@ import tecomp as tc
 from tecomp.testing import edges
 from tecomp.testing.edges import (
     FAMILIES, MORE_FAMILIES, SESSION9_FAMILIES, SESSION14_FAMILIES, SESSION18_FAMILIES,
-    SESSION19_FAMILIES, SESSION20_FAMILIES, draw_edge_case, family_of, in_session9_slot,
-    in_session14_slot, in_session18_slot, in_session19_slot, in_session20_slot, run_edge_case,
+    SESSION19_FAMILIES, SESSION20_FAMILIES, SESSION21_FAMILIES, draw_edge_case, family_of,
+    in_session9_slot, in_session14_slot, in_session18_slot, in_session19_slot, in_session20_slot,
+    in_session21_slot, run_edge_case,
 )
 
 LONG = os.environ.get("TECOMP_LONG_TESTS") == "1"
@@ -30,7 +31,7 @@ def _seeds(family, count):
     return out
 
 
-def test_the_families_of_sessions_8_9_14_18_19_and_20_leave_the_other_seeds_alone():
+def test_the_families_of_sessions_8_to_21_leave_the_other_seeds_alone():
     """A seed draws one of MORE_FAMILIES only where (seed // 9) % 8 == 7, one of
     SESSION9_FAMILIES, SESSION14_FAMILIES, SESSION18_FAMILIES, SESSION19_FAMILIES or
     SESSION20_FAMILIES only in their slots (from seed 576 on, one in sixteen each: those seeds drew an earlier
@@ -38,7 +39,7 @@ def test_the_families_of_sessions_8_9_14_18_19_and_20_leave_the_other_seeds_alon
     seed % 9 gave it (the pinned seeds below among them)."""
     pinned = [64, 65, 66, 69, 135, 10011706, 10017506, *WRAPPED_SEEDS]
     slots = (in_session9_slot, in_session14_slot, in_session18_slot, in_session19_slot,
-             in_session20_slot)
+             in_session20_slot, in_session21_slot)
     assert not any(slot(s) for slot in slots for s in list(range(576)) + pinned)
     for seed in list(range(4000)) + pinned:
         assert sum(slot(seed) for slot in slots) <= 1
@@ -52,20 +53,23 @@ def test_the_families_of_sessions_8_9_14_18_19_and_20_leave_the_other_seeds_alon
             assert family_of(seed) in SESSION19_FAMILIES
         elif in_session20_slot(seed):
             assert family_of(seed) in SESSION20_FAMILIES
+        elif in_session21_slot(seed):
+            assert family_of(seed) in SESSION21_FAMILIES
         elif (seed // len(FAMILIES)) % 8 != 7:
             assert family_of(seed) == FAMILIES[seed % len(FAMILIES)]
         else:
             assert family_of(seed) in MORE_FAMILIES
     assert {family_of(s) for s in range(4000)} == set(FAMILIES) | set(MORE_FAMILIES) | \
         set(SESSION9_FAMILIES) | set(SESSION14_FAMILIES) | set(SESSION18_FAMILIES) | \
-        set(SESSION19_FAMILIES) | set(SESSION20_FAMILIES)
-    for slot in slots:
+        set(SESSION19_FAMILIES) | set(SESSION20_FAMILIES) | set(SESSION21_FAMILIES)
+    for slot in slots[:-1]:
         assert sum(map(slot, range(576 * 20))) == 576 * 20 // 16
+    assert sum(map(in_session21_slot, range(576 * 20))) == 320   # (the odd seeds: 1 in 36)
 
 
 @pytest.mark.parametrize("family", FAMILIES + MORE_FAMILIES + SESSION9_FAMILIES +
                          SESSION14_FAMILIES + SESSION18_FAMILIES + SESSION19_FAMILIES +
-                         SESSION20_FAMILIES)
+                         SESSION20_FAMILIES + SESSION21_FAMILIES)
 def test_family_runs_clean(family):
     if family in ("lazy_bits", "torch_autograd", "torch_inplace"):
         pytest.importorskip("torch")
@@ -252,6 +256,8 @@ def test_records_family_replays_the_genuine_record():
     10017506,   # layouts: the output "overlapping" an input of no elements (none can)
     70266,      # ir_edit: `2i64 + 7` past an int64 index, text the IR parser refuses (the
                 # family's edit wrote an int32 constant)
+    21300118,   # ir_edit: an allocation of no element that lowering stores nothing into
+                # (its stage read only under a condition that never holds): no refusal due
 ])
 def test_campaign_findings_run_clean(seed):
     out = run_edge_case(draw_edge_case(seed))
@@ -654,3 +660,69 @@ def test_guarded_select_family_finds_operands_speculated_past_the_array():
     r = subprocess.run([sys.executable, "-c", _OLD_SPECULATION, *map(str, seeds)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode != 0 or " crash" in r.stdout, (r.returncode, r.stdout[-2000:])
+
+
+#: the environment family's seeds (edges.family_of) of the settings the code before
+#: session 21 got wrong: a FIFO in the calibration's place, TECOMP_LLVM_OPT_TIMEOUT=nan,
+#: TECOMP_VECTOR_LANES=abc and =7
+ENV_SEEDS = {"fifo": 583, "opt_timeout_nan": 1801, "lanes_abc": 7567, "lanes_7": 1009}
+
+#: the code before session 21, put back in the child (edges._run_environment's prelude)
+_OLD_ENVIRONMENT = {
+    # the calibration read with open(): a FIFO blocks until a writer comes
+    "fifo": """
+import json, tecomp.calibration as cal
+def _load(path, lanes):
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read(65537).decode())
+    except (OSError, ValueError):
+        return None
+    return dict(doc["costs"]) if cal._valid(doc.get("costs"), lanes) is None else None
+cal._load = _load
+""",
+    # float() of the variable, whatever it holds
+    "opt_timeout_nan": """
+import os, tecomp.codegen.llvm.jit as jit
+jit._opt_timeout = lambda ir_bytes=0: float(os.environ["TECOMP_LLVM_OPT_TIMEOUT"]) * (
+    1.0 + ir_bytes / 2**20)
+""",
+    # int() of the variable, whatever it holds
+    "lanes": """
+import os, tecomp.target as tgt
+tgt.number_from_env = lambda name, default, **kw: int(os.environ[name]) if \\
+    os.environ.get(name) else default
+""",
+}
+
+
+def test_environment_family_runs_the_settings_of_session_21():
+    """With the fixes: the FIFO is ignored (the values computed), a time limit of nan and
+    lanes of abc or 7 are an error naming the variable."""
+    want = {"fifo": "ok", "opt_timeout_nan": "refused", "lanes_abc": "refused",
+            "lanes_7": "refused"}
+    for key, seed in ENV_SEEDS.items():
+        ec = draw_edge_case(seed)
+        assert ec.family == "environment"
+        out = run_edge_case(ec)
+        if key == "opt_timeout_nan" and out.kind == "ok":   # (no optimiser worker here)
+            continue
+        assert out.kind == want[key], out.report()
+
+
+def test_environment_family_finds_the_settings_the_old_code_got_wrong():
+    """Each setting with the code before session 21 put back in the child: the FIFO
+    hangs the first schedule (past the child's time limit), ``nan`` seconds fail every
+    build as a crash of LLVM, ``abc`` lanes are a raw ValueError and 7 lanes are taken."""
+    got = {}
+    for key, seed in ENV_SEEDS.items():
+        prelude = _OLD_ENVIRONMENT["lanes" if key.startswith("lanes") else key]
+        out = edges._run_environment(draw_edge_case(seed), prelude,
+                                     timeout=40.0 if key == "fifo" else 240.0)
+        got[key] = (out.kind, out.detail)
+    assert got["fifo"][0] == "crash" and "a hang" in got["fifo"][1], got
+    assert got["lanes_abc"][0] == "crash" and "ValueError" in got["lanes_abc"][1], got
+    assert got["lanes_7"][0] == "mismatch" and "accepted" in got["lanes_7"][1], got
+    assert got["opt_timeout_nan"][0] in ("crash", "ok"), got     # ok: no worker here
+    if got["opt_timeout_nan"][0] == "crash":
+        assert "bug in tecomp or LLVM" in got["opt_timeout_nan"][1], got

@@ -59,7 +59,15 @@ def find_c_compiler(target=None) -> str:
 def destination(path, name: str) -> str:
     """``path`` as a str naming a file that can be written (its directory exists, and
     its name leaves room for the sidecar's)."""
-    p = os.path.abspath(file_path(path, f"{name}.export_library", ArgumentError))
+    given = file_path(path, f"{name}.export_library", ArgumentError)
+    p = os.path.abspath(given)
+    if given.endswith(os.sep) and not os.path.isdir(p):
+        # (abspath drops the separator: the library would be written as a file named
+        # after the directory the user meant, and load_module of the same path refused)
+        raise BuildError(f"{name}.export_library: {given!r:.200} ends with {os.sep!r}, so it "
+                         f"names a directory, and there is none; give a file name such as "
+                         f"{os.path.join(given, name + '.so')!r:.220} (create the directory "
+                         f"first)")
     if os.path.isdir(p):
         raise BuildError(f"{name}.export_library: {p!r:.200} is a directory; give a file "
                          f"name such as {os.path.join(p, name + '.so')!r:.220}")

@@ -17,7 +17,10 @@ from typing import Optional
 
 from ..errors import BuildError, RuntimeUnavailableError
 from .cuda_kernels import CudaSource
-from .libfiles import cache_root, digest_bytes, private_dir, read_sidecar, tool_identity, write_with_sidecar
+from .libfiles import (
+    FileRefused, cache_root, digest_bytes, open_regular, private_dir, read_fd, read_sidecar,
+    tool_identity, write_with_sidecar,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -111,11 +114,16 @@ def _cached(source, arch, kind: str, options) -> bytes:
     # a sidecar of its own) is a miss, not that source's code
     head = f"tecomp-nvcc-cache {h.hexdigest()}\n".encode()
     try:
-        data = path.read_bytes()
+        # (a regular file only: a FIFO in the entry's place would block the build)
+        fd = open_regular(path, 1 << 32)
+        try:
+            data = read_fd(fd, 1 << 32)
+        finally:
+            os.close(fd)
         if read_sidecar(path) == digest_bytes(data) and data.startswith(head):
             _log.debug("nvcc cache hit: %s", path)
             return data[len(head):]
-    except OSError:
+    except (OSError, FileRefused):
         pass
     _log.debug("nvcc cache miss: compiling %s for %s", path.name, arch_text)
     data = _run_nvcc(nvcc, src, arch, kind, options)

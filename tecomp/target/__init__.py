@@ -63,7 +63,7 @@ import shutil
 from typing import Dict, FrozenSet, Optional, Tuple, Union
 
 from ..errors import ScheduleError, TargetError
-from ..threads import get_num_threads
+from ..threads import get_num_threads, number_from_env
 from .cuda import (  # noqa: F401  (the CUDA limits, for the code that reads them here)
     CUDA_ARCHS, FRAGMENT_SCOPES, MAX_BLOCK_DIMS, MAX_DYNAMIC_SHARED_BYTES, MAX_GRID_DIMS,
     MMA_MIN_SM, MMA_SCOPES, WMMA_SCOPES, sm_number,
@@ -367,9 +367,12 @@ class Target:
         host's vector width (8 also halves its registers: the AVX2 blockings)."""
         self._need("llvm", "machine")
         lanes, vregs = self.lanes, self.vregs
-        env = os.environ.get("TECOMP_VECTOR_LANES")
-        if env and self._host:
-            lanes = int(env)
+        env = number_from_env("TECOMP_VECTOR_LANES", None, low=8, high=16, integer=True,
+                              choices=(8, 16), error=TargetError,
+                              use="the vector width the schedules plan for on the host",
+                              unset="the host CPU's width")
+        if env is not None and self._host:
+            lanes = env
             vregs = 32 if lanes == 16 else 16
         measured = measured_costs(self)
         fma_bits = measured.get("fma_bits")

@@ -181,6 +181,23 @@ Session 20's family, in a slot of its own (:func:`in_session20_slot`):
     read past an array (a fault, a crash of the case) -- a select's operands evaluated on
     every lane where only the condition's own select made their loads safe.
 
+Session 21's family, in a slot of its own (:func:`in_session21_slot`):
+
+``environment``
+    The drawn program, analytically auto-scheduled for this machine (which reads the
+    machine model), built and run in a child process whose environment or cache holds
+    what a careless user or an attacker left there: an environment variable tecomp reads
+    (``TECOMP_VECTOR_LANES``, ``TECOMP_LLVM_OPT_TIMEOUT``, ``TECOMP_LLVM_WORKER_MAX_MB``,
+    ``TECOMP_CALIBRATE``, ``TECOMP_NUM_THREADS``, ``TECOMP_SPIN``) set to a legal value or
+    to ``abc``, ``0``, ``-8``, ``nan``, ``inf``..., or, in the machine calibration's place
+    (:mod:`tecomp.calibration`, the host's table entry set aside), a FIFO, a directory, a
+    link to ``/dev/zero``, a file of 1 MiB, a file of costs forged with absurd values, or a
+    genuine one.  A variable whose documented answer is an error must raise it (a
+    ``TargetError`` or ``BuildError`` naming the variable: refused); every other case
+    computes numpy's values.  A hang (a FIFO read at the first schedule), a raw Python
+    error (``int('abc')``, a division by zero) or a "bug in tecomp" message for a setting
+    is a finding.
+
 The ``foreign_target`` family also draws (one case in five, after its other draws) a
 triple of another system or ABI (``aarch64-apple-darwin``, ``x86_64-linux-gnux32``): a
 ``TargetError``.
@@ -194,17 +211,24 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import json
 import mmap
 import os
+import re
 import shutil
 import stat
+import subprocess
+import sys
 import tempfile
+import warnings
 from typing import Optional
 from dataclasses import dataclass, field
 
 import numpy as np
 
 import tecomp as tc
+import tecomp.target as tgt
+from .. import calibration as cal
 from ..autoschedule import records
 from ..ir import interp
 from ..ir.expr import Buffer, Const
@@ -244,6 +268,27 @@ SESSION19_FAMILIES = ("flash_config",)
 
 #: session 20's family (see the module doc), in a slot of its own (:func:`family_of`)
 SESSION20_FAMILIES = ("guarded_select",)
+
+#: session 21's family (see the module doc), in a slot of its own (:func:`family_of`)
+SESSION21_FAMILIES = ("environment",)
+
+#: the environment family's variables: (legal values, hostile values, whether a hostile
+#: value is an error (the exception's name), else ignored with a warning); the optimiser
+#: worker's settings are errors only where the worker runs
+ENV_VALUES = {
+    "TECOMP_VECTOR_LANES": (("8", "16"), ("abc", "0", "-8", "7", "32", "8.0", "1e3"),
+                            "TargetError"),
+    "TECOMP_LLVM_OPT_TIMEOUT": (("30", "120.5"), ("nan", "-1", "0", "inf", "abc", "1e400"),
+                                "BuildError"),
+    "TECOMP_LLVM_WORKER_MAX_MB": (("512", "64"), ("nan", "-1", "0", "abc"), "BuildError"),
+    "TECOMP_CALIBRATE": (("0", "off", " OFF "), ("sometimes", "2", "yes"), "TargetError"),
+    "TECOMP_NUM_THREADS": (("1", "2", "3"), ("0", "-3", "abc", "2.5"), None),
+    "TECOMP_SPIN": (("0", "100"), ("-1", "abc", "1e9"), None),
+}
+
+#: what the environment family puts in the machine calibration's place
+CALIBRATION_FILES = ("fifo", "directory", "link_to_dev_zero", "huge", "forged", "not_json",
+                     "genuine")
 
 #: -mtriple values of another system or a 32-bit-pointer ABI (a TargetError)
 FOREIGN_SYSTEM_TRIPLES = (
@@ -297,14 +342,21 @@ def in_session20_slot(seed: int) -> bool:
     return (seed // 576) % 2 == 1 and (seed // len(FAMILIES)) % 8 == 1
 
 
+def in_session21_slot(seed: int) -> bool:
+    """Whether edge seed ``seed`` draws one of :data:`SESSION21_FAMILIES`: ``seed``
+    odd, ``seed // 576`` odd and ``(seed // 9) % 8 == 0`` (no seed below 576, none that
+    the earlier sessions' families draw, and none pinned by a test: 10017506 is even)."""
+    return seed % 2 == 1 and (seed // 576) % 2 == 1 and (seed // len(FAMILIES)) % 8 == 0
+
+
 def family_of(seed: int) -> str:
     """The family of edge seed ``seed``: one of :data:`FAMILIES` by ``seed % 9``, except
     the seeds with ``(seed // 9) % 8 == 7``, which draw one of :data:`MORE_FAMILIES`, and
     those of :func:`in_session9_slot`, :func:`in_session14_slot`,
-    :func:`in_session18_slot`, :func:`in_session19_slot` and :func:`in_session20_slot`,
-    which draw one of :data:`SESSION9_FAMILIES`, :data:`SESSION14_FAMILIES`,
-    :data:`SESSION18_FAMILIES`, :data:`SESSION19_FAMILIES` and
-    :data:`SESSION20_FAMILIES`."""
+    :func:`in_session18_slot`, :func:`in_session19_slot`, :func:`in_session20_slot` and
+    :func:`in_session21_slot`, which draw one of :data:`SESSION9_FAMILIES`,
+    :data:`SESSION14_FAMILIES`, :data:`SESSION18_FAMILIES`, :data:`SESSION19_FAMILIES`,
+    :data:`SESSION20_FAMILIES` and :data:`SESSION21_FAMILIES`."""
     if in_session9_slot(seed):
         return SESSION9_FAMILIES[seed % len(SESSION9_FAMILIES)]
     if in_session14_slot(seed):
@@ -315,6 +367,8 @@ def family_of(seed: int) -> str:
         return SESSION19_FAMILIES[seed % len(SESSION19_FAMILIES)]
     if in_session20_slot(seed):
         return SESSION20_FAMILIES[seed % len(SESSION20_FAMILIES)]
+    if in_session21_slot(seed):
+        return SESSION21_FAMILIES[seed % len(SESSION21_FAMILIES)]
     if (seed // len(FAMILIES)) % 8 == 7:
         return MORE_FAMILIES[seed % len(MORE_FAMILIES)]
     return FAMILIES[seed % len(FAMILIES)]
@@ -495,6 +549,16 @@ def draw_edge_case(seed: int) -> EdgeCase:
                  "cond": d.choice(GUARDED_CONDITIONS), "true": d.choice(GUARDED_OPERANDS),
                  "other": d.choice(OTHER_OPERANDS), "negated": d.bool(0.5),
                  "schedule": d.choice((1, 4, 8, 8, 16, 16, 32, "split"))}
+    elif family == "environment":
+        if d.bool(0.6):
+            var = d.choice(tuple(ENV_VALUES))
+            legal, hostile, _ = ENV_VALUES[var]
+            twist = {"var": var, "value": d.choice(hostile if d.bool(0.6) else legal)}
+        else:
+            twist = {"calibration": d.choice(CALIBRATION_FILES),
+                     "cost": d.choice(("fma_bits", "gather_cost", "transpose_cost",
+                                       "split_loads_cheap", "gemm_load_cost")),
+                     "forged": d.choice(HOSTILE_VALUES[:9] + (-1.0, 1e300, "1.5", [], {}))}
     return EdgeCase(prog, steps, base.n, base.seed, target, f"edge seed {seed} ({family})",
                     family=family, twist=twist, fuzz_seed=seed)
 
@@ -681,7 +745,8 @@ def run_edge_case(ec: EdgeCase) -> Outcome:
               "torch_autograd": _run_torch_autograd, "quant_scales": _run_quant_scales,
               "gpu_gather": _run_gather_ids, "torch_inplace": _run_torch_inplace,
               "device_array": _run_device_array, "row_division": _run_row_division,
-              "flash_config": _run_flash_config, "guarded_select": _run_guarded_select}
+              "flash_config": _run_flash_config, "guarded_select": _run_guarded_select,
+              "environment": _run_environment}
     return runner[ec.family](ec)
 
 
@@ -1754,6 +1819,15 @@ def _edit_ir(text: str, tw: dict):
     return edits[0]
 
 
+def _stores_into_edited(text: str) -> bool:
+    """Whether the IR ``text`` stores into an allocation the alloc edits gave an extent
+    of 0 or below."""
+    names = {m.group(1) for m in re.finditer(r"allocate ([^\n]*?): \w+\[([^\]]*)\]", text)
+             if any(e.strip() == "0" or e.strip().startswith("-")
+                    for e in m.group(2).split(","))}
+    return any(re.search(rf"(?m)^\s*{re.escape(n)}\[[^\n]*\] = ", text) for n in names)
+
+
 def _run_ir_edit(ec: EdgeCase) -> Outcome:
     c, bad = _prepare(ec)
     if bad:
@@ -1769,8 +1843,10 @@ def _run_ir_edit(ec: EdgeCase) -> Outcome:
         stage = "build"
         mod = tc.build(func)
         stage = "call"
-        if ec.twist["edit"].startswith("alloc") and "allocate" in c.ir:
+        if ec.twist["edit"].startswith("alloc") and _stores_into_edited(text):
             # the stage that owns the buffer stores into it: no element to store to
+            # (lowering may have dropped every store: a stage read only under a
+            # condition that never holds, as at seed 21300118)
             return _expect_refusal(ec, lambda: mod(*case_arrays(ec, c.inputs)),
                                    (tc.BoundsError,), stage, text,
                                    "stores into an allocation of no element")
@@ -2441,3 +2517,108 @@ def _run_guarded_select(ec: EdgeCase) -> Outcome:
     if msg:
         return Outcome("mismatch", ec, "compare", msg)
     return Outcome("ok", ec, "compare")
+
+
+#: seconds the environment family's child may take (its import, the auto-schedule, the
+#: builds and the interpreter, on a loaded machine): past it, the case hangs
+ENVIRONMENT_TIMEOUT = 240.0
+
+
+def _environment_expects(tw: dict, env: dict) -> Optional[str]:
+    """The exception the environment case ``tw`` must raise (its class's name), or None
+    where it must compute the values."""
+    var = tw.get("var")
+    if var is None:
+        return None
+    legal, hostile, error = ENV_VALUES[var]
+    if tw["value"] in legal or error is None:
+        return None
+    worker = env.get("TECOMP_LLVM_OPT_WORKER", "").strip().lower() not in ("0", "false",
+                                                                            "no", "off")
+    if var.startswith("TECOMP_LLVM_") and not worker:
+        return None      # (read by the optimiser worker, which does not run)
+    return error
+
+
+def _plant_calibration(tw: dict) -> None:
+    """In the child: the twist's file in the machine calibration's place, and the host's
+    table entry set aside (so that the file is what the machine model reads)."""
+    host = tc.Target("llvm")
+    tgt.MEASURED = {k: v for k, v in tgt.MEASURED.items() if k != host.cpu}
+    path = cal.cache_path(host)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    kind = tw["calibration"]
+    costs = {"fma_bits": 32 * host.lanes, "gather_cost": 3.0, "transpose_cost": 0.7,
+             "split_loads_cheap": False, "gemm_load_cost": 0.4}
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "link_to_dev_zero":
+        os.symlink("/dev/zero", path)
+    elif kind == "huge":
+        path.write_text(json.dumps({"costs": costs}) + " " * (1 << 20))
+    elif kind == "not_json":
+        path.write_bytes(b"\xff\xfe{costs" * 10)
+    else:
+        if kind == "forged":
+            costs[tw["cost"]] = tw["forged"]
+        path.write_text(json.dumps({"costs": costs}, allow_nan=True))
+
+
+def environment_child(seed: int) -> dict:
+    """The environment family's case ``seed`` as its child process runs it (its
+    environment already set by the parent): the twist's calibration file planted, then
+    the drawn program auto-scheduled (analytic), built and run against the interpreter
+    and numpy.  Returns the outcome as a dict (kind, stage, detail)."""
+    ec = draw_edge_case(seed)
+    if "calibration" in ec.twist:
+        _plant_calibration(ec.twist)
+    base = Case(ec.program, ec.steps, ec.n, ec.seed, "llvm", ec.name, auto=-1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")      # (a setting ignored with a warning)
+        try:
+            out = run_case(base)
+        except Exception as e:  # noqa: BLE001  (run_case never raises for a finding)
+            return {"kind": "crash", "stage": "run", "detail": _exc_text(e)}
+    return {"kind": out.kind, "stage": out.stage, "detail": out.detail or ""}
+
+
+def _run_environment(ec: EdgeCase, prelude: str = "",
+                     timeout: float = ENVIRONMENT_TIMEOUT) -> Outcome:
+    """Run :func:`environment_child` in a child process (``prelude``: Python run there
+    first, e.g. a test's stand-in for old code) and judge what it returned."""
+    tw = ec.twist
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory(prefix="tecomp-edge-env-") as d:
+        env["TECOMP_CACHE_DIR"] = os.path.join(d, "cache")
+        if "var" in tw:
+            env[tw["var"]] = tw["value"]
+        if tw.get("var") != "TECOMP_CALIBRATE":
+            env["TECOMP_CALIBRATE"] = "0"    # (never measure: seconds of timing)
+        expect = _environment_expects(tw, env)
+        code = (f"{prelude}\nimport json\nfrom tecomp.testing.edges import environment_child\n"
+                f"print('@@' + json.dumps(environment_child({ec.fuzz_seed})))\n")
+        what = ", ".join(f"{k}={v!r}" for k, v in tw.items() if k in ("var", "value",
+                                                                    "calibration", "forged"))
+        try:
+            p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                               text=True, timeout=timeout, cwd=d)
+        except subprocess.TimeoutExpired:
+            return Outcome("crash", ec, "child", f"{what}: the child did not finish within "
+                           f"{timeout:g} s (a hang)")
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("@@")]
+    if p.returncode != 0 or not lines:
+        return Outcome("crash", ec, "child", f"{what}: the child exited with status "
+                       f"{p.returncode}:\n{p.stderr[-3000:]}")
+    got = json.loads(lines[-1][2:])
+    if expect is not None:
+        if got["kind"] == "crash" and f"tecomp.errors.{expect}: {tw['var']}=" in got["detail"]:
+            return Outcome("refused", ec, got["stage"], f"{what}: {expect}")
+        if got["kind"] in ("ok", "refused", "rejected"):
+            return Outcome("mismatch", ec, got["stage"], f"{what}: accepted, expected a "
+                           f"{expect} naming {tw['var']}")
+        return Outcome(got["kind"], ec, got["stage"], f"{what}: expected a {expect} "
+                       f"naming {tw['var']}, got\n{got['detail']}")
+    detail = f"{what}: {got['detail']}" if got["kind"] != "ok" else what
+    return Outcome(got["kind"], ec, got["stage"], detail)

@@ -481,6 +481,17 @@ def test_export_onto_a_directory(small, tmp_path):
         small.export_library(tmp_path)
 
 
+def test_export_onto_a_directory_that_is_not_there(small, tmp_path):
+    """``"kernels/"`` where no such directory is: the library was written as a file named
+    ``kernels`` (the separator dropped), and ``load_module("kernels/")`` refused it."""
+    with pytest.raises(tc.BuildError, match=r"double.export_library: '.*kernels/' ends with "
+                                            r"'/', so it names a directory, and there is none; "
+                                            r"give a file name such as '.*kernels/double.so' "
+                                            r"\(create the directory first\)"):
+        small.export_library(str(tmp_path / "kernels") + "/")
+    assert not (tmp_path / "kernels").exists()
+
+
 def test_export_path_of_the_wrong_type(small):
     with pytest.raises(tc.ArgumentError, match=r"double.export_library expects a file path "
                                                r"\(str or os.PathLike\), got list"):

@@ -115,6 +115,8 @@ class VariantCompiler:
                 raise BuildError(unknown_intrinsic_message(unknown[0])) from None
             raise BuildError(unresolved_message(self.func.name, exc.symbols, self.target,
                                                 "nothing in this process defines")) from None
+        except BuildError:       # (a user's setting, e.g. TECOMP_LLVM_OPT_TIMEOUT)
+            raise
         except RuntimeError as exc:
             check_calls(calls, self.target)
             raise InternalError(f"LLVM rejected the module generated for {self.func.name} "

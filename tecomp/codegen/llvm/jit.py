@@ -44,8 +44,9 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 import llvmlite.binding as llvm
 
-from ...errors import InternalError
+from ...errors import BuildError, InternalError
 from ...target import host as _host
+from ...threads import number_from_env
 from . import libcalls, optproc as _optproc
 from .optproc import _LEN
 
@@ -315,10 +316,9 @@ def _get_worker(triple: str = "") -> Optional[OptWorker]:
     if w is not None:
         w.close()
         del _WORKERS[triple]
-    try:
-        max_mb = float(os.environ.get("TECOMP_LLVM_WORKER_MAX_MB", "256"))
-    except ValueError:
-        max_mb = 256.0
+    max_mb = number_from_env("TECOMP_LLVM_WORKER_MAX_MB", 256.0, low=1.0, high=1e9,
+                             integer=False, error=BuildError,
+                             use="the MiB the LLVM optimiser worker may grow by")
     h = host()
     try:
         if triple:   # another machine's code: its functions name their CPU and features
@@ -376,10 +376,9 @@ def _opt_timeout(ir_bytes: int = 0) -> float:
     instruction selection and loop access analysis grow faster than linearly with the
     size of a basic block: the 4 MB kernel of a sum of 20,000 terms written as one
     expression takes it about a minute)."""
-    try:
-        base = float(os.environ.get("TECOMP_LLVM_OPT_TIMEOUT", "60"))
-    except ValueError:
-        base = 60.0
+    base = number_from_env("TECOMP_LLVM_OPT_TIMEOUT", 60.0, low=0.001, high=1e9,
+                           integer=False, error=BuildError,
+                           use="the seconds LLVM's optimiser may take on a module")
     return base * (1.0 + ir_bytes / 2**20)
 
 
