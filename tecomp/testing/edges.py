@@ -286,6 +286,9 @@ ENV_VALUES = {
     "TECOMP_SPIN": (("0", "100"), ("-1", "abc", "1e9"), None),
 }
 
+#: the settings the optimiser worker reads (errors only where it runs)
+_WORKER_SETTINGS = ("TECOMP_LLVM_OPT_TIMEOUT", "TECOMP_LLVM_WORKER_MAX_MB")
+
 #: what the environment family puts in the machine calibration's place
 CALIBRATION_FILES = ("fifo", "directory", "link_to_dev_zero", "huge", "forged", "not_json",
                      "genuine")
@@ -2535,7 +2538,7 @@ def _environment_expects(tw: dict, env: dict) -> Optional[str]:
         return None
     worker = env.get("TECOMP_LLVM_OPT_WORKER", "").strip().lower() not in ("0", "false",
                                                                             "no", "off")
-    if var.startswith("TECOMP_LLVM_") and not worker:
+    if var in _WORKER_SETTINGS and not worker:
         return None      # (read by the optimiser worker, which does not run)
     return error
 
