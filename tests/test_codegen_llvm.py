@@ -3159,3 +3159,25 @@ def test_vector_select_on_an_or_of_float_compares_is_nan_exact(first):
             out = np.zeros(n, np.float32)
             m(a, b, cc, dd, out)
             np.testing.assert_array_equal(out, want, err_msg=f"{first} | {second}")
+
+
+def test_has_load_memo_is_by_identity_not_address():
+    """The select speculation asks whether an operand loads; the answer is memoised per
+    expression.  Keyed by address alone, an expression dropped during emission passed its
+    answer to the next one made at the same address: a load judged load-free is
+    speculated (a padded read out of bounds), or the reverse."""
+    from tecomp.codegen.llvm.module import _ModuleBuilder
+    from tecomp.ir.expr import Add, Buffer, BufferLoad, Const
+
+    buf = Buffer("A", (Const(4, "int32"),), "float32")
+    one = Const(1.0, "float32")
+    mb = object.__new__(_ModuleBuilder)
+    mb._has_load = {}
+    for k in range(200):
+        e = Add(BufferLoad(buf, (Const(k % 4, "int32"),), "float32"), one, "float32")
+        assert mb.has_load(e)
+        del e
+        f = Add(Const(float(k), "float32"), one, "float32")  # the same node type, no load
+        assert not mb.has_load(f), k
+        del f
+    # (without the fix this failed at k = 0: CPython gave ``f`` the address ``e`` had)

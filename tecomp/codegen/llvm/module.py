@@ -89,7 +89,7 @@ class _ModuleBuilder:
         self._loop_ids = 0
         self._selfref_ids = 0
         self._par_count = 0
-        self._has_load: Dict[int, bool] = {}
+        self._has_load: Dict[int, tuple] = {}
         #: the target's decisions the emitter asks about (policy.py, x86.py)
         self.policy = policy_for(self.target)
         #: buffers never padded to a masked access (_FnEmitter.pad_lanes): accumulators,
@@ -166,18 +166,21 @@ class _ModuleBuilder:
         return self.module.add_metadata(ops)
 
     def has_load(self, e) -> bool:
-        k = id(e)
-        r = self._has_load.get(k)
-        if r is None:
-            found = []
+        """Whether expression ``e`` reads a buffer (memoised by identity: the entry
+        keeps ``e`` alive, so that an expression the emitter made and dropped cannot
+        pass its answer to a later one at the same address)."""
+        ent = self._has_load.get(id(e))
+        if ent is not None and ent[0] is e:
+            return ent[1]
+        found = []
 
-            class _V(Visitor):
-                def visit_BufferLoad(self, x):
-                    found.append(x)
+        class _V(Visitor):
+            def visit_BufferLoad(self, x):
+                found.append(x)
 
-            _V().visit(e)
-            r = bool(found)
-            self._has_load[k] = r
+        _V().visit(e)
+        r = bool(found)
+        self._has_load[id(e)] = (e, r)
         return r
 
     def explicitly_vectorized(self) -> bool:
