@@ -334,8 +334,9 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     lanes = plan.rows_in_lanes and knobs.choose("skinny.rows_in_lanes", [True, False],
                                                 info.masks)
     each = not lanes and knobs.choose("skinny.w_each_use", [True, False], plan.w_each_use)
-    if lanes:   # the rows of W in a tile of _schedule_rows_in_lanes (8 rows, 1 thread,
-        #         Xeon, under load: 12 and 16 rows 1.09-1.18x slower, 24 rows 1.3x, 4 rows 1.16x)
+    if lanes:   # the rows of W in a tile of _schedule_rows_in_lanes (against 8 rows at 12
+        #         and 16 rows of A, 1 thread, Xeon, under load: 12 rows 1.10x slower, 16
+        #         rows 1.16-1.17x, 24 rows 1.29-1.33x, 4 rows 1.16-1.18x)
         nb = lanes_tile(plan.M, info)
         most = lanes_tile_most(plan.M, info)
         nb = knobs.choose("skinny.lanes_rows",
@@ -451,9 +452,9 @@ def rows_fill_lanes(M: int, lanes: int) -> bool:
     (:func:`_schedule_rows_in_lanes`: ``ceil(M / lanes)`` FMAs per element of W, the
     lanes past ``M`` masked off) do fewer than twice the FMAs of vectors along ``k``
     (``M / lanes`` per element, and ``M / nb`` loads of A per vector of W besides).  (1
-    thread, Xeon, AVX-512, under load: 9, 12 and 15 rows 1.12-1.38x faster along A's
-    rows than along ``k``; 8 rows within 2%; see benchmarks/DECISIONS.md, "Skinny GEMM:
-    A @ W^T along A's rows from 9 rows".)"""
+    thread, Xeon, AVX-512, under load: 9 to 15 rows 1.12-1.38x faster along A's rows
+    than along ``k``, two runs; 8 rows within 2%; see benchmarks/DECISIONS.md, "Skinny
+    GEMM: A @ W^T along A's rows from 9 rows".)"""
     return 2 * (M % lanes or lanes) > lanes
 
 
