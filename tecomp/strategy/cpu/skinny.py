@@ -477,8 +477,9 @@ def lanes_tile_most(M: int, info: CpuModel) -> int:
 def _schedule_rows_in_lanes(s: Schedule, C: Tensor, info: CpuModel,
                             plan: SkinnyPlan) -> None:
     """``C[i, j] = sum_k A[i, k] * W[j, k]`` with ``M`` rows in ``ceil(M / lanes)``
-    vectors (:func:`rows_fill_lanes`; the last one's lanes past ``M`` masked off where
-    ``M`` is not a multiple of the lanes): ``C^T = W @ A^T`` as a GEMM whose vectors run
+    vectors (:func:`rows_fill_lanes`; where ``M`` is not a multiple of the lanes, the
+    last one's lanes past ``M`` left out: masked loads with AVX-512, one 512-bit vector
+    for 12 rows): ``C^T = W @ A^T`` as a GEMM whose vectors run
     along A's rows.  A is copied transposed (``A^T[k, i]``, ``M x K``: a vector of its
     rows is contiguous); a tile of ``plan.nb`` rows of W (:func:`lanes_tile`, knob
     ``skinny.lanes_rows``) keeps one accumulator per row (a vector of ``C[:, j]``)
