@@ -149,7 +149,7 @@ def test_sixteen_rows_copy_a_and_prefetch_w():
     assert "A.global" not in ir and "k.outer.outer + 1" not in ir
     # run: 9 rows (a short row block), 1024 columns in blocks, 37 rows of W (a short tile)
     args = _plain(9, 37, 1024, "wt")
-    s = apply_rules(args, Knobs(), cpu_model())
+    s = apply_rules(args, along_k, cpu_model())
     ir = _no_copy_of(s, args, args[1])
     assert "A.global" in ir and _prefetches_of(ir), ir
     c, want = _run(s, args, "wt")
@@ -488,30 +488,33 @@ def test_dense_and_batched_gemv_stream_like_plain_te():
     np.testing.assert_allclose(c, a @ w.transpose(0, 2, 1), rtol=1e-4, atol=1e-3)
 
 
-# (rows of A, lanes of the machine model): one vector of A's rows, two (AVX2's 8 lanes)
-LANES = [(16, 16), (8, 8), (16, 8)]
+# (rows of A, lanes of the machine model): one vector of A's rows, two (AVX2's 8 lanes),
+# and rows that leave the last vector part empty (its lanes past M masked off)
+LANES = [(16, 16), (8, 8), (16, 8), (12, 16), (9, 16), (15, 16), (13, 8)]
+LANES_DEFAULT = {(16, 16), (12, 16)}
 
 
 @pytest.mark.parametrize("M, lanes", LANES, ids=[f"M{m}-L{l}" for m, l in LANES])
 def test_rows_in_lanes(M, lanes):
-    """``A @ W^T`` whose rows are a multiple of the machine model's lanes: vectors along
-    A's rows (``skinny.rows_in_lanes``): A copied transposed, W read in place, no lane
-    sums (no ``C.rf``), a tile of ``fma_latency x fma_ports`` rows of W (fewer where 16
-    registers do not hold them) each prefetched ahead, by default with AVX-512 (the
-    model's masks), through the knob with AVX2's 8 lanes; numpy's results with tails in
-    N and K, on 1 and 2 threads (one of them by default); the knob off gives the tile
-    along K."""
+    """``A @ W^T`` whose rows leave their last vector of the machine model's lanes more
+    than half full: vectors along A's rows (``skinny.rows_in_lanes``): A copied
+    transposed, W read in place, no lane sums (no ``C.rf``), a tile of ``fma_latency x
+    fma_ports`` rows of W (fewer where 16 registers do not hold them) each prefetched
+    ahead, by default with AVX-512 (the model's masks), through the knob with AVX2's 8
+    lanes; numpy's results with tails in N and K, on 1 and 2 threads (one of them by
+    default); the knob off gives the tile along K."""
     import dataclasses
 
     from tecomp.strategy.cpu.skinny import lanes_tile
 
-    if not LONG and M != 16:
-        pytest.skip("8 rows: set TECOMP_LONG_TESTS=1")
+    if not LONG and (M, lanes) not in LANES_DEFAULT:
+        pytest.skip("more row counts: set TECOMP_LONG_TESTS=1")
 
     info = dataclasses.replace(cpu_model(), lanes=lanes, vregs=32 if lanes == 16 else 16,
                                masks=lanes == 16)
+    vecs = -(-M // lanes)
     assert lanes_tile(M, info) == min(info.fma_latency * info.fma_ports,
-                                      (info.vregs - 1 - M // lanes) // (M // lanes))
+                                      (info.vregs - 1 - vecs) // vecs)
     args = _plain(M, 37, 301, "wt")
     for threads in (1, 2) if LONG else (2 if lanes == 16 else 1,):
         info = dataclasses.replace(info, threads=threads)
@@ -529,6 +532,70 @@ def test_rows_in_lanes(M, lanes):
         np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
     s = apply_rules(args, Knobs({"skinny.rows_in_lanes": False}), info)
     assert "C.rf" in str(tc.lower(s, args))
+
+
+def test_rows_in_lanes_from_a_half_full_vector():
+    """``A @ W^T`` may run its vectors along A's rows (``SkinnyPlan.rows_in_lanes``) where
+    the rows leave their last vector more than half full (:func:`rows_fill_lanes`): 9 to
+    16 rows with 16 lanes, 5 to 8 and 13 to 16 with 8; never batched or for ``A @ W``.
+    For an AVX-512 model (16 lanes, masks) the default schedule of every row count from
+    1 to 16 (``TECOMP_LONG_TESTS=1``; by default 7 of them; odd N and K; 2 threads)
+    gives numpy's results, W read in place, along A's
+    rows (no lane sums) exactly from 9 rows on, with a tile of 8 rows of W
+    (``skinny.lanes_rows``); a sampled ``skinny.lanes_rows`` gives them too."""
+    import dataclasses
+
+    from tecomp.strategy.cpu.skinny import rows_fill_lanes
+
+    want = {16: set(range(9, 17)), 8: set(range(5, 9)) | set(range(13, 17))}
+    for lanes, rows in want.items():
+        assert {m for m in range(1, 17) if rows_fill_lanes(m, lanes)} == rows
+        info = dataclasses.replace(cpu_model(), lanes=lanes)
+        for m in range(1, 17):
+            assert skinny_plan(_plain(m, 37, 203, "wt")[2].op, info).rows_in_lanes \
+                is (m in rows)
+            assert not skinny_plan(_plain(m, 37, 203, "w")[2].op, info).rows_in_lanes
+    info = dataclasses.replace(cpu_model(), lanes=16)
+    assert skinny_plan(_plain(16, 40, 64, "wt")[2].op, info).rows_in_lanes
+    A = tc.placeholder((2, 16, 64), name="A")
+    W = tc.placeholder((2, 40, 64), name="W")
+    assert not skinny_plan(nn.batch_matmul(A, W, transpose_b=True).op, info).rows_in_lanes
+    info = dataclasses.replace(cpu_model(), lanes=16, vregs=32, masks=True, threads=2,
+                               fma_latency=4, fma_ports=2)
+    for M in range(1, SKINNY_MAX_ROWS + 1) if LONG else (1, 5, 8, 9, 12, 15, 16):
+        args = _plain(M, 37, 203, "wt")
+        knobs = Knobs()
+        s = apply_rules(args, knobs, info)
+        ir = _no_copy_of(s, args, args[1])
+        assert ("C.rf" not in ir) is (M >= 9), (M, ir)
+        assert knobs.values.get("skinny.lanes_rows") == (8 if M >= 9 else None)
+        c, want = _run(s, args, "wt")
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3, err_msg=f"M={M}")
+    for seed in range(3):
+        args = _plain(12, 37, 203, "wt")
+        knobs = Knobs({"skinny": True, "skinny.rows_in_lanes": True}, rng=random.Random(seed))
+        s = apply_rules(args, knobs, info)
+        assert "C.rf" not in str(tc.lower(s, args))
+        c, want = _run(s, args, "wt")
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3, err_msg=str(knobs.values))
+
+
+def test_twelve_rows_are_one_masked_vector():
+    """For an AVX-512 x86 CPU (``-mcpu=znver4``, compiled only), 12 rows along A's rows
+    are one vector of 16 lanes, the last 4 masked off: every FMA of the kernel a 512-bit
+    one taking W's element as a broadcast operand (16 steps of the 8 rows of W of a
+    tile, unrolled), none split into 256- and 128-bit halves."""
+    target = "llvm -mcpu=znver4"
+    info = tc.Target(target).machine
+    assert info.masks and info.lanes == 16
+    args = _plain(12, 48, 1024, "wt")
+    knobs = Knobs()
+    s = apply_rules(args, knobs, info)
+    assert knobs.values["skinny.rows_in_lanes"] is True
+    asm = tc.build(s, args, target=target).get_source("asm")
+    fmas = re.findall(r"vfmadd\d+ps\s+([^\n]*)", asm)
+    assert len([f for f in fmas if "{1to16}" in f and "%zmm" in f]) >= 16 * 8, fmas
+    assert not [f for f in fmas if "%ymm" in f or "%xmm" in f], fmas
 
 
 EACH = [(m, lay) for lay in ("wt", "w") for m in range(1, SKINNY_MAX_ROWS + 1)]

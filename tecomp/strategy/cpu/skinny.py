@@ -42,11 +42,11 @@ streaming its own columns of C, the sums accumulated in vector registers:
   rows, 1 thread, Zen 4, under load: 6.7 ms against 7.8, 2 rows 6.7 against 7.2, 8 rows
   11.3 against 12.1; in C models of the 4 x 6 tile 81-90% of the read stream against
   68-81% with W's vectors held in registers, benchmarks/skinny_ceiling.py); where the
-  rows are a
-  multiple of the lanes (16 with AVX-512), the vectors run along A's rows instead, W's
-  elements broadcast (``SkinnyPlan.rows_in_lanes``, :func:`_schedule_rows_in_lanes`; by
-  default where the FMAs take a broadcast operand: AVX-512, the machine model's
-  ``masks``);
+  rows leave their last vector more than half full (9 to 16 rows with AVX-512's 16
+  lanes, :func:`rows_fill_lanes`), the vectors run along A's rows instead, W's
+  elements broadcast, the lanes past ``M`` masked off (``SkinnyPlan.rows_in_lanes``,
+  :func:`_schedule_rows_in_lanes`; by default where the FMAs take a broadcast operand
+  and the loads a mask: AVX-512, the machine model's ``masks``);
 * ``W[k, j]``: vectors along ``j``, a register block of ``mb`` rows by ``nv`` vectors,
   ``A[i, k]`` broadcast (``nv`` vector loads of one row of W and ``mb`` broadcasts per
   ``mb * nv`` FMAs; from 2 rows on, where the machine model's ``memory_operands`` and
@@ -92,7 +92,8 @@ The auto-scheduler (:func:`tecomp.strategy.apply_rules`) gives every such GEMM t
 schedule, whether written in plain TE or with ``tecomp.nn``, its decisions as knobs
 (``skinny``, ``skinny.rows``, ``skinny.cols``, ``skinny.kblock``, ``skinny.copy_a``,
 ``skinny.prefetch``, ``skinny.stream``, ``skinny.stream_level``, ``skinny.stream_bytes``,
-``skinny.rows_in_lanes``, ``skinny.w_each_use``, ``skinny.task_tiles``).
+``skinny.rows_in_lanes``, ``skinny.lanes_rows``, ``skinny.w_each_use``,
+``skinny.task_tiles``).
 """
 from __future__ import annotations
 
@@ -167,7 +168,8 @@ class SkinnyPlan:
     """A skinny GEMM found by :func:`skinny_plan`: its extents, whether W is read along
     its rows (``W[j, k]``: ``rows_of_w``) and the register tile: ``mb`` rows of A by
     ``nb`` rows of W (``rows_of_w``) or ``nb`` vectors of W's columns, accumulated in
-    registers over ``kb`` steps of the reduction."""
+    registers over ``kb`` steps of the reduction (vectors along A's rows,
+    ``rows_in_lanes``: ``nb`` rows of W a tile, :func:`lanes_tile`, over all of it)."""
     M: int
     N: int
     K: int
@@ -182,9 +184,10 @@ class SkinnyPlan:
     #                       stream_bytes ahead) or "tile" (the next tile's), or "off";
     #                       W[k, j]: "tile" (at each tile, the next tile's block of
     #                       rows) or "off"
-    rows_in_lanes: bool = False  # W[j, k], M a multiple of the lanes: vectors along
-    #                              A's rows instead (_schedule_rows_in_lanes) may be
-    #                              chosen (by default where the target has AVX-512)
+    rows_in_lanes: bool = False  # W[j, k], M's last vector more than half full
+    #                              (rows_fill_lanes): vectors along A's rows instead
+    #                              (_schedule_rows_in_lanes) may be chosen (by default
+    #                              where the target has AVX-512)
     stream_level: int = 2  # W[j, k]: the cache level `stream` prefetches into
     stream_bytes: int = L2_PREFETCH_BYTES  # ... and how far ahead ("rows"), in bytes
     w_each_use: bool = False  # each FMA loads its vector of W itself (its memory
@@ -235,7 +238,8 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
                       copy_a=dense and rows_share_sets(K, mb),
                       prefetch=1 if dense and kb < K else 0,
                       stream=_stream_prefetch(kb, w_kfirst, info),
-                      rows_in_lanes=not w_kfirst and M % info.lanes == 0 and batch == 1,
+                      rows_in_lanes=not w_kfirst and batch == 1
+                      and rows_fill_lanes(M, info.lanes),
                       w_each_use=info.memory_operands and (not w_kfirst or mb == M),
                       task_tiles=tasks)
 
@@ -330,6 +334,13 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     lanes = plan.rows_in_lanes and knobs.choose("skinny.rows_in_lanes", [True, False],
                                                 info.masks)
     each = not lanes and knobs.choose("skinny.w_each_use", [True, False], plan.w_each_use)
+    if lanes:   # the rows of W in a tile of _schedule_rows_in_lanes (against 8 rows at 12
+        #         and 16 rows of A, 1 thread, Xeon, under load: 12 rows 1.10x slower, 16
+        #         rows 1.16-1.17x, 24 rows 1.29-1.33x, 4 rows 1.16-1.18x)
+        nb = lanes_tile(plan.M, info)
+        most = lanes_tile_most(plan.M, info)
+        nb = knobs.choose("skinny.lanes_rows",
+                          sorted({nb} | {r for r in (4, 8, 12, 16, 24) if r <= most}), nb)
     level, ahead = plan.stream_level, plan.stream_bytes
     if stream != "off":
         level = knobs.choose("skinny.stream_level", [1, 2], level)
@@ -435,21 +446,43 @@ def _schedule_rows_of_w(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan
         s[rf].prefetch(W, step, 1, along=tile, level=plan.stream_level)
 
 
+def rows_fill_lanes(M: int, lanes: int) -> bool:
+    """``W[j, k]``: whether ``M`` rows of A, in vectors of ``lanes``, leave their last
+    vector more than half full, so that vectors along A's rows
+    (:func:`_schedule_rows_in_lanes`: ``ceil(M / lanes)`` FMAs per element of W, the
+    lanes past ``M`` masked off) do fewer than twice the FMAs of vectors along ``k``
+    (``M / lanes`` per element, and ``M / nb`` loads of A per vector of W besides).  (1
+    thread, Xeon, AVX-512, under load: 9 to 15 rows 1.12-1.38x faster along A's rows
+    than along ``k``, two runs; 8 rows within 2%; see benchmarks/DECISIONS.md, "Skinny
+    GEMM: A @ W^T along A's rows from 9 rows".)"""
+    return 2 * (M % lanes or lanes) > lanes
+
+
 def lanes_tile(M: int, info: CpuModel) -> int:
-    """The rows of W in one tile of :func:`_schedule_rows_in_lanes` (``M`` rows of A, a
-    multiple of the lanes): as many accumulators as keep the FMA units busy (the machine
-    model's ``fma_latency x fma_ports``, each a vector of A's rows), fewer where the
-    registers do not hold them with one vector of A."""
-    vecs = M // info.lanes
-    return max(1, min(info.fma_latency * info.fma_ports, (info.vregs - 1 - vecs) // vecs))
+    """The rows of W in one tile of :func:`_schedule_rows_in_lanes` (``M`` rows of A in
+    ``ceil(M / lanes)`` vectors): as many accumulators as keep the FMA units busy (the
+    machine model's ``fma_latency x fma_ports``, each a vector of A's rows), fewer where
+    the registers do not hold them with a vector of A."""
+    return max(1, min(info.fma_latency * info.fma_ports, lanes_tile_most(M, info)))
+
+
+def lanes_tile_most(M: int, info: CpuModel) -> int:
+    """The most rows of W a tile of :func:`_schedule_rows_in_lanes` may hold: their
+    accumulators (``ceil(M / lanes)`` vectors each), the vectors of one column of
+    ``A^T`` and a register to spare in the machine model's vector registers."""
+    vecs = _ceil(M, info.lanes)
+    return max(1, (info.vregs - 1 - vecs) // vecs)
 
 
 def _schedule_rows_in_lanes(s: Schedule, C: Tensor, info: CpuModel,
                             plan: SkinnyPlan) -> None:
-    """``C[i, j] = sum_k A[i, k] * W[j, k]`` with ``M`` a multiple of the lanes: ``C^T =
-    W @ A^T`` as a GEMM whose vectors run along A's rows.  A is copied transposed
-    (``A^T[k, i]``, ``M x K``: a vector of its rows is contiguous); a tile of
-    :func:`lanes_tile` rows of W keeps one accumulator per row (a vector of ``C[:, j]``)
+    """``C[i, j] = sum_k A[i, k] * W[j, k]`` with ``M`` rows in ``ceil(M / lanes)``
+    vectors (:func:`rows_fill_lanes`; where ``M`` is not a multiple of the lanes, the
+    last one's lanes past ``M`` left out: masked loads with AVX-512, one 512-bit vector
+    for 12 rows): ``C^T = W @ A^T`` as a GEMM whose vectors run
+    along A's rows.  A is copied transposed (``A^T[k, i]``, ``M x K``: a vector of its
+    rows is contiguous); a tile of ``plan.nb`` rows of W (:func:`lanes_tile`, knob
+    ``skinny.lanes_rows``) keeps one accumulator per row (a vector of ``C[:, j]``)
     over the whole reduction, each step an FMA of the vector ``A^T[k, :]`` by ``W[j,
     k]`` broadcast: one vector load per tile's rows of FMAs, against ``mb + nb`` per ``mb
     x nb`` with vectors along ``k`` (whose 8 x 3 tile's loop ran at half the FMA peak
@@ -460,7 +493,7 @@ def _schedule_rows_in_lanes(s: Schedule, C: Tensor, info: CpuModel,
     5, under load: 7.9 ms against 10.7 with the 8 x 3 tile along ``k``, the FMA peak's
     5.5; 12 rows of W a tile 10.6 ms, the prefetch 2 KiB ahead 8.2, one line 9.1.)"""
     L = info.lanes
-    nb = lanes_tile(plan.M, info)
+    nb = plan.nb
     A, W = (t[0] for t in _contraction_operands(C.op)[1:])
     At = s.cache_read(A, "global", [C])
     ai, ak = s[At].op.axis
