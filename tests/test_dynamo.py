@@ -822,7 +822,22 @@ t = torch.randn(64, 256)
 with torch.no_grad():
     y = torch.compile(m, backend="tecomp")(x)
     assert torch.allclose(y, m(x), rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(torch.compile(two, backend="tecomp")(t), two(t))
+    got, want = torch.compile(two, backend="tecomp")(t), two(t)
+    if not torch.allclose(got, want, rtol=1.3e-6, atol=1e-5):
+        # (this failed now and then under load, 2026-12-02, unexplained: say all there is)
+        f64 = torch.sort(torch.tanh(t.double()) * 3, dim=1)[0].exp() + 1
+        bad = ~torch.isclose(got, want, rtol=1.3e-6, atol=1e-5)
+        print("MISMATCH", int(bad.sum()), "rows", sorted(set(bad.nonzero()[:, 0].tolist())),
+              "columns", sorted(set(bad.nonzero()[:, 1].tolist())), file=sys.stderr)
+        print("max relative error against float64: compiled",
+              float(((got.double() - f64).abs() / f64).max()), "eager",
+              float(((want.double() - f64).abs() / f64).max()), file=sys.stderr)
+        again = torch.compile(two, backend="tecomp")(t)
+        print("a second call equal to the first:", torch.equal(again, got), file=sys.stderr)
+        th = torch.compile(lambda u: torch.tanh(u) * 3, backend="tecomp")(t)
+        print("tanh(t) * 3 compiled alone, max error against float64:",
+              float((th.double() - torch.tanh(t.double()) * 3).abs().max()), file=sys.stderr)
+    torch.testing.assert_close(got, want)
 print("STATS", td.STATS["built"], td.STATS["disk"])
 # the libraries loaded from the disk cache run on the first pool: no workers of their own
 print("WORKERS", [p.num_workers() for p in tecomp.threads._POOLS])
