@@ -897,6 +897,52 @@ def test_short_row_reductions_prefetch_the_rows_ahead(op, rows, k, ahead, task):
     np.testing.assert_allclose(got, np_reduce(op, x, -1, False), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("rows,k,dtype,ahead", [
+    (64, 256, "int64", 4), (48, 256, "int32", 4), (40, 100, "int64", 8),
+    (64, 37, "int32", 16), (24, 1000, "int64", 1), (16, 3000, "int32", 0)])
+def test_row_argmax_prefetches_the_rows_ahead(op, rows, k, dtype, ahead):
+    """An argmax along rows shorter than the model's ``row_prefetch_bytes``, its input
+    past the threads' L2 caches, prefetches the rows that far ahead in its first
+    partials' loop over the row (knob ``prefetch_rows``; rows as long as the distance:
+    none); numpy's answers with and without it: a NaN first, a NaN last, the first of
+    ties, rows all equal, rows all of the identity's value, odd row lengths (tails of
+    vectors)."""
+    x = _block_rows(op, 5 * rows, k).reshape(5, rows, k)
+    x[1, 1, :] = np.arange(k)
+    x[0, 0, 0] = x[1, 1, -1] = np.nan
+    x[2, 2, :] = 3.0
+    X = tc.placeholder(x.shape, "float32", name="X")
+    Y = getattr(nn, op)(X, axis=-1, dtype=dtype)
+    name = f"{op}.acc" if dtype == "int64" else op
+    want = np.argmax(x, axis=-1) if op == "argmax" else np.argmin(x, axis=-1)
+    assert want[0, 0] == 0 and want[1, 1] == k - 1 and want[2, 2] == 0
+    for knob in (None, 0):
+        knobs = Knobs({} if knob is None else {f"{name}.prefetch_rows": knob})
+        s = apply_rules([X, Y], knobs, _prefetching())
+        assert knobs.values[f"{name}.tuple_rows"] is True, knobs.values
+        assert knobs.values[f"{name}.prefetch_rows"] == (ahead if knob is None else 0)
+        ir = str(tc.lower(s, [X, Y]))
+        assert ("prefetch X[" in ir) == bool(knobs.values[f"{name}.prefetch_rows"]), ir
+        got = np.full((5, rows), -7, dtype)
+        tc.build(s, [X, Y])(x, got)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_row_argmax_prefetches_only_where_the_model_asks():
+    """A model that asks for no prefetch (a named target), or an input within the
+    threads' L2 caches, or an argmax over several axes: no prefetch, the knob 0."""
+    info = dataclasses.replace(cpu_model("llvm -mcpu=sapphirerapids"), threads=2)
+    for model, shape, axis in [(info, (5, 48, 256), -1), (_prefetching(), (2, 8, 256), -1),
+                               (_prefetching(), (40, 16, 64), (1, 2))]:
+        X = tc.placeholder(shape, "float32", name="X")
+        Y = nn.argmax(X, axis=axis)
+        knobs = Knobs()
+        s = apply_rules([X, Y], knobs, model)
+        assert knobs.values.get("argmax.prefetch_rows", 0) == 0, knobs.values
+        assert "prefetch" not in str(tc.lower(s, [X, Y]))
+
+
 @pytest.mark.parametrize("target", ["llvm -mcpu=znver4", "llvm -mcpu=znver5",
                                     "llvm -mcpu=sapphirerapids", "llvm -mcpu=haswell"])
 def test_row_reductions_prefetch_only_where_the_model_asks(target):
