@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
+from helpers import softmax as softmax_computes, softmax_ref
 from tecomp import nn
 from tecomp.lower import schedule_ops, vectorize
 from tecomp.nn import reduction
@@ -997,6 +998,41 @@ def test_elementwise_outputs_stream_past_a_measured_share_of_the_cache(limit, sh
     got = np.zeros(shape, "float32")
     tc.build(s, [X, Y])(x, got)
     np.testing.assert_allclose(got, np.exp(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("limit,rows,streams", [
+    (1 << 20, 256, True),       # 2 MiB in, 2 MiB out: over a measured 1 MiB
+    (8 << 20, 256, False),      # under a measured 8 MiB
+    (0, 256, False),            # unmeasured: half the last-level cache (32 MiB here)
+    (1 << 20, 96, True), (4 << 20, 96, False)])
+def test_row_kernels_and_templates_stream_past_a_measured_share_of_the_cache(
+        limit, rows, streams, monkeypatch):
+    """A row kernel (a softmax written as four computes), the softmax template and the
+    depthwise template store their output past the cache where what the pass reads and
+    writes is more than the model's ``stream_output_bytes`` (where measured: a VM's
+    share of the last-level cache), as a plain elementwise output does; half the
+    last-level cache where it is 0; the values are numpy's either way."""
+    from tecomp.strategy.cpu import depthwise, softmax
+    info = dataclasses.replace(info2(), l3_bytes=64 << 20, stream_output_bytes=limit)
+    C = 2048
+    X, _, _, _, Y = softmax_computes(rows, C)
+    knobs = Knobs()
+    s = apply_rules([X, Y], knobs, info)
+    assert knobs.values["stream.softmax"] is streams
+    x = rng.standard_normal((rows, C)).astype("float32")
+    want = softmax_ref(x)
+    monkeypatch.setattr(softmax, "cpu_model", lambda target: info)
+    Z = nn.softmax(X)
+    for sched, out in ((s, Y), (softmax.schedule_softmax([Z]), Z)):
+        assert ("nontemporal" in str(tc.lower(sched, [X, out]))) is streams
+        got = np.zeros((rows, C), "float32")
+        tc.build(sched, [X, out])(x, got)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    # a depthwise NHWC pass: rows / 16 x 16 x 16 x 128 in and out (as many bytes)
+    D = tc.placeholder((rows // 16, 16, 16, 128), "float32", name="D")
+    W = tc.placeholder((3, 3, 128, 1), "float32", name="W")
+    conv = nn.depthwise_conv2d_nhwc(D, W, 1, 1)
+    assert depthwise._streams_output(conv, conv, info) is streams
 
 
 @pytest.mark.parametrize("target", ["llvm -mcpu=znver4", "llvm -mcpu=znver5",

@@ -533,7 +533,8 @@ class _Rules(BlockRules):
             return False
         if row is not None:
             return STREAM_ROWS and _streams_past_llc(_read_by_nest(self.s, st, row),
-                                                     op.output(0), self.info, run)
+                                                     op.output(0), self.info, run,
+                                                     limit=self.info.stream_output_bytes)
         n = _elems(op.output(0), self.shapes)
         if not STREAM_OUTPUTS or n is None:
             return False
