@@ -906,7 +906,8 @@ def test_row_argmax_prefetches_the_rows_ahead(op, rows, k, dtype, ahead):
     """An argmax along rows shorter than the model's ``row_prefetch_bytes``, its input
     past the threads' L2 caches, prefetches the rows that far ahead in its first
     partials' loop over the row (knob ``prefetch_rows``; rows as long as the distance:
-    none); numpy's answers with and without it: a NaN first, a NaN last, the first of
+    none), along the loop of tasks (an int64 argmax's: a task ahead, a block of a
+    vector of rows); numpy's answers with and without it: a NaN first, a NaN last, the first of
     ties, rows all equal, rows all of the identity's value, odd row lengths (tails of
     vectors)."""
     x = _block_rows(op, 5 * rows, k).reshape(5, rows, k)
@@ -925,6 +926,12 @@ def test_row_argmax_prefetches_the_rows_ahead(op, rows, k, dtype, ahead):
         assert knobs.values[f"{name}.prefetch_rows"] == (ahead if knob is None else 0)
         ir = str(tc.lower(s, [X, Y]))
         assert ("prefetch X[" in ir) == bool(knobs.values[f"{name}.prefetch_rows"]), ir
+        if "prefetch X[" in ir:
+            # along the parallel loop of tasks (a task's last rows prefetch the next's),
+            # not clamped inside a task
+            task, n = re.search(r"parallel \((\S+), 0, (\d+)\)", ir).groups()
+            assert re.search(rf"prefetch X\[min\({re.escape(task)} \+ \d+, {int(n) - 1}\)",
+                             ir), ir
         got = np.full((5, rows), -7, dtype)
         tc.build(s, [X, Y])(x, got)
         np.testing.assert_array_equal(got, want)

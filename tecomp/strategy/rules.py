@@ -1230,7 +1230,9 @@ class _Rules(BlockRules):
             if len(parts) == 1 and selection_reducer(op.bodies[0].combiner) else 1
         if exts[-1] is None or exts[-1] % block:
             block = 1
-        along = None   # the loop the rows ahead are prefetched along (None: the row loop)
+        # the loop the rows ahead are prefetched along (None: the row loop) and the rows
+        # a step of it takes
+        along, per = None, block
         if epilogue is None:
             if block > 1:
                 row, rb = st.split(row, factor=block)
@@ -1249,13 +1251,15 @@ class _Rules(BlockRules):
             if self.info.threads > 1 and (total is None or total >= 2):
                 epilogue.parallel(erow)
             st.compute_at(epilogue, erow)
+            # the rows ahead along the epilogue's loop, a step of it (its tasks' rows)
+            # at least: along the block loop inside it, a task's last block would
+            # prefetch nothing (clamped to the task)
+            along, per = erow, rb
             if block > 1 and rb % block == 0:
-                row, rb = st.split(row, factor=block)
-                st.unroll(rb)
+                row, rbi = st.split(row, factor=block)
+                st.unroll(rbi)
             else:
                 block = 1
-            if rb == 1:   # (a row per step of the epilogue's loop: the rows ahead along it)
-                along = erow
         for rf in parts:
             rf.compute_at(st, row)
             rki = rf.op.axis[-1]
@@ -1265,9 +1269,11 @@ class _Rules(BlockRules):
             rf.vectorize(rki)
             self.done.add(id(rf.op))
         # the rows ahead prefetched, as a row reduction's (row_reduction_root): each
-        # row's tree across its lanes holds back the next rows' loads (argmax over rows
-        # of 256 float32 from memory, one thread, CPU time: 4 rows ahead 1.41x faster
-        # than none (1.41-1.45x), 8 rows 1.32x, 16 rows 1.15x; Intel Xeon VM, under load)
+        # row's tree across its lanes holds back the next rows' loads (an int64 argmax
+        # over rows of 256 float32 from memory, one thread, CPU time, Intel Xeon VM under
+        # load: 4 rows ahead along the block loop 1.41-1.45x faster than none; a step of
+        # the epilogue's loop (16 rows) ahead 1.46-1.52x faster than that, 95-107% of the
+        # read stream; 2 threads 1.16-1.25x)
         # (one reduce axis only: over several, a step of the first partials' outer
         # loop reads more than a row's part)
         ahead = self.k.choose(f"{op.name}.prefetch_rows", [0, 1, 2, 4, 8, 16],
@@ -1275,7 +1281,7 @@ class _Rules(BlockRules):
                               if len(op.reduce_axis) == 1 else 0)
         if ahead > 0 and len(parts[0].op.reduce_axis) == 1:
             for t in _reads_through_inline(s, parts[0].op):
-                parts[0].prefetch(t, parts[0].op.reduce_axis[0], max(1, ahead // block),
+                parts[0].prefetch(t, parts[0].op.reduce_axis[0], max(1, ahead // per),
                                   along=row if along is None else along)
 
     def _row_prefetch_rows(self, op, K: Optional[int]) -> int:
