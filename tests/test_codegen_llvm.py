@@ -713,6 +713,20 @@ def _offset_view(shape, shift):
     return raw[start:start + size].reshape(shape)
 
 
+def _streamed_rows(B):
+    """A schedule of the 3-d elementwise ``B``: rows in unrolled vectors of 16, the nest
+    under ``pragma nontemporal``."""
+    import tecomp as tc
+
+    s = tc.create_schedule(B.op)
+    n, i, j = B.op.axis
+    jo, ji = s[B].split(j, factor=16)
+    s[B].vectorize(ji)
+    s[B].unroll(jo)
+    s[B].pragma(n, "nontemporal")
+    return s
+
+
 @pytest.mark.parametrize("cols", [64, 40])
 def test_nontemporal_pragma_streams_aligned_whole_vectors(cols):
     """``pragma nontemporal``: the nest's vector stores to a buffer it does not allocate
@@ -725,12 +739,7 @@ def test_nontemporal_pragma_streams_aligned_whole_vectors(cols):
 
     A = tc.placeholder((1, 6, cols), "float32", name="A")
     B = tc.compute((1, 6, cols), lambda n, i, j: A[n, i, j] * 2.0 + 1.0, name="B")
-    s = tc.create_schedule(B.op)
-    n, i, j = B.op.axis
-    jo, ji = s[B].split(j, factor=16)
-    s[B].vectorize(ji)
-    s[B].unroll(jo)
-    s[B].pragma(n, "nontemporal")
+    s = _streamed_rows(B)
     assert "pragma_nontemporal" in str(tc.lower(s, [A, B]))
     m = tc.build(s, [A, B])
     wide = [ln for ln in m.get_source("llvm").splitlines() if "store <16 x float>" in ln]
@@ -742,6 +751,71 @@ def test_nontemporal_pragma_streams_aligned_whole_vectors(cols):
         out = _offset_view((1, 6, cols), shift)
         m(a, out)
         np.testing.assert_array_equal(out, a * 2 + 1)
+
+
+def _float16_edges(n):
+    """``n`` float32 values whose float16 roundings test the rounding: ties to even
+    (normal and subnormal), overflow to infinity (65520 and past it), the largest
+    finite, subnormals and the smallest ones, signed zeros, infinities, NaN, a spread of
+    magnitudes; the rest random."""
+    edges = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 65504.0, 65519.99, 65520.0, -65520.0,
+                      1e6, 1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11, -(1.0 + 2.0 ** -11),
+                      2.0 ** -24, 2.0 ** -25, 3 * 2.0 ** -25, 2.0 ** -26, 1e-6, -1e-6, 6e-5,
+                      2.0 ** -14 - 2.0 ** -25, 1e-30, 1.5, -2.5], np.float32)
+    x = (np.random.standard_normal(n) * 10.0 ** np.random.uniform(-9, 6, n)).astype(np.float32)
+    x[:len(edges)] = edges[:n]
+    return x
+
+
+@pytest.mark.parametrize("cols", [64, 40])
+def test_nontemporal_float16_stores_round_once_to_nearest_even(cols):
+    """float32 rounded to float16 under ``pragma nontemporal``: its aligned whole
+    vectors stored past the cache as the bits the target's conversion gives (LLVM has no
+    non-temporal store of a vector of half: ``vcvtps2ph`` and ``vmovnt*``), rounded to
+    nearest, ties to even, overflow to infinity, subnormals kept, NaN a NaN (numpy's
+    ``astype``, bit for bit); the same where the output is off a line (the plain nest)
+    and for rows of 40 (only the vectors known to start on their own size streamed)."""
+    import tecomp as tc
+
+    A = tc.placeholder((2, 6, cols), "float32", name="A")
+    B = tc.compute((2, 6, cols), lambda n, i, j: A[n, i, j].astype("float16"), name="B")
+    s = _streamed_rows(B)
+    m = tc.build(s, [A, B])
+    llvm_ir = m.get_source("llvm")
+    streamed = [ln for ln in llvm_ir.splitlines() if "!nontemporal" in ln]
+    assert all(re.search(r"store <\d+ x i16>", ln) for ln in streamed), streamed
+    assert streamed or cols != 64, llvm_ir
+    a = _float16_edges(2 * 6 * cols).reshape(2, 6, cols)
+    with np.errstate(over="ignore"):
+        want = a.astype(np.float16)
+    for shift in (0, 1):
+        raw = np.zeros(a.size + 64, np.float16)
+        start = (-raw.ctypes.data // 2) % 32 + shift
+        out = raw[start:start + a.size].reshape(a.shape)
+        m(a, out)
+        nan = np.isnan(want)
+        np.testing.assert_array_equal(np.isnan(out), nan)
+        np.testing.assert_array_equal(out.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+
+
+@pytest.mark.parametrize("target,conv", [
+    ("llvm -mtriple=x86_64-linux-gnu -mcpu=sapphirerapids", "vcvtps2ph\t$4, %zmm"),
+    ("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512", "vcvtps2ph\t$4, %zmm"),
+    ("llvm -mtriple=x86_64-linux-gnu -mcpu=haswell", "vcvtps2ph\t$4, %ymm"),
+    ("llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64", None)])
+def test_nontemporal_float16_stores_take_the_targets_conversion(target, conv):
+    """The streamed float16 stores of a named target (compiled, not run): its features'
+    conversion (AVX-512F: 16 lanes a ``vcvtps2ph``, AVX512-FP16 or not; F16C: 8) and a
+    non-temporal store of its bits; a CPU with neither converts lane by lane (LLVM's
+    calls), its half values stored as integers, streamed as they were."""
+    import tecomp as tc
+
+    A = tc.placeholder((2, 6, 64), "float32", name="A")
+    B = tc.compute((2, 6, 64), lambda n, i, j: A[n, i, j].astype("float16"), name="B")
+    s = _streamed_rows(B)
+    asm = tc.build(s, [A, B], target=target).get_source("asm")
+    assert conv is None or conv in asm, asm
+    assert "movnt" in asm, asm
 
 
 def test_fp_contract_on_a_one_iteration_loop_holds_for_its_nest():

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
+from helpers import softmax as softmax_computes, softmax_ref
 from tecomp import nn
 from tecomp.lower import schedule_ops, vectorize
 from tecomp.nn import reduction
@@ -897,6 +898,59 @@ def test_short_row_reductions_prefetch_the_rows_ahead(op, rows, k, ahead, task):
     np.testing.assert_allclose(got, np_reduce(op, x, -1, False), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("rows,k,dtype,ahead", [
+    (64, 256, "int64", 4), (48, 256, "int32", 4), (40, 100, "int64", 8),
+    (64, 37, "int32", 16), (24, 1000, "int64", 1), (16, 3000, "int32", 0)])
+def test_row_argmax_prefetches_the_rows_ahead(op, rows, k, dtype, ahead):
+    """An argmax along rows shorter than the model's ``row_prefetch_bytes``, its input
+    past the threads' L2 caches, prefetches the rows that far ahead in its first
+    partials' loop over the row (knob ``prefetch_rows``; rows as long as the distance:
+    none), along the loop of tasks (an int64 argmax's: a task ahead, a block of a
+    vector of rows); numpy's answers with and without it: a NaN first, a NaN last, the first of
+    ties, rows all equal, rows all of the identity's value, odd row lengths (tails of
+    vectors)."""
+    x = _block_rows(op, 5 * rows, k).reshape(5, rows, k)
+    x[1, 1, :] = np.arange(k)
+    x[0, 0, 0] = x[1, 1, -1] = np.nan
+    x[2, 2, :] = 3.0
+    X = tc.placeholder(x.shape, "float32", name="X")
+    Y = getattr(nn, op)(X, axis=-1, dtype=dtype)
+    name = f"{op}.acc" if dtype == "int64" else op
+    want = np.argmax(x, axis=-1) if op == "argmax" else np.argmin(x, axis=-1)
+    assert want[0, 0] == 0 and want[1, 1] == k - 1 and want[2, 2] == 0
+    for knob in (None, 0):
+        knobs = Knobs({} if knob is None else {f"{name}.prefetch_rows": knob})
+        s = apply_rules([X, Y], knobs, _prefetching())
+        assert knobs.values[f"{name}.tuple_rows"] is True, knobs.values
+        assert knobs.values[f"{name}.prefetch_rows"] == (ahead if knob is None else 0)
+        ir = str(tc.lower(s, [X, Y]))
+        assert ("prefetch X[" in ir) == bool(knobs.values[f"{name}.prefetch_rows"]), ir
+        if "prefetch X[" in ir:
+            # along the parallel loop of tasks (a task's last rows prefetch the next's),
+            # not clamped inside a task
+            task, n = re.search(r"parallel \((\S+), 0, (\d+)\)", ir).groups()
+            assert re.search(rf"prefetch X\[min\({re.escape(task)} \+ \d+, {int(n) - 1}\)",
+                             ir), ir
+        got = np.full((5, rows), -7, dtype)
+        tc.build(s, [X, Y])(x, got)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_row_argmax_prefetches_only_where_the_model_asks():
+    """A model that asks for no prefetch (a named target), or an input within the
+    threads' L2 caches, or an argmax over several axes: no prefetch, the knob 0."""
+    info = dataclasses.replace(cpu_model("llvm -mcpu=sapphirerapids"), threads=2)
+    for model, shape, axis in [(info, (5, 48, 256), -1), (_prefetching(), (2, 8, 256), -1),
+                               (_prefetching(), (40, 16, 64), (1, 2))]:
+        X = tc.placeholder(shape, "float32", name="X")
+        Y = nn.argmax(X, axis=axis)
+        knobs = Knobs()
+        s = apply_rules([X, Y], knobs, model)
+        assert knobs.values.get("argmax.prefetch_rows", 0) == 0, knobs.values
+        assert "prefetch" not in str(tc.lower(s, [X, Y]))
+
+
 @pytest.mark.parametrize("target", ["llvm -mcpu=znver4", "llvm -mcpu=znver5",
                                     "llvm -mcpu=sapphirerapids", "llvm -mcpu=haswell"])
 def test_row_reductions_prefetch_only_where_the_model_asks(target):
@@ -951,6 +1005,41 @@ def test_elementwise_outputs_stream_past_a_measured_share_of_the_cache(limit, sh
     got = np.zeros(shape, "float32")
     tc.build(s, [X, Y])(x, got)
     np.testing.assert_allclose(got, np.exp(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("limit,rows,streams", [
+    (1 << 20, 256, True),       # 2 MiB in, 2 MiB out: over a measured 1 MiB
+    (8 << 20, 256, False),      # under a measured 8 MiB
+    (0, 256, False),            # unmeasured: half the last-level cache (32 MiB here)
+    (1 << 20, 96, True), (4 << 20, 96, False)])
+def test_row_kernels_and_templates_stream_past_a_measured_share_of_the_cache(
+        limit, rows, streams, monkeypatch):
+    """A row kernel (a softmax written as four computes), the softmax template and the
+    depthwise template store their output past the cache where what the pass reads and
+    writes is more than the model's ``stream_output_bytes`` (where measured: a VM's
+    share of the last-level cache), as a plain elementwise output does; half the
+    last-level cache where it is 0; the values are numpy's either way."""
+    from tecomp.strategy.cpu import depthwise, softmax
+    info = dataclasses.replace(info2(), l3_bytes=64 << 20, stream_output_bytes=limit)
+    C = 2048
+    X, _, _, _, Y = softmax_computes(rows, C)
+    knobs = Knobs()
+    s = apply_rules([X, Y], knobs, info)
+    assert knobs.values["stream.softmax"] is streams
+    x = rng.standard_normal((rows, C)).astype("float32")
+    want = softmax_ref(x)
+    monkeypatch.setattr(softmax, "cpu_model", lambda target: info)
+    Z = nn.softmax(X)
+    for sched, out in ((s, Y), (softmax.schedule_softmax([Z]), Z)):
+        assert ("nontemporal" in str(tc.lower(sched, [X, out]))) is streams
+        got = np.zeros((rows, C), "float32")
+        tc.build(sched, [X, out])(x, got)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    # a depthwise NHWC pass: rows / 16 x 16 x 16 x 128 in and out (as many bytes)
+    D = tc.placeholder((rows // 16, 16, 16, 128), "float32", name="D")
+    W = tc.placeholder((3, 3, 128, 1), "float32", name="W")
+    conv = nn.depthwise_conv2d_nhwc(D, W, 1, 1)
+    assert depthwise._streams_output(conv, conv, info) is streams
 
 
 @pytest.mark.parametrize("target", ["llvm -mcpu=znver4", "llvm -mcpu=znver5",

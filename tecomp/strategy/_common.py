@@ -254,12 +254,15 @@ def _streams_past_cache(nbytes: Optional[int], run: Optional[int], dtype: str,
         run is not None and run > 0 and run * _dt.nbytes(dtype) % CACHE_LINE == 0
 
 
-def _streams_past_llc(ins, out, info, run: Optional[int] = None, over: float = 0.5) -> bool:
+def _streams_past_llc(ins, out, info, run: Optional[int] = None, over: float = 0.5,
+                      limit: Optional[int] = None) -> bool:
     """Whether a pass that reads the tensors ``ins`` and writes ``out`` should store
     ``out`` past the cache (:func:`_streams_past_cache` of what they take together, more
-    than ``over`` times the last-level cache, in runs of ``run`` elements: by default
+    than ``over`` times the last-level cache or than ``limit`` bytes (0 or None: no
+    limit; a pass's own kernel passes the model's measured share,
+    ``CpuModel.stream_output_bytes``), in runs of ``run`` elements: by default
     ``out``'s rows)."""
     sizes = [_bytes(t) for t in list(ins) + [out]]
     return _streams_past_cache(None if None in sizes else sum(sizes),
                                _cint(out.shape[-1]) if run is None else run, out.dtype, info,
-                               over)
+                               over, limit)

@@ -533,7 +533,8 @@ class _Rules(BlockRules):
             return False
         if row is not None:
             return STREAM_ROWS and _streams_past_llc(_read_by_nest(self.s, st, row),
-                                                     op.output(0), self.info, run)
+                                                     op.output(0), self.info, run,
+                                                     limit=self.info.stream_output_bytes)
         n = _elems(op.output(0), self.shapes)
         if not STREAM_OUTPUTS or n is None:
             return False
@@ -1163,12 +1164,7 @@ class _Rules(BlockRules):
         # row_prefetch_bytes), within a task (the prefetch clamped to its last row): a
         # quarter of its rows at most, tasks of 64 rows where the model asks for more
         # than 4 and there are rows enough (the knob's 0: none)
-        ins = _reads_through_inline(s, op)
-        sizes = [_elems(t, self.shapes) for t in ins]
-        K = self.ext(op.reduce_axis[0].dom.extent)
-        want = row_prefetch_rows(
-            self.info, K and K * max(_dt.nbytes(t.dtype) for t in ins) if ins else None,
-            None if None in sizes else sum(n * _dt.nbytes(t.dtype) for n, t in zip(sizes, ins)))
+        want = self._row_prefetch_rows(op, self.ext(op.reduce_axis[0].dom.extent))
         T = self.info.threads
         rb = self.k.choose(f"{op.name}.rows_per_task", [1, 4, 16, 64],
                            1 if (total or 0) < 64 * T else
@@ -1234,6 +1230,9 @@ class _Rules(BlockRules):
             if len(parts) == 1 and selection_reducer(op.bodies[0].combiner) else 1
         if exts[-1] is None or exts[-1] % block:
             block = 1
+        # the loop the rows ahead are prefetched along (None: the row loop) and the rows
+        # a step of it takes
+        along, per = None, block
         if epilogue is None:
             if block > 1:
                 row, rb = st.split(row, factor=block)
@@ -1252,9 +1251,13 @@ class _Rules(BlockRules):
             if self.info.threads > 1 and (total is None or total >= 2):
                 epilogue.parallel(erow)
             st.compute_at(epilogue, erow)
+            # the rows ahead along the epilogue's loop, a step of it (its tasks' rows)
+            # at least: along the block loop inside it, a task's last block would
+            # prefetch nothing (clamped to the task)
+            along, per = erow, rb
             if block > 1 and rb % block == 0:
-                row, rb = st.split(row, factor=block)
-                st.unroll(rb)
+                row, rbi = st.split(row, factor=block)
+                st.unroll(rbi)
             else:
                 block = 1
         for rf in parts:
@@ -1265,6 +1268,31 @@ class _Rules(BlockRules):
                 rf.unroll(rf.op.axis[-2])
             rf.vectorize(rki)
             self.done.add(id(rf.op))
+        # the rows ahead prefetched, as a row reduction's (row_reduction_root): each
+        # row's tree across its lanes holds back the next rows' loads (an int64 argmax
+        # over rows of 256 float32 from memory, one thread, CPU time, Intel Xeon VM under
+        # load: 4 rows ahead along the block loop 1.41-1.45x faster than none; a step of
+        # the epilogue's loop (16 rows) ahead 1.46-1.52x faster than that, 95-107% of the
+        # read stream; 2 threads 1.16-1.25x)
+        # (one reduce axis only: over several, a step of the first partials' outer
+        # loop reads more than a row's part)
+        ahead = self.k.choose(f"{op.name}.prefetch_rows", [0, 1, 2, 4, 8, 16],
+                              self._row_prefetch_rows(op, K)
+                              if len(op.reduce_axis) == 1 else 0)
+        if ahead > 0 and len(parts[0].op.reduce_axis) == 1:
+            for t in _reads_through_inline(s, parts[0].op):
+                parts[0].prefetch(t, parts[0].op.reduce_axis[0], max(1, ahead // per),
+                                  along=row if along is None else along)
+
+    def _row_prefetch_rows(self, op, K: Optional[int]) -> int:
+        """The rows ahead a reduction ``op`` along rows of ``K`` elements prefetches as
+        the machine model asks (:func:`tecomp.strategy.rows.row_prefetch_rows`; 0 where
+        ``K`` or a size is not known)."""
+        ins = _reads_through_inline(self.s, op)
+        sizes = [_elems(t, self.shapes) for t in ins]
+        return row_prefetch_rows(
+            self.info, K and K * max(_dt.nbytes(t.dtype) for t in ins) if ins else None,
+            None if None in sizes else sum(n * _dt.nbytes(t.dtype) for n, t in zip(sizes, ins)))
 
     def _lanes_along_output(self, op) -> bool:
         """Whether reduction ``op`` is better vectorized along its innermost output axis

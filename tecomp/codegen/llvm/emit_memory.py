@@ -379,6 +379,23 @@ class _MemoryEmitter:
         if known < min(NONTEMPORAL_ALIGN, size * self.lanes):
             self._tag(b.store(x, p, align=align), bi)
             return
+        if isinstance(x, ir.CastInstr) and x.opname == "fptrunc" and \
+                isinstance(x.type, ir.VectorType) and isinstance(x.type.element, ir.HalfType):
+            # float32 rounded to float16 where it is stored: LLVM's x86 backend selects no
+            # non-temporal store for a vector of half (a plain vmovaps, AVX512-FP16 or
+            # not), and folds a bitcast of it to i16 away; the rounding to bits is what
+            # it stores past the cache (the fptrunc left dead)
+            src = x.operands[0]
+            # (a float16 value is float32 rounded to float16 and widened back: round
+            # what was rounded, once)
+            while isinstance(src, ir.CastInstr) and src.opname == "fpext" and \
+                    isinstance(src.operands[0], ir.CastInstr) and \
+                    src.operands[0].opname == "fptrunc" and \
+                    src.operands[0].operands[0].type == src.type:
+                src = src.operands[0].operands[0]
+            conv = self.mb.policy.vector_op("half_bits", src.type)
+            if conv is not None:
+                x = conv(b, self.mb, src)
         inst = b.store(x, p, align=known)
         inst.set_metadata("nontemporal", self.mb.module.add_metadata([ir.Constant(_I32, 1)]))
         self._tag(inst, bi)

@@ -196,6 +196,34 @@ class X86Policy(TargetPolicy):
                                     for start in range(0, ty.count, 16)], ty.count)
         return emit
 
+    def _half_bits_op(self, ty):
+        """float32 lanes rounded to float16 (to nearest, ties to even, as ``fptrunc``),
+        as their bits (i16 lanes): ``vcvtps2ph`` per 16 lanes with AVX-512F, per 8 with
+        F16C (fewer lanes padded, more split into pieces).  LLVM's ``fptrunc`` is the same
+        instruction, but a vector of half has no non-temporal store in LLVM's x86
+        backend (a plain ``vmovaps``), and a bitcast of it to i16 folds away before
+        instruction selection; these bits take ``vmovntdq``.  None without either
+        feature, for a scalar and for other types."""
+        if not hasattr(ty, "count") or ty.element != _F32:
+            return None
+        if self.avx512:
+            per, name = 16, "llvm.x86.avx512.mask.vcvtps2ph.512"
+        elif self.target.has_feature("f16c"):
+            per, name = 8, "llvm.x86.vcvtps2ph.256"
+        else:
+            return None
+        fty, hty = ir.VectorType(_F32, per), ir.VectorType(_I16, per)
+        # the rounding (4: the current one, MXCSR's: to nearest even unless a program
+        # changes it, which fptrunc assumes too); AVX-512's pass-through and mask
+        extra = [ir.Constant(_I32, 4)] + (
+            [ir.Constant(hty, ir.Undefined), ir.Constant(_I16, -1)] if per == 16 else [])
+
+        def emit(b, mb, x):
+            f = mb.declare(name, hty, [fty] + [e.type for e in extra])
+            return _join_pieces(b, [b.call(f, [_piece(b, x, k, per)] + extra)
+                                    for k in range(0, ty.count, per)], ty.count)
+        return emit
+
     #: the AVX-512 instructions behind :meth:`vector_op`: the intrinsic's stem and the
     #: immediate operand it takes after the vector ones (None: none)
     _AVX512_OPS = {"scalef": ("scalef", None), "getexp": ("getexp", None),
@@ -210,9 +238,11 @@ class X86Policy(TargetPolicy):
         register with AVX-512VL; None otherwise (scalars, other lane counts, no
         AVX-512).  Called through LLVM's masked intrinsics with an all-ones mask.
         ``"max"``/``"min"``: :meth:`_minmax_op`; ``"lookup16"``: :meth:`_lookup16_op`;
-        ``"lookup32"``: :meth:`_lookup32_op`."""
+        ``"lookup32"``: :meth:`_lookup32_op`; ``"half_bits"``: :meth:`_half_bits_op`."""
         if op in ("max", "min"):
             return self._minmax_op(op, ty)
+        if op == "half_bits":
+            return self._half_bits_op(ty)
         if op == "lookup16":
             return self._lookup16_op(ty)
         if op == "lookup32":
