@@ -17,7 +17,7 @@ import pytest
 
 import tecomp as tc
 from tecomp.codegen.cuda import CudaRenderer
-from tecomp.runtime.nvcc import find_nvcc
+from tecomp.runtime.nvcc import compile_ptx, find_nvcc
 from tecomp.te import intrin_mma
 from tecomp.te.intrin_cuda import TC_DTYPES
 from tecomp.testing.gpu_resources import ptxas_usage
@@ -686,6 +686,21 @@ def test_ptx_of_the_register_step_and_nothing_spills(what):
     src = tc.build(s, args, target="cuda -arch=sm_90").get_source()
     for kernel, use in ptxas_usage(src, "sm_90").items():
         assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
+
+
+@needs_nvcc
+def test_the_rows_maximum_is_max_nan_in_ptx():
+    """The rows' maximum (each lane's elements, the quad's shuffles, the running value)
+    is ``max.NaN.f32`` in the PTX of sm_80 and later (one FMNMX.NAN, where the compares
+    that propagate NaN take two FSETP and an FSEL); the CUDA emulation runs the compares
+    (``tc_max_nan_f32``; its NaN rows: ``test_flash_attention_step_in_registers``)."""
+    s, args = softmax_tile(kind="mul")
+    src = tc.build(s, args, target="cuda -arch=sm_80").get_source()
+    helper = src[src.index("float tc_max_nan_f32("):]
+    assert helper.index("float tc_max_nan_f32(") < helper.index("float tc_quad_max_f32(")
+    assert "tc_max_nan_f32(x, y)" in src and "tc_max_nan_f32(m[" in src
+    ptx = compile_ptx(src, "sm_80")
+    assert ptx.count("max.NaN.f32") >= 6 and "max.f32" not in ptx
 
 
 # --------------------------------------------------------------------------- GPU

@@ -320,6 +320,8 @@ def _row_reduce_emit(name: str, kind: str):
     def emit(cb, ins, outs):
         r = _fragment(name, outs[0], "mma.accumulator")
         c = _fragment(name, ins[0], "mma.accumulator")
+        # (the maximum's helper first: tc_quad_max_f32 calls it)
+        mx = cb.helper("tc_max_nan_f32") if kind == "max" else None
         f = cb.helper(f"tc_quad_{kind}_f32")
         # the lane's floats of row g: 0, 1 (columns 2t, 2t + 1) and 4, 5 (8 + 2t, 9 + 2t);
         # of row g + 8: 2, 3, 6, 7
@@ -331,8 +333,7 @@ def _row_reduce_emit(name: str, kind: str):
         for half in range(2):
             old, new = f"{r}[{2 * half}]", f"tc_row{half}"
             cb.emit(f"const float tc_new{half} = " + (
-                f"(({old} > {new}) || ({old} != {old})) ? {old} : {new};" if kind == "max"
-                else f"{old} + {new};"))
+                f"{mx}({old}, {new});" if kind == "max" else f"{old} + {new};"))
         for reg in range(8):
             cb.emit(f"{r}[{reg}] = tc_new{(reg >> 1) & 1};")
     return emit
