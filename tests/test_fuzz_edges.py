@@ -627,9 +627,12 @@ def test_flash_config_family_finds_a_logsumexp_left_in_base_2(monkeypatch):
     find it (the output is right: only the logsumexp, which it compares too, differs)."""
     from tecomp.strategy.cuda import attention
 
-    cases = [ec for ec in map(draw_edge_case, _seeds("flash_config", 120))
+    # (of legal fields, diagonal_test=False only with whole=True: no refusal of those)
+    cases = [ec for ec in map(draw_edge_case, _seeds("flash_config", 240))
              if ec.twist["run"] and ec.twist["config"]["form"] == "fragments"
-             and ec.twist["config"]["exp2"] is True and not ec.twist["sdpa"]][:3]
+             and ec.twist["config"]["exp2"] is True and not ec.twist["sdpa"]
+             and not edges._flash_config_hostile(ec.twist["config"])
+             and (ec.twist["config"]["diagonal_test"] or ec.twist["config"]["whole"])][:3]
     assert cases
     monkeypatch.setattr(attention, "LN2", 1.0)
     kinds = [run_edge_case(ec).kind for ec in cases]
