@@ -10,7 +10,10 @@ GPU needed, nvcc and a disassembler (nvdisasm or cuobjdump on PATH; the
     python benchmarks/flash_sass.py --form fragments --whole on --ftz   # FlashConfig(whole=True,
                                                                         # ftz=True)
     python benchmarks/flash_sass.py --form fragments --ftz --exp2   # the exps in base 2 too
+    python benchmarks/flash_sass.py --form fragments --whole on --diagonal-test off --causal
+                                            # FlashConfig(whole=True, diagonal_test=False)
     python benchmarks/flash_sass.py --d 128 --tiling 4,16   # FlashConfig(4, 16)
+    python benchmarks/flash_sass.py --opcodes FSEL,FADD,FMUL,FFMA   # more opcodes counted
 
 For each kernel: ptxas's registers and spills, then each loop that holds the HMMAs (a
 causal kernel at head dim 64 has two: the whole tiles and the diagonal ones), its static
@@ -72,19 +75,20 @@ def instructions(sass: str) -> list:
     return out
 
 
-def counts(ins, lo: int, hi: int) -> collections.Counter:
+def counts(ins, lo: int, hi: int, kinds=KINDS) -> collections.Counter:
     c = collections.Counter()
     for addr, text, _ in ins:
         if lo <= addr <= hi:
             opcode = re.sub(r"^@!?U?P\w+\s+", "", text).split()[0]
-            for kind in KINDS:
+            for kind in kinds:
                 if opcode == kind or opcode.startswith(kind + "."):
                     c[kind] += 1
             c["all"] += 1
     return c
 
 
-def report(sass: str) -> list:
+def report(sass: str, kinds=KINDS) -> list:
+    """The lines of each key loop's counts (``kinds``: the opcodes counted)."""
     ins = instructions(sass)
     loops = [(t, a) for a, _, t in ins if t is not None and t <= a]
     hmma = [a for a, text, _ in ins if "HMMA" in text]
@@ -93,13 +97,13 @@ def report(sass: str) -> list:
                                           for o in held)]
     lines = []
     for lo, hi in sorted(outer):
-        c = counts(ins, lo, hi)
+        c = counts(ins, lo, hi, kinds)
         lines.append(f"  key loop {lo:#x}..{hi:#x}: {c['all']} instructions; "
-                     + ", ".join(f"{k} {c[k]}" for k in KINDS))
+                     + ", ".join(f"{k} {c[k]}" for k in kinds))
         for a, b in sorted(lp for lp in loops if lo < lp[0] and lp[1] < hi):
-            ci = counts(ins, a, b)
+            ci = counts(ins, a, b, kinds)
             lines.append(f"    inner loop {a:#x}..{b:#x}: {ci['all']} instructions; "
-                         + ", ".join(f"{k} {ci[k]}" for k in KINDS if ci[k]))
+                         + ", ".join(f"{k} {ci[k]}" for k in kinds if ci[k]))
     return lines
 
 
@@ -115,15 +119,21 @@ def main(argv=None) -> int:
                     help="FlashConfig.stages (default: the tiling's own)")
     ap.add_argument("--whole", choices=("rule", "on", "off"), default="rule",
                     help="FlashConfig.whole: the template's rule (None, default), True or False")
+    ap.add_argument("--diagonal-test", choices=("on", "off"), default="on",
+                    help="FlashConfig.diagonal_test (off: the masked intrinsic on every "
+                    "diagonal tile; with --whole on and a form other than shared)")
     ap.add_argument("--ftz", action="store_true", help="FlashConfig.ftz=True (form fragments)")
     ap.add_argument("--exp2", action="store_true",
                     help="FlashConfig.exp2=True (form fragments): the exps in base 2")
     ap.add_argument("--tiling", help="WARPS,BLOCK_KV (default: flash_config's)")
+    ap.add_argument("--opcodes", default="",
+                    help="more opcodes to count, comma-separated (e.g. FSEL,FADD,FMUL,FFMA)")
     a = ap.parse_args(argv)
+    kinds = KINDS + tuple(x for x in a.opcodes.split(",") if x and x not in KINDS)
     for d in a.d or (64, 128):
         for causal in ((True,) if a.causal else (False, True)):
             fields = dict(whole={"rule": None, "on": True, "off": False}[a.whole], ftz=a.ftz,
-                          exp2=a.exp2)
+                          exp2=a.exp2, diagonal_test=a.diagonal_test == "on")
             tiling = tuple(int(x) for x in a.tiling.split(",")) if a.tiling else None
             report_text, sass = ptxas_build(source(d, causal, a.arch, a.form, a.stages, tiling,
                                                    **fields), a.arch, sass=True)
@@ -134,7 +144,7 @@ def main(argv=None) -> int:
             if sass is None:
                 print("  (no nvdisasm or cuobjdump on PATH: no SASS)")
                 continue
-            print("\n".join(report(sass)))
+            print("\n".join(report(sass, kinds)))
     return 0
 
 

@@ -769,15 +769,17 @@ def _stage_forms(cfg, causal: bool = False) -> list:
     each warp's registers (``form="registers"``, ``stages=1``: against A), and with the
     rows' statistics there too (``form="fragments"``, ``stages`` 1 and 2); the fragment
     form with its exps as ``ex2.approx.ftz`` (``ftz=True``), in base 2 as well
-    (``exp2=True``) and, ``causal``, with the whole tiles' loop too (``whole=True``)."""
+    (``exp2=True``) and, ``causal``, with the whole tiles' loop too (``whole=True``), then
+    with the masked intrinsic on every diagonal tile (``diagonal_test=False``)."""
     frag = dataclasses.replace(cfg, stages=1, form="fragments")
+    fast = dataclasses.replace(frag, whole=True, ftz=True, exp2=True)
     return [dataclasses.replace(cfg, stages=1), dataclasses.replace(cfg, stages=2),
             dataclasses.replace(cfg, stages=1, form="registers"), frag,
             dataclasses.replace(cfg, stages=2, form="fragments"),
             dataclasses.replace(frag, ftz=True),
             dataclasses.replace(frag, ftz=True, exp2=True)] + (
-                [dataclasses.replace(frag, whole=True, ftz=True),
-                 dataclasses.replace(frag, whole=True, ftz=True, exp2=True)] if causal else [])
+                [dataclasses.replace(frag, whole=True, ftz=True), fast,
+                 dataclasses.replace(fast, diagonal_test=False)] if causal else [])
 
 
 def _flash_rings(d: int) -> list:

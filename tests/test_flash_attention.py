@@ -123,6 +123,18 @@ CASES = [
                                                         exp2=True)),
     (1, 1, 130, 200, 128, "float16", True, FlashConfig(4, 32, form="fragments", ftz=True,
                                                        exp2=True)),
+    # with diagonal_test=False, the diagonal tiles run the masked intrinsic on every 16 x
+    # 16 tile (no test of its corner): both forms, the ring, exp2, 32-key tiles, head dim
+    # 128, lengths that are not multiples of the tiles
+    (1, 2, 300, 260, 64, "float16", True, FlashConfig(4, 16, stages=2, form="fragments",
+                                                      whole=True, ftz=True, exp2=True,
+                                                      diagonal_test=False)),
+    (1, 1, 130, 200, 64, "bfloat16", True, FlashConfig(2, 32, form="fragments", whole=True,
+                                                       diagonal_test=False)),
+    (1, 1, 270, 270, 128, "float16", True, FlashConfig(4, 32, form="fragments", whole=True,
+                                                       diagonal_test=False)),
+    (1, 2, 300, 260, 64, "float16", True, FlashConfig(4, 16, form="registers", whole=True,
+                                                      diagonal_test=False)),
 ]
 
 
@@ -130,7 +142,8 @@ def _case_id(c) -> str:
     cfg = c[7]
     return "-".join(map(str, c[:7])) + ("" if cfg is None or cfg.form == "shared" else (
         f"-{cfg.form}-{cfg.stages}" + ("-whole" if cfg.whole else "")
-        + ("-ftz" if cfg.ftz else "") + ("-exp2" if cfg.exp2 else "")))
+        + ("-ftz" if cfg.ftz else "") + ("-exp2" if cfg.exp2 else "")
+        + ("" if cfg.diagonal_test else "-untested")))
 
 
 @needs_cxx
@@ -285,6 +298,32 @@ def test_the_fragment_form_runs_the_whole_tiles_without_the_mask():
     for intrin in ("mma_exp_diff_or_zero_ftz_f32", "mma_rows_exp_diff_or_zero_ftz_f32"):
         assert f"tensorize cuda.{intrin} " in ftz
     assert "exp_diff_or_zero_f32" not in ftz
+
+
+@pytest.mark.parametrize("form, intrin", [("fragments", "x"), ("registers", "p")])
+def test_the_diagonal_tiles_without_their_test(form, intrin):
+    """``FlashConfig(whole=True, diagonal_test=False)``, causal: the whole tiles' loop is
+    the one of ``diagonal_test=True`` (the intrinsic without the mask), the diagonal
+    tiles' loop runs the masked intrinsic on every 16 x 16 tile: no test of the tile's
+    corner, no branch, no unmasked intrinsic there; the rest of the kernel the same."""
+    args = flash(1, 2, 300, 300, 64, "float16", True)
+
+    def loops(**fields):
+        cfg = FlashConfig(4, 16, form=form, whole=True, **fields)
+        text = str(tc.lower(schedule_flash_attention(args[3:], target="cuda-emu", config=cfg),
+                            args, target="cuda-emu"))
+        return text.split("for (j.outer, ")
+    tested, untested = loops(), loops(diagonal_test=False)
+    assert len(tested) == len(untested) == 3
+    assert tested[:2] == untested[:2]     # (the kernel up to the diagonal loop, the whole loop)
+    masked, unmasked = (f"tensorize cuda.mma_flash_{intrin}_f32{c}_0.125 " for c in
+                        ("_causal", ""))
+    assert unmasked in tested[1] and masked not in tested[1]
+    assert "if (j.outer <= i.outer*8 + " in tested[2] and unmasked in tested[2]
+    assert masked in untested[2] and unmasked not in untested[2]
+    assert "if (j.outer <= " not in untested[2]
+    # (the same but for the if: its else branch where the if was)
+    assert untested[2].count(masked) == tested[2].count(masked)
 
 
 @needs_cxx
@@ -1235,7 +1274,11 @@ def test_gpu_backward_matches_float64(gpu_driver, dq, d, dtype, causal, masked):
                                         exp2=True)),
     (128, "float16", True, FlashConfig(4, 32, form="fragments", whole=True, ftz=True,
                                        exp2=True)),
-    (128, "bfloat16", False, FlashConfig(4, 32, form="fragments", exp2=True))])
+    (128, "bfloat16", False, FlashConfig(4, 32, form="fragments", exp2=True)),
+    (64, "float16", True, FlashConfig(4, 16, form="fragments", whole=True, ftz=True,
+                                      exp2=True, diagonal_test=False)),
+    (128, "bfloat16", True, FlashConfig(4, 32, form="fragments", whole=True,
+                                        diagonal_test=False))])
 def test_gpu_forward_matches_float64(gpu_driver, d, dtype, causal, cfg):
     """The forward on the GPU against float64: lengths that are not multiples of the
     tiles, causal with many blocks (at head dim 64 the key tiles before each block's
@@ -1243,7 +1286,8 @@ def test_gpu_forward_matches_float64(gpu_driver, d, dtype, causal, cfg):
     cp.async tiles (whose waits the emulation's synchronous copies cannot check), the
     fragment form's whole tiles and ``ex2.approx.ftz`` exps (whose approximation the
     emulation computes exactly), and its exps in base 2 (``ex2.approx`` and ``.ftz`` of
-    base-2 differences; the logsumexp converted back to natural-log units)."""
+    base-2 differences; the logsumexp converted back to natural-log units), and its
+    diagonal tiles without their per-tile test (``diagonal_test=False``)."""
     B, H, Lq, Lk = 2, 3, 1000, 1000 if causal else 777
     args = flash(B, H, Lq, Lk, d, dtype, causal)
     mod = tc.build(schedule_flash_attention(args[3:], target="cuda", config=cfg), args,

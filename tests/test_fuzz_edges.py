@@ -627,11 +627,37 @@ def test_flash_config_family_finds_a_logsumexp_left_in_base_2(monkeypatch):
     find it (the output is right: only the logsumexp, which it compares too, differs)."""
     from tecomp.strategy.cuda import attention
 
-    cases = [ec for ec in map(draw_edge_case, _seeds("flash_config", 120))
+    # (of legal fields, diagonal_test=False only with whole=True: no refusal of those)
+    cases = [ec for ec in map(draw_edge_case, _seeds("flash_config", 240))
              if ec.twist["run"] and ec.twist["config"]["form"] == "fragments"
-             and ec.twist["config"]["exp2"] is True and not ec.twist["sdpa"]][:3]
+             and ec.twist["config"]["exp2"] is True and not ec.twist["sdpa"]
+             and not edges._flash_config_hostile(ec.twist["config"])
+             and (ec.twist["config"]["diagonal_test"] or ec.twist["config"]["whole"])][:3]
     assert cases
     monkeypatch.setattr(attention, "LN2", 1.0)
+    kinds = [run_edge_case(ec).kind for ec in cases]
+    assert "mismatch" in kinds, kinds
+
+
+def test_flash_config_family_finds_diagonal_tiles_run_without_the_mask(monkeypatch):
+    """With ``FlashConfig(diagonal_test=False)`` dropping the diagonal tiles' per-tile
+    test the wrong way round (the intrinsic without the mask on every diagonal tile,
+    where the masked one belongs), the family's causal runs of ``whole=True`` with it
+    find a mismatch (keys after a query reach it)."""
+    from tecomp.lower import causal_tiles
+
+    cases = [ec for ec in map(draw_edge_case, _seeds("flash_config", 400))
+             if ec.twist["run"] and ec.twist["causal"]
+             and ec.twist["config"]["whole"] is True
+             and ec.twist["config"]["diagonal_test"] is False
+             and ec.twist["config"]["form"] in ("registers", "fragments")][:2]
+    assert cases
+    keep = causal_tiles._MaskEveryTile.visit_IfThenElse
+
+    def unmasked(self, s):
+        out = keep(self, s)
+        return s.then_case if out is s.else_case else out
+    monkeypatch.setattr(causal_tiles._MaskEveryTile, "visit_IfThenElse", unmasked)
     kinds = [run_edge_case(ec).kind for ec in cases]
     assert "mismatch" in kinds, kinds
 

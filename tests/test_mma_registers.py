@@ -17,7 +17,7 @@ import pytest
 
 import tecomp as tc
 from tecomp.codegen.cuda import CudaRenderer
-from tecomp.runtime.nvcc import find_nvcc
+from tecomp.runtime.nvcc import compile_ptx, find_nvcc
 from tecomp.te import intrin_mma
 from tecomp.te.intrin_cuda import TC_DTYPES
 from tecomp.testing.gpu_resources import ptxas_usage
@@ -202,9 +202,9 @@ def _row_max_at(s, Mx, at, w):
 
 
 def exp_tile(intrin: str, M=16, D=16, L=48, base2: bool = False):
-    """``X = exp(S - m)`` (0 where ``m`` is ``-inf``; ``base2``: ``2^(S - m)``) of the
-    scores ``S = Q K^T`` and their rows' maximum ``m``, in registers, each 16 x 16 tile by
-    ``intrin`` (``cuda.mma_exp_diff_or_zero_f32`` or its ftz twin; with ``base2``,
+    """``X = exp(S - m)`` (``m = -inf`` read as 0: 0, the scores ``-inf`` there too;
+    ``base2``: ``2^(S - m)``) of the scores ``S = Q K^T`` and their rows' maximum ``m``,
+    in registers, each 16 x 16 tile by ``intrin`` (``cuda.mma_exp_diff_or_zero_f32`` or its ftz twin; with ``base2``,
     ``cuda.mma_exp2_diff_or_zero_f32`` or its), stored (float32, global)."""
     Q, Kt = (tc.placeholder(shape, "float16", name=n) for n, shape in (("Q", (M, D)),
                                                                       ("K", (L, D))))
@@ -212,10 +212,9 @@ def exp_tile(intrin: str, M=16, D=16, L=48, base2: bool = False):
     c = tc.reduce_axis((0, L), name="c")
     Mx = tc.compute((M, 16), lambda i, j: tc.max(S[i, c], axis=c), name="m")
     ninf = tc.const(float("-inf"), F32)
-    X = tc.compute((M, L), lambda i, j: tc.exp2(S[i, j] - tc.if_then_else(
-        tc.ne(Mx[i, j % 16], ninf), Mx[i, j % 16], tc.const(0.0, F32))) if base2
-        else tc.if_then_else(tc.ne(Mx[i, j % 16], ninf), tc.fast_exp(S[i, j] - Mx[i, j % 16]),
-                             tc.const(0.0, F32)), name="x")
+    X = tc.compute((M, L), lambda i, j: (tc.exp2 if base2 else tc.fast_exp)(
+        S[i, j] - tc.if_then_else(tc.ne(Mx[i, j % 16], ninf), Mx[i, j % 16],
+                                  tc.const(0.0, F32))), name="x")
     s = tc.create_schedule(X.op)
     XF, w = _warp_store(s, X)
     QS, KS = _shared(s, (Q, Kt), (S, S), X, w, M // 16)
@@ -276,8 +275,8 @@ def masked_tile(M=32, D=32, L=48, N=32, off=12, guarded=True):
     in registers: ``X = Q K^T + bias[j]`` (``cuda.mma_add_cols_f32``; ``bias`` a padding
     mask, ``-inf`` for masked keys and past the keys), ``-inf`` where key ``j`` is past
     query ``i + off`` (``cuda.mma_mask_causal_f32``, the positions computed into shared
-    memory), ``m = rowmax X``, ``P = exp(X - m)`` (``guarded``: 0 where ``m`` is
-    ``-inf``, a row with no key, ``cuda.mma_exp_diff_or_zero_f32``; else
+    memory), ``m = rowmax X``, ``P = exp(X - m)`` (``guarded``: ``m = -inf`` read as 0,
+    so 0 in a row with no key, ``cuda.mma_exp_diff_or_zero_f32``; else
     ``cuda.mma_exp_diff_f32``) and ``E = P.astype(f16) V`` with ``P`` converted in
     registers."""
     ninf = tc.const(float("-inf"), F32)
@@ -293,9 +292,8 @@ def masked_tile(M=32, D=32, L=48, N=32, off=12, guarded=True):
     c = tc.reduce_axis((0, L), name="c")
     Mx = tc.compute((M, 16), lambda i, j: tc.max(X[i, c], axis=c), name="m")
     if guarded:
-        P = tc.compute((M, L), lambda i, j: tc.if_then_else(
-            tc.ne(Mx[i, j % 16], ninf), tc.fast_exp(X[i, j] - Mx[i, j % 16]),
-            tc.const(0.0, F32)), name="p")
+        P = tc.compute((M, L), lambda i, j: tc.fast_exp(X[i, j] - tc.if_then_else(
+            tc.ne(Mx[i, j % 16], ninf), Mx[i, j % 16], tc.const(0.0, F32))), name="p")
     else:
         P = tc.compute((M, L), lambda i, j: tc.fast_exp(X[i, j] - Mx[i, j % 16]), name="p")
     P16 = tc.compute((M, L), lambda i, j: P[i, j].astype("float16"), name="p16")
@@ -688,6 +686,21 @@ def test_ptx_of_the_register_step_and_nothing_spills(what):
     src = tc.build(s, args, target="cuda -arch=sm_90").get_source()
     for kernel, use in ptxas_usage(src, "sm_90").items():
         assert use["spill_stores"] == use["spill_loads"] == use["stack"] == 0, (kernel, use)
+
+
+@needs_nvcc
+def test_the_rows_maximum_is_max_nan_in_ptx():
+    """The rows' maximum (each lane's elements, the quad's shuffles, the running value)
+    is ``max.NaN.f32`` in the PTX of sm_80 and later (one FMNMX.NAN, where the compares
+    that propagate NaN take two FSETP and an FSEL); the CUDA emulation runs the compares
+    (``tc_max_nan_f32``; its NaN rows: ``test_flash_attention_step_in_registers``)."""
+    s, args = softmax_tile(kind="mul")
+    src = tc.build(s, args, target="cuda -arch=sm_80").get_source()
+    helper = src[src.index("float tc_max_nan_f32("):]
+    assert helper.index("float tc_max_nan_f32(") < helper.index("float tc_quad_max_f32(")
+    assert "tc_max_nan_f32(x, y)" in src and "tc_max_nan_f32(m[" in src
+    ptx = compile_ptx(src, "sm_80")
+    assert ptx.count("max.NaN.f32") >= 6 and "max.f32" not in ptx
 
 
 # --------------------------------------------------------------------------- GPU

@@ -711,19 +711,21 @@ def test_gpu_benchmark_workloads_check_out(w):
 def test_the_flash_forward_ab_forms():
     """``--ab``'s forms of the flash forward: the shared form (stages 1 and 2), the
     register form, the fragment form (stages 1 and 2), with ``ftz``, with ``ftz`` and
-    ``exp2`` and, causal, with ``whole`` too; each of the causal ones builds (the lease
-    times them: none may fail to build)."""
+    ``exp2`` and, causal, with ``whole`` too, then without the diagonal tiles' test;
+    each of the causal ones builds (the lease times them: none may fail to build)."""
     for causal in (False, True):
         forms = BENCH.flash_workload(1, 2, 256, 64, causal).ab()
-        got = [(c.form, c.stages, c.whole, c.ftz, c.exp2) for c in forms]
-        assert got == [("shared", 1, None, False, False), ("shared", 2, None, False, False),
-                       ("registers", 1, None, False, False),
-                       ("fragments", 1, None, False, False),
-                       ("fragments", 2, None, False, False),
-                       ("fragments", 1, None, True, False),
-                       ("fragments", 1, None, True, True)] + (
-                           [("fragments", 1, True, True, False),
-                            ("fragments", 1, True, True, True)] if causal else [])
+        got = [(c.form, c.stages, c.whole, c.ftz, c.exp2, c.diagonal_test) for c in forms]
+        assert got == [("shared", 1, None, False, False, True),
+                       ("shared", 2, None, False, False, True),
+                       ("registers", 1, None, False, False, True),
+                       ("fragments", 1, None, False, False, True),
+                       ("fragments", 2, None, False, False, True),
+                       ("fragments", 1, None, True, False, True),
+                       ("fragments", 1, None, True, True, True)] + (
+                           [("fragments", 1, True, True, False, True),
+                            ("fragments", 1, True, True, True, True),
+                            ("fragments", 1, True, True, True, False)] if causal else [])
     w = BENCH.flash_workload(1, 2, 256, 64, True)
     for c in forms:
         src = w.build("cuda", config=c).get_source()

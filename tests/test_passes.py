@@ -353,6 +353,25 @@ def test_causal_tiles_test_the_mask_in_the_diagonal_tiles_only():
         assert one.count("for (j.outer,") == 1 and "select(" in one, one
 
 
+@pytest.mark.parametrize("value, parsed", [
+    ("before 128 16", ("before", 128, 16, False, False)),
+    ("after 64 32 whole", ("after", 64, 32, True, False)),
+    ("before 128 16 whole masked", ("before", 128, 16, True, True)),
+    ("before 128 16 masked", None), ("before 128 16 whole whole", None),
+    ("before 128 16 whole masked masked", None), ("before 128 16 masked whole", None)])
+def test_causal_tiles_pragma_values(value, parsed):
+    """The pragma's value: a side and two positive ints, then ``whole``, then ``masked``
+    (the diagonal tiles without ``Stage._tensorize_unmasked``'s test: only after
+    ``whole``); anything else a ScheduleError."""
+    from tecomp.lower.causal_tiles import parse
+
+    if parsed is None:
+        with pytest.raises(ScheduleError, match="then optionally 'whole' or 'whole masked'"):
+            parse(value)
+    else:
+        assert parse(value) == parsed
+
+
 def test_causal_tiles_prove_a_test_of_whole_tiles():
     """A test that a tile's last column comes before its block's first row (``(j // 32)
     * 32 + 31 <= (i // 64) * 64``, which the simplifier divides by the tile: ``j.outer <=

@@ -28,7 +28,8 @@ from .cuda_hopper import HOPPER_COLLECTIVES, HOPPER_HELPERS
 #: tc_ldmatrix_* / tc_mma_* ones below)
 HELPERS = ("tc_ld_b32", "tc_dp4a_us", "tc_dp4a_ss", "tc_ldmatrix_x4", "tc_ldmatrix_x4_trans",
            "tc_mma_m16n8k16_f16", "tc_mma_m16n8k16_bf16", "tc_tf32", "tc_mma_m16n8k8_tf32",
-           "tc_pack2_f16", "tc_pack2_bf16", "tc_quad_max_f32", "tc_quad_sum_f32",
+           "tc_pack2_f16", "tc_pack2_bf16", "tc_max_nan_f32", "tc_quad_max_f32",
+           "tc_quad_sum_f32",
            "tc_swizzled_ptr", "tc_ex2_ftz", "tc_ex2",
            *HOPPER_HELPERS)  # sm_90a: mbarrier, cp.async.bulk, wgmma (cuda_hopper.py)
 
@@ -149,6 +150,20 @@ _EX2 = (
     "#endif\n"
     "}}")
 
+_MAX_NAN = (
+    "// max(a, b), NaN where either is NaN: max.NaN.f32 on sm_80 and later (one FMNMX.NAN,\n"
+    "// where the compares take two FSETP and an FSEL); the same by compares in the CUDA\n"
+    "// emulation and before sm_80.\n"
+    "{q} float tc_max_nan_f32(float a, float b) {{\n"
+    "#if defined(TECOMP_CUDA_EMU) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)\n"
+    "  return ((a > b) || (a != a)) ? a : b;\n"
+    "#else\n"
+    "  float r;\n"
+    "  asm(\"max.NaN.f32 %0, %1, %2;\" : \"=f\"(r) : \"f\"(a), \"f\"(b));\n"
+    "  return r;\n"
+    "#endif\n"
+    "}}")
+
 _QUAD = (
     "// The {what} of a, b, c, d (the lane's four elements of a row of an mma accumulator\n"
     "// tile) and of the other three lanes of its quad (lanes 4g..4g+3, the row's lanes):\n"
@@ -166,8 +181,8 @@ _QUAD = (
 
 
 def _quad(kind: str) -> str:
-    if kind == "max":
-        comb = lambda a, b: f"(({a} > {b}) || ({a} != {a})) ? {a} : {b}"  # noqa: E731
+    if kind == "max":   # (its emitters ask for tc_max_nan_f32 too: defined before it)
+        comb = lambda a, b: f"tc_max_nan_f32({a}, {b})"  # noqa: E731
         what, nan = "maximum", "  NaN propagates."
     else:
         comb = lambda a, b: f"{a} + {b}"  # noqa: E731
@@ -187,6 +202,7 @@ MMA_HELPERS = {
     "tc_mma_m16n8k8_tf32": _MMA_TF32,
     "tc_pack2_f16": _PACK2.format(t="f16", dt="float16", conv="__float2half"),
     "tc_pack2_bf16": _PACK2.format(t="bf16", dt="bfloat16", conv="__float2bfloat16"),
+    "tc_max_nan_f32": _MAX_NAN,
     "tc_quad_max_f32": _quad("max"),
     "tc_quad_sum_f32": _quad("sum"),
     "tc_ex2_ftz": _EX2_FTZ,

@@ -30,6 +30,13 @@ ko`` replaced by its bound (an upper one for ``m > 0``, a lower one for ``m < 0`
 is left, ``m * bound + n rest``, is linear in the block and in counters of constant
 ranges (the enclosing loops', the body's), which :func:`tecomp.ir.arith.prove` decides.
 Where no comparison is proved the loop stays one (no copy).
+
+With ``masked`` after ``whole`` (``"before 128 16 whole masked"``), the tiles outside the
+whole tiles' loop (the diagonal ones, or the one loop where nothing is proved) drop
+``Stage._tensorize_unmasked``'s test of each tile's corner: each such ``if`` (both of its
+branches one stage's tensor intrinsic) becomes its ``else``, the masked intrinsic, which
+is right on every tile (FlashAttention's ``FlashConfig(diagonal_test=False)``: no test
+and no branch there, the masked intrinsic also on the tiles it leaves whole).
 """
 from __future__ import annotations
 
@@ -41,24 +48,26 @@ from ..ir.arith import prove
 from ..ir.expr import LE, Add, Cast, Const, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
 from ..ir.functor import Mutator, Visitor, node_fields
 from ..ir.simplify import simplify
-from ..ir.stmt import Allocate, AttrStmt, BufferStore, For, PrimFunc, seq
+from ..ir.stmt import (Allocate, AttrStmt, BufferStore, For, IfThenElse, PrimFunc,
+                       TensorIntrinCall, seq)
 from .loop_partition import _linear
 
 KEY = "pragma_causal_tiles"
 
 
 def parse(value) -> tuple:
-    """``(side, rows, cols, whole)`` of the pragma's value (ScheduleError otherwise)."""
+    """``(side, rows, cols, whole, masked)`` of the pragma's value (ScheduleError
+    otherwise)."""
     parts = str(getattr(value, "value", value)).split()
-    whole = parts[3:] == ["whole"]
+    whole, masked = parts[3:4] == ["whole"], parts[3:] == ["whole", "masked"]
     if whole:
-        parts = parts[:3]
+        parts = parts[:3] + parts[3 + 1 + masked:]
     if len(parts) != 3 or parts[0] not in ("before", "after") or not all(
             p.isdigit() and int(p) > 0 for p in parts[1:]):
         raise ScheduleError(f"pragma causal_tiles: the value is 'before <rows> <cols>' or "
                             f"'after <rows> <cols>' (positive ints), then optionally "
-                            f"'whole', got {value!r:.60}")
-    return parts[0], int(parts[1]), int(parts[2]), whole
+                            f"'whole' or 'whole masked', got {value!r:.60}")
+    return parts[0], int(parts[1]), int(parts[2]), whole, masked
 
 
 class _Ranges(Visitor):
@@ -205,6 +214,19 @@ class _Unread(Mutator):
         return seq() if id(s.buffer) in self.dropped else s
 
 
+class _MaskEveryTile(Mutator):
+    """A body whose ``Stage._tensorize_unmasked`` tests (an ``if`` whose two branches are
+    one stage's tensor intrinsic calls: the unmasked one, else the masked one) are their
+    masked intrinsic alone."""
+
+    def visit_IfThenElse(self, s):
+        a, b = s.then_case, s.else_case
+        if isinstance(a, TensorIntrinCall) and isinstance(b, TensorIntrinCall) and \
+                a.stage == b.stage and a.intrin is not b.intrin:
+            return b
+        return self.generic_visit(s)
+
+
 class _CausalTiles(Mutator):
     def __init__(self):
         self.block = []     # the enclosing blockIdx.x loop variables
@@ -229,7 +251,7 @@ class _CausalTiles(Mutator):
         if s.key != KEY or not isinstance(body, For) or not self.block or not (
                 isinstance(body.min, Const) and body.min.value == 0):
             return s if body is s.body else AttrStmt(s.key, s.value, body)
-        side, rows, cols, apart = parse(s.value)
+        side, rows, cols, apart, masked = parse(s.value)
         f, bo = body, self.block[-1]
         dt = f.extent.dtype
         c = lambda n: Const(n, dt)  # noqa: E731
@@ -254,16 +276,18 @@ class _CausalTiles(Mutator):
         part = lambda a, b, x: For(f.var, a, op.sub(b, a), f.kind, x, f.thread_tag)  # noqa: E731
         if not apart:
             return part(lo, hi, f.body)
+        # (the diagonal tiles' body: with masked, the masked intrinsic on every tile)
+        dbody = _MaskEveryTile().visit(f.body) if masked else f.body
         ranges = dict(self.ranges)
         _Ranges(ranges).visit(f.body)
         whole = _Whole(f.var, cols, bound, _bounded(ranges))
         wbody = whole.visit(f.body)
         if not whole.proved:
-            return part(lo, hi, f.body)
+            return part(lo, hi, dbody)
         wbody = _Unread().visit(simplify(wbody))
         if side == "before":
-            return seq(part(lo, split, wbody), part(split, hi, f.body))
-        return seq(part(lo, split, f.body), part(split, hi, wbody))
+            return seq(part(lo, split, wbody), part(split, hi, dbody))
+        return seq(part(lo, split, dbody), part(split, hi, wbody))
 
 
 def causal_tiles_pass(func: PrimFunc) -> PrimFunc:

@@ -409,17 +409,21 @@ class Stage(TracedStage):
         if name == "unroll_explicit":
             self._set_kind(iv, "unrolled", "pragma unroll_explicit")
 
-    def _causal_tiles(self, axis, side: str, rows: int, cols: int, whole: bool = False) -> None:
+    def _causal_tiles(self, axis, side: str, rows: int, cols: int, whole: bool = False,
+                      masked: bool = False) -> None:
         """The FlashAttention template's ``causal_tiles`` pragma (:mod:`tecomp.lower.
         causal_tiles`): not a schedule primitive (untraced, refused by :meth:`pragma`),
         since skipping iterations is right only where a causal mask empties them.  The
         schedule's trace is then not replayable (replayed, it would skip nothing).
         ``whole``: the tiles the mask leaves whole in a loop of their own, whose copy of
-        the body does not test it (the loop's body twice in the kernel)."""
+        the body does not test it (the loop's body twice in the kernel); ``masked`` (with
+        ``whole``): the other tiles run the masked intrinsic of a
+        :meth:`_tensorize_unmasked` stage on every tile, without its test."""
         iv = self._iv(axis, "pragma")
         a = self._attr(iv)
         a.pragmas = a.pragmas + (("causal_tiles", f"{side} {int(rows)} {int(cols)}"
-                                  + (" whole" if whole else "")),)
+                                  + (" whole" if whole else "")
+                                  + (" masked" if whole and masked else "")),)
         tr = self.schedule.trace
         if tr.problem is None:
             tr.problem = (f"stage {self.name}: the FlashAttention template's causal tile "

@@ -70,10 +70,11 @@ floats, ``C[g][8h+2t:8h+2t+2]`` and ``C[g+8][8h+2t:8h+2t+2]``.
   tiles, each lane its 8 floats (every accumulator tile has the one layout, so no lane
   exchanges anything): with ``B`` a row tile of ``cuda.mma_row_max_f32``, ``exp(S -
   m)``; with ``B`` one of factors, the rows of an accumulator rescaled in registers;
-  ``cuda.mma_exp_diff_or_zero_f32`` -- ``C[i, j] = fast_exp(A[i, j] - B[i, j])`` where
-  ``B[i, j] != -inf``, else 0: a row whose maximum is ``-inf`` (every key masked) gives 0,
-  not ``exp(-inf + inf)`` (NaN), as ``flash_attention``'s ``p``, and a NaN ``B`` NaN (a
-  NaN score reaches its row, as the softmax's);
+  ``cuda.mma_exp_diff_or_zero_f32`` -- ``C[i, j] = fast_exp(A[i, j] - B[i, j])``, ``B =
+  -inf`` read as 0 (0 where ``A`` is ``-inf`` too, as a row's scores are where their
+  maximum is): a row whose maximum is ``-inf`` (every key masked) gives 0, not
+  ``exp(-inf + inf)`` (NaN), as ``flash_attention``'s ``p``, and a NaN ``B`` NaN (a NaN
+  score reaches its row, as the softmax's); the guard a select of ``B``, once a row;
   ``cuda.mma_exp_diff_or_zero_ftz_f32`` and ``cuda.mma_rows_exp_diff_or_zero_ftz_f32``
   -- the same with ``ex2.approx.ftz.f32`` of the difference times ``log2(e)``: a result
   below ``2**-126`` is 0 (two instructions fewer an exp than ``__expf``, whose
@@ -319,6 +320,8 @@ def _row_reduce_emit(name: str, kind: str):
     def emit(cb, ins, outs):
         r = _fragment(name, outs[0], "mma.accumulator")
         c = _fragment(name, ins[0], "mma.accumulator")
+        # (the maximum's helper first: tc_quad_max_f32 calls it)
+        mx = cb.helper("tc_max_nan_f32") if kind == "max" else None
         f = cb.helper(f"tc_quad_{kind}_f32")
         # the lane's floats of row g: 0, 1 (columns 2t, 2t + 1) and 4, 5 (8 + 2t, 9 + 2t);
         # of row g + 8: 2, 3, 6, 7
@@ -330,52 +333,46 @@ def _row_reduce_emit(name: str, kind: str):
         for half in range(2):
             old, new = f"{r}[{2 * half}]", f"tc_row{half}"
             cb.emit(f"const float tc_new{half} = " + (
-                f"(({old} > {new}) || ({old} != {old})) ? {old} : {new};" if kind == "max"
-                else f"{old} + {new};"))
+                f"{mx}({old}, {new});" if kind == "max" else f"{old} + {new};"))
         for reg in range(8):
             cb.emit(f"{r}[{reg}] = tc_new{(reg >> 1) & 1};")
     return emit
 
 
-def _exp2_diff(a, b):
-    """``2^(a - b)`` with ``b = -inf`` read as 0: ``cuda.mma_[rows_]exp2_diff_or_zero*``'s
-    element.  Where ``b`` is a row's running maximum and ``a`` its scores (or its
-    previous maximum), ``b = -inf`` means ``a = -inf``, and the result is 0 as the "or
-    zero" guard's; the guard is then one select a row, not one an element; a NaN ``b``
-    gives NaN."""
+def _exp_diff(a, b, base2: bool = False):
+    """``exp(a - b)`` (``base2``: ``2^(a - b)``) with ``b = -inf`` read as 0:
+    ``cuda.mma_[rows_]exp[2]_diff_or_zero*``'s element.  Where ``b`` is a row's running
+    maximum and ``a`` its scores (or its previous maximum), ``b = -inf`` means ``a =
+    -inf``, and the result is 0 as the "or zero" guard's; the guard is then one select a
+    row, not one an element; a NaN ``b`` gives NaN."""
     f32 = "float32"
-    return exp2(a - if_then_else(ne(b, const(float("-inf"), f32)), b, const(0.0, f32)))
+    return (exp2 if base2 else fast_exp)(
+        a - if_then_else(ne(b, const(float("-inf"), f32)), b, const(0.0, f32)))
 
 
 def _elementwise(kind: str):
     a = placeholder((16, 16), "float32", name="a")
     b = placeholder((16, 16), "float32", name="b")
-    f32 = "float32"
     if kind == "exp_diff":
         return compute((16, 16), lambda i, j: fast_exp(a[i, j] - b[i, j]), name="c")
-    if kind.startswith("exp2"):
-        return compute((16, 16), lambda i, j: _exp2_diff(a[i, j], b[i, j]), name="c")
-    if kind in ("exp_diff_or_zero", "exp_diff_or_zero_ftz"):
-        return compute((16, 16), lambda i, j: if_then_else(
-            ne(b[i, j], const(float("-inf"), f32)), fast_exp(a[i, j] - b[i, j]),
-            const(0.0, f32)), name="c")
+    if kind.removesuffix("_ftz") in ("exp_diff_or_zero", "exp2_diff_or_zero"):
+        return compute((16, 16), lambda i, j: _exp_diff(a[i, j], b[i, j],
+                                                        kind.startswith("exp2")), name="c")
     return compute((16, 16), lambda i, j: a[i, j] * b[i, j], name="c")
 
 
 #: the C of each elementwise intrinsic's element from ``x`` (``a``'s) and ``y`` (``b``'s)
 _ELEMENTWISE_C = {
     "exp_diff": "__expf({x} - {y})",
-    # (the argument selected, not the result: exp(-inf) is 0, and the exp runs
-    # unconditionally instead of in a branch; a NaN y gives NaN, as the softmax's)
-    "exp_diff_or_zero": "__expf(({y} != -INFINITY) ? ({x} - {y}) : -INFINITY)",
+    # (y = -inf read as 0: x is -inf there too, a row's maximum and its scores, and
+    # exp(-inf) is 0; the select of y once a row, not of each argument, :func:`_exp_diff`;
+    # no branch; a NaN y gives NaN, as the softmax's)
+    "exp_diff_or_zero": "__expf({x} - (({y} != -INFINITY) ? {y} : 0.0f))",
     # (the same as ex2.approx.ftz of the argument times log2(e): two instructions fewer
     # than __expf's ex2.approx, a result below 2^-126 flushed to 0)
-    "exp_diff_or_zero_ftz": "{ex2}((({y} != -INFINITY) ? ({x} - {y}) : -INFINITY) * "
-                            "1.44269504f)",
+    "exp_diff_or_zero_ftz": "{ex2}(({x} - (({y} != -INFINITY) ? {y} : 0.0f)) * 1.44269504f)",
     # (2^(x - y), operands in base-2 units: no multiply by log2(e); ex2.approx without
     # and with .ftz)
-    # (y = -inf read as 0: x is -inf there too, a row's maximum and its scores; the
-    # select of y once a row, :func:`_exp2_diff`)
     "exp2_diff_or_zero": "{ex2}({x} - (({y} != -INFINITY) ? {y} : 0.0f))",
     "exp2_diff_or_zero_ftz": "{ex2}({x} - (({y} != -INFINITY) ? {y} : 0.0f))",
     "mul": "{x} * {y}",
@@ -410,7 +407,7 @@ def _rows(kind: str):
     (each row's value in all its columns: its operands must be, which the emitter reads
     as two registers a lane)."""
     a = placeholder((16, 16), "float32", name="a")
-    f32, ninf = "float32", const(float("-inf"), "float32")
+    f32 = "float32"
     if kind == "copy":
         return compute((16, 16), lambda i, j: a[i, j], name="c")
     if kind == "rcp_or_zero":
@@ -418,9 +415,8 @@ def _rows(kind: str):
             a[i, j] > const(0.0, f32), const(1.0, f32) / a[i, j], const(0.0, f32)), name="c")
     b = placeholder((16, 16), "float32", name="b")
     return compute((16, 16), lambda i, j: {
-        "exp_diff_or_zero": lambda: if_then_else(ne(b[i, j], ninf),
-                                                 fast_exp(a[i, j] - b[i, j]), const(0.0, f32)),
-        "exp2_diff_or_zero": lambda: _exp2_diff(a[i, j], b[i, j]),
+        "exp_diff_or_zero": lambda: _exp_diff(a[i, j], b[i, j]),
+        "exp2_diff_or_zero": lambda: _exp_diff(a[i, j], b[i, j], base2=True),
         "mul": lambda: a[i, j] * b[i, j],
     }[kind.removesuffix("_ftz")](), name="c")
 

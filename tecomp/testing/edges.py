@@ -161,10 +161,11 @@ Session 19's family, in a slot of its own (:func:`in_session19_slot`):
     float16 or bfloat16, causal or not, a padding mask or none) scheduled for the CUDA
     emulation with a ``FlashConfig`` whose fields are each legal or, three in twenty,
     hostile (a float, a string, a bool, None, a numpy integer, 0, -1, ``10**6``, 16-row
-    warps, a form of another name), and lowered: a ``ScheduleError`` whose message
-    starts with the config, never another error, and a config of legal fields (numpy
-    integers among them) lowers; three in ten of those run in the emulation, within the
-    16-bit inputs' tolerance of a float64 attention.
+    warps, a form of another name; ``exp2``, ``whole`` and ``diagonal_test`` drawn too),
+    and lowered: a ``ScheduleError`` whose message starts with the config, never another
+    error, and a config of legal fields (numpy integers among them) lowers; three in ten
+    of those run in the emulation, within the 16-bit inputs' tolerance of a float64
+    attention.
 
 Session 20's family, in a slot of its own (:func:`in_session20_slot`):
 
@@ -575,6 +576,12 @@ FLASH_FIELDS = {
     "form": (("shared", "registers", "fragments"), ("register", None, ["registers"], "")),
     # (True with a form other than fragments: a documented refusal naming the config)
     "exp2": ((False, True), (1, "yes", None)),
+    # (causal only; True with the register and fragment forms: the intrinsic without the
+    # mask on the whole tiles, a test per diagonal tile)
+    "whole": ((None, True, True, False), (1, "yes", 0)),
+    # (False: the masked intrinsic on every diagonal tile; with whole other than True or
+    # the shared form, a documented refusal naming the config)
+    "diagonal_test": ((True, False), (0, "no", None)),
 }
 
 
@@ -585,8 +592,12 @@ def _draw_flash_config(d) -> dict:
              "lq": d.choice((1, 17, 64, 100, 130)), "lk": d.choice((1, 16, 50, 100)),
              "d": d.choice((16, 32, 64, 80, 128)), "dtype": d.choice(("float16", "bfloat16")),
              "causal": d.bool(0.5), "mask": d.choice((None, None, "b11L", "11L", "1L"))}
-    twist["config"] = {f: d.choice(legal if d.bool(0.85) else hostile)
-                       for f, (legal, hostile) in FLASH_FIELDS.items()}
+    twist["config"] = cfg = {f: d.choice(legal if d.bool(0.85) else hostile)
+                             for f, (legal, hostile) in FLASH_FIELDS.items()}
+    # (diagonal_test=False mostly where it drops a test: whole=True; one in five
+    # elsewhere, the refusal)
+    if cfg["diagonal_test"] is False and cfg["whole"] is not True and d.bool(0.8):
+        cfg["diagonal_test"] = True
     twist["run"] = d.bool(0.3)
     # (one in four through scaled_dot_product_attention, not causal: schedule_sdpa_as_flash
     # substitutes flash_attention's computes for its stages, the config as given)

@@ -106,13 +106,32 @@ def test_config_exps_of_another_form(form, field, what):
 
 
 @pytest.mark.parametrize("field, value", [("whole", "yes"), ("whole", 1), ("ftz", None),
-                                          ("exp2", 1), ("exp2", "True")])
+                                          ("exp2", 1), ("exp2", "True"),
+                                          ("diagonal_test", 0), ("diagonal_test", None)])
 def test_config_whole_or_ftz_of_another_type(field, value):
     out, lse = nn.flash_attention(*_qkv(), causal=True)
     with pytest.raises(tc.ScheduleError, match=r"whole is None \(the template's rule\), True "
-                                               r"or False, and ftz and exp2 True or False"):
+                                               r"or False, and ftz, exp2 and diagonal_test "
+                                               r"True or False"):
         schedule_flash_attention([out, lse], target="cuda",
                                  config=FlashConfig(4, 16, form="fragments", **{field: value}))
+
+
+@pytest.mark.parametrize("form, whole", [("shared", True), ("registers", None),
+                                         ("fragments", None), ("fragments", False)])
+@pytest.mark.parametrize("causal", [True, False])
+def test_config_diagonal_test_without_the_tiles_it_drops(form, whole, causal):
+    """``diagonal_test=False`` drops the test of each 16 x 16 diagonal tile that
+    ``whole=True`` makes in the register and fragment forms: asked for where there is no
+    such test (the shared form; ``whole`` None or False), it is a mistake, not a silent
+    no-op (not causal too, as ``ftz`` with another form)."""
+    out, lse = nn.flash_attention(*_qkv(), causal=causal)
+    with pytest.raises(tc.ScheduleError, match=r"^FlashConfig\(.*diagonal_test=False\): "
+                                               r"diagonal_test=False drops the test of each "
+                                               r"16 x 16 tile .*; take whole=True and one of "
+                                               r"those forms, or leave diagonal_test True"):
+        schedule_flash_attention([out, lse], target="cuda", config=FlashConfig(
+            4, 16, form=form, whole=whole, diagonal_test=False))
 
 
 @pytest.mark.parametrize("field, value", [("warps", "4"), ("block_kv", 16.0),

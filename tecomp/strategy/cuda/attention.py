@@ -176,6 +176,13 @@ class FlashConfig:
     #: ScheduleError with another form.  The backward's kernels ignore it (the forward a
     #: ``tc.gradient`` schedules with the backward's config takes it)
     exp2: bool = False
+    #: causal with ``whole=True`` in the forms ``"registers"`` and ``"fragments"``: whether
+    #: the diagonal key tiles (those after the whole tiles' loop) test each 16 x 16 tile
+    #: and run the intrinsic without the mask on a tile whose keys all come before its
+    #: first row (True); False: the masked intrinsic on every diagonal tile, no test and
+    #: no branch (the whole tiles' loop the same).  False is a ScheduleError with another
+    #: form or ``whole``.  The backward ignores it
+    diagonal_test: bool = True
 
     @property
     def block_q(self) -> int:
@@ -708,6 +715,11 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig, target="cuda") -> None
         raise ScheduleError(f"{cfg}: exp2 (the exps in base 2) is the exps of form='fragments' "
                             "(the rows' statistics in registers); take that form or leave exp2 "
                             "False")
+    if not cfg.diagonal_test and (cfg.form == "shared" or cfg.whole is not True):
+        raise ScheduleError(f"{cfg}: diagonal_test=False drops the test of each 16 x 16 tile "
+                            "of a causal forward's diagonal key tiles, which whole=True makes "
+                            "in form='registers' or 'fragments'; take whole=True and one of "
+                            "those forms, or leave diagonal_test True")
     whole = causal and (cfg.whole if cfg.whole is not None else not frag and (
         cfg.block_kv + _cint(t["v"].shape[3]) <= WHOLE_TILES_MAX_ACCUMULATORS))
     regs = (_p_in_registers(s, t, causal, frag, cfg.whole is True, cfg.exp2)
@@ -733,7 +745,7 @@ def _forward_into(s: Schedule, t: dict, cfg: FlashConfig, target="cuda") -> None
         sm_arch(target), shared_bytes(replace(cfg, form="shared"), _cint(q.shape[3]),
                                       _cint(t["v"].shape[3]), q.dtype)))
     if causal:
-        k.skip_causal(pf, ko, "before", whole=whole)
+        k.skip_causal(pf, ko, "before", whole=whole, masked=not cfg.diagonal_test)
     k.shared_copy(t["q"], ot, bo)
     pad = scores_pad(_cint(q.shape[3]), _cint(t["v"].shape[3]))
     if regs:
@@ -811,10 +823,10 @@ class _Kernels:
             raise ScheduleError(f"{cfg}: form is 'shared' (p in a shared tile), "
                                 "'registers' (p in each warp's registers) or 'fragments' "
                                 "(p and the rows' statistics in each warp's registers)")
-        if not (cfg.whole is None or isinstance(cfg.whole, bool)) or not isinstance(
-                cfg.ftz, bool) or not isinstance(cfg.exp2, bool):
+        if not (cfg.whole is None or isinstance(cfg.whole, bool)) or not all(
+                isinstance(x, bool) for x in (cfg.ftz, cfg.exp2, cfg.diagonal_test)):
             raise ScheduleError(f"{cfg}: whole is None (the template's rule), True or "
-                                "False, and ftz and exp2 True or False")
+                                "False, and ftz, exp2 and diagonal_test True or False")
         self.s, self.cfg = s, cfg
         self.names = family_intrinsics("mma", dtype)
         self.per16 = 16 // _dt.nbytes(dtype)
@@ -965,13 +977,16 @@ class _Kernels:
         _cooperative_copy(st, self.threads,
                           self.cfg.block_q * self.cfg.block_kv * _stacked(T))
 
-    def skip_causal(self, st, ko, side: str, whole: bool = False) -> None:
+    def skip_causal(self, st, ko, side: str, whole: bool = False,
+                    masked: bool = False) -> None:
         """The loop ``ko`` over the column tiles skips the tiles a causal mask empties for
         the block's rows (``pragma causal_tiles``, :mod:`tecomp.lower.causal_tiles`):
         ``"before"``, columns up to the rows (keys of a block of queries), or
         ``"after"``, columns from the rows on (queries of a block of keys); ``whole``:
-        the tiles it leaves whole in a loop of their own, without its tests."""
-        st._causal_tiles(ko, side, self.cfg.block_q, self.cfg.block_kv, whole)
+        the tiles it leaves whole in a loop of their own, without its tests; ``masked``
+        (with ``whole``): the others without the test of each 16 x 16 tile
+        (``FlashConfig(diagonal_test=False)``)."""
+        st._causal_tiles(ko, side, self.cfg.block_q, self.cfg.block_kv, whole, masked)
 
     def rows_kernel(self, out) -> None:
         """A small output (the logsumexp, FlashAttention's backward's ``delta``) in a
