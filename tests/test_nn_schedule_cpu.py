@@ -350,26 +350,30 @@ def test_conv2d_nhwc(case, lanes):
     _close(_run(s, [d, w, out], [dn, wn]), ref.transpose(0, 2, 3, 1), 5e-5)
 
 
-@pytest.mark.parametrize("cores", [2, 3, 4, 5])
-def test_conv2d_nhwc_row_tasks_split_evenly(cores):
+@pytest.mark.parametrize("batch, cores", [(1, 2), (1, 3), (1, 4), (1, 5), (8, 2), (8, 3),
+                                          (9, 2), (17, 3)])
+def test_conv2d_nhwc_row_tasks_split_evenly(batch, cores):
     """The NHWC template's row tasks (small weights: tasks of a few rows, each padding the
-    rows it reads) are planned for the target's threads so that the busiest thread gets
-    as few rows as any split of the 56 rows could give it (the pool gives each thread
-    ``tasks / threads`` tasks, give or take one): on 3 threads 56 tasks of one row (19
-    rows at most; 28 tasks of two left one thread 20), on 2 threads 28 of two, with at
-    least 8 tasks per thread."""
+    rows it reads; whole images where there are enough and they split as evenly) are
+    planned for the target's threads so that the busiest thread gets as few rows as any
+    split of the batch's rows could give it (the pool gives each thread ``tasks /
+    threads`` tasks, give or take one): 56 rows on 3 threads are 56 tasks of one row (19
+    rows at most; 28 tasks of two left one thread 20); 9 images on 2 threads are (image,
+    rows) tasks (5 whole images on one thread: 280 rows against 252)."""
     rows = 56
-    d = tc.placeholder((1, rows, rows, 16), name="data")
+    d = tc.placeholder((batch, rows, rows, 16), name="data")
     w = tc.placeholder((3, 3, 16, 16), name="weight")
     out = ops.conv2d_nhwc(d, w, padding=1)
     target = f"llvm -mcpu=skylake-avx512 -num-cores={cores}"
     p = sc.conv2d.conv2d_nhwc_params(out, sc.cpu_model(target))
     assert p.yb == 1
     text = str(tc.lower(sc.schedule_conv2d_nhwc(out, target=target), [d, w, out]))
-    tasks = int(re.search(r"parallel \([^,]+, 0, (\d+)\)", text).group(1))
-    assert rows % tasks == 0 and tasks >= 8 * cores, (cores, tasks)
-    busiest = -(-tasks // cores) * (rows // tasks)
-    assert busiest == -(-rows // cores), (cores, tasks, busiest)
+    var, tasks = re.search(r"parallel \(([^,]+), 0, (\d+)\)", text).groups()
+    tasks = int(tasks)
+    per_task = rows if var == "n" else batch * rows // tasks
+    assert tasks * per_task == batch * rows and tasks >= 4 * cores, (var, tasks)
+    busiest = -(-tasks // cores) * per_task
+    assert busiest == -(-batch * rows // cores), (var, tasks, busiest)
 
 
 @pytest.mark.parametrize("case", [(2, 19, 13, 11, 37), (3, 5, 9, 17, 20), (1, 33, 7, 29, 18)],
