@@ -1444,6 +1444,48 @@ def test_nested_parallel_and_thread_count():
         llvm_runtime.set_num_threads(0)
 
 
+def test_parallel_chunks_split_evenly_between_the_threads():
+    """The pool cuts a parallel loop into ``min(8 * threads, extent)`` chunks whose sizes
+    differ by at most one (one thread: the whole loop in one call), and gives each
+    thread a contiguous range of them holding ``extent / threads`` iterations, give or
+    take one: with the larger chunks first, 28 iterations on 2 threads were ranges of 16
+    and 12 (a convolution's 28 row tasks).
+    The chunks are recorded by a task the pool calls (a ctypes callback) and put in
+    order; each range's share is recomputed from the pool's rule for the ranges."""
+    import ctypes
+
+    from tecomp.codegen.llvm import threadpool
+
+    p = threadpool.pool()
+    seen, lock = [], threading.Lock()
+
+    @ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+    def task(_closure, begin, end):
+        with lock:
+            seen.append((begin, end))
+        return 0
+
+    old = llvm_runtime.get_num_threads()
+    try:
+        for t in (1, 2, 3, 4):
+            llvm_runtime.set_num_threads(t)
+            for extent in (1, 2, 3, 7, 28, 29, 56, 100, 1001):
+                seen.clear()
+                assert p.parallel_for(ctypes.cast(task, ctypes.c_void_p), None, extent) == 0
+                chunks = sorted(seen)
+                # one thread: the whole loop in one call
+                nt = min(8 * t, extent) if t > 1 else 1
+                assert len(chunks) == nt, (t, extent)
+                assert [b for b, _ in chunks] == [0] + [e for _, e in chunks[:-1]]
+                assert chunks[-1][1] == extent
+                sizes = [e - b for b, e in chunks]
+                assert max(sizes) - min(sizes) <= 1, (t, extent, sizes)
+                shares = [sum(sizes[r * nt // t:(r + 1) * nt // t]) for r in range(t)]
+                assert max(shares) - min(shares) <= 1, (t, extent, shares)
+    finally:
+        llvm_runtime.set_num_threads(old)
+
+
 def test_calls_from_eight_python_threads():
     pm = _parallel_kernel()
     sm = _strided_kernel()   # its strided variant compiles lazily, under contention

@@ -350,6 +350,65 @@ def test_conv2d_nhwc(case, lanes):
     _close(_run(s, [d, w, out], [dn, wn]), ref.transpose(0, 2, 3, 1), 5e-5)
 
 
+@pytest.mark.parametrize("batch, cores", [(1, 2), (1, 3), (1, 4), (1, 5), (8, 2), (8, 3),
+                                          (9, 2), (17, 3)])
+def test_conv2d_nhwc_row_tasks_split_evenly(batch, cores):
+    """The NHWC template's row tasks (small weights: tasks of a few rows, each padding the
+    rows it reads; whole images where there are enough and they split as evenly) are
+    planned for the target's threads so that the busiest thread gets as few rows as any
+    split of the batch's rows could give it (the pool gives each thread ``tasks /
+    threads`` tasks, give or take one): 56 rows on 3 threads are 56 tasks of one row (19
+    rows at most; 28 tasks of two left one thread 20); 9 images on 2 threads are (image,
+    rows) tasks (5 whole images on one thread: 280 rows against 252)."""
+    rows = 56
+    d = tc.placeholder((batch, rows, rows, 16), name="data")
+    w = tc.placeholder((3, 3, 16, 16), name="weight")
+    out = ops.conv2d_nhwc(d, w, padding=1)
+    target = f"llvm -mcpu=skylake-avx512 -num-cores={cores}"
+    p = sc.conv2d.conv2d_nhwc_params(out, sc.cpu_model(target))
+    assert p.yb == 1
+    text = str(tc.lower(sc.schedule_conv2d_nhwc(out, target=target), [d, w, out]))
+    var, tasks = re.search(r"parallel \(([^,]+), 0, (\d+)\)", text).groups()
+    tasks = int(tasks)
+    per_task = rows if var == "n" else batch * rows // tasks
+    assert tasks * per_task == batch * rows and tasks >= 4 * cores, (var, tasks)
+    busiest = -(-tasks // cores) * per_task
+    assert busiest == -(-batch * rows // cores), (var, tasks, busiest)
+
+
+@pytest.mark.parametrize("case", [(2, 19, 13, 11, 37), (3, 5, 9, 17, 20), (1, 33, 7, 29, 18)],
+                         ids=lambda c: "x".join(map(str, c)))
+def test_conv2d_nhwc_same_bits_on_any_thread_count(case, threads):
+    """Odd shapes (channels not a multiple of the vector, odd planes, a batch) built for
+    and run on 1, 2 and 3 threads, the heuristic's config against numpy.  With the
+    register block pinned (the heuristic's block may change with the threads, and a
+    different block may round differently in the last bit), the thread split (row
+    tasks, the weights copied or read in place) changes no output's sum order: every
+    build gives the same bits."""
+    N, C, H, W, O = case
+    d = tc.placeholder((N, H, W, C), name="data")
+    w = tc.placeholder((3, 3, C, O), name="weight")
+    out = ops.conv2d_nhwc(d, w, padding=1)
+    dn, wn = _arr((N, H, W, C)), _arr((3, 3, C, O))
+    ref = _conv_ref(dn.transpose(0, 3, 1, 2), wn.transpose(3, 2, 0, 1), 1, 1, 1)
+    ref = ref.transpose(0, 2, 3, 1)
+    tc.set_num_threads(1)
+    p = sc.conv2d.conv2d_nhwc_params(out, sc.cpu_model())
+    block = {"ob": p.ob, "yb": p.yb, "xb": p.xb}
+    got = []
+    for copy in (True, False):
+        for t in (1, 2, 3):
+            tc.set_num_threads(t)
+            if copy:   # the heuristic's own block for this thread count
+                own = sc.schedule_conv2d_nhwc(out)
+                _close(_run(own, [d, w, out], [dn, wn]), ref, 5e-5)
+            s = sc.schedule_conv2d_nhwc(out, config=dict(block, weight_copy=copy))
+            got.append(_run(s, [d, w, out], [dn, wn]))
+    _close(got[0], ref, 5e-5)
+    for g in got[1:]:
+        np.testing.assert_array_equal(g, got[0])
+
+
 @pytest.mark.parametrize("hw", [15, 29, 30, 56])
 def test_conv2d_nhwc_blocks_leave_no_sliver(hw, lanes):
     """The NHWC register block leaves no 1-pixel edge block (one per row of 15 with

@@ -21,28 +21,32 @@ How it works
   ``tecomp_pool_set_threads`` takes ``TECOMP_NUM_THREADS``, else the CPUs of its
   affinity mask, on its first region.)
 * **Dispatch.**  The iteration range is cut into ``ntasks = min(8 * num_threads,
-  extent)`` contiguous chunks (sizes differ by at most one), and the chunks into one
-  contiguous *range* per thread (the dispatcher is thread 0).  Each thread claims the
-  chunks of its own range in order, from the front, then goes through the other ranges
-  in turn, claiming from their fronts what their owners have not: on a shared machine a
-  thread that loses its core for a while simply gets fewer chunks (with one chunk per
-  thread the region would wait for it), and the chunk it holds when it loses the core
-  is small.  While no thread is late, each streams through its own contiguous part of
-  the iteration space, as a static schedule would: memory-bound loops ran 5-15% faster
-  that way than with the chunks dealt out in turn from one counter (layer norm 4096x768
-  and 4096x1024 row sums on the 2-core Zen 4, 2 threads; see
-  benchmarks/DECISIONS.md, "Runtime: one range of chunks per thread").
-  The dispatcher publishes the job (task pointer, closure, extent, ntasks, and each
-  range as one 64-bit word ``(generation << 32) | (front << 16) | back``, on its own
-  cache line), bumps a generation counter, wakes sleeping workers if there are any,
-  and then claims chunks itself.  A chunk is claimed with a compare-and-swap on its
-  range's word, so a worker still finishing an old job can never claim a chunk of a
-  newer one; a worker that is late simply finds its range taken by faster threads.
-  The dispatcher returns when every chunk has finished (a ``pending`` counter reaches
-  zero), with the first non-zero code any chunk returned.  Which chunk fails first in
-  time does not decide the error the caller sees: the outlined task keeps the error of
-  the failing chunk that comes first in the loop (``llvm.module``, ``outline_parallel``),
-  the one a serial run would report.
+  extent)`` contiguous chunks (sizes differ by at most one, the larger ones spread
+  evenly: chunk ``i`` starts at ``i * extent // ntasks``), and the chunks into one
+  contiguous *range* per thread (the dispatcher is thread 0), so that each range holds
+  ``extent / num_threads`` iterations, give or take one.  (The larger chunks used to
+  come first: 28 iterations on 2 threads were ranges of 16 and 12, which the second
+  thread evened out only by taking a chunk from the first's range at the end.) Each
+  thread claims the chunks of its own range in order, from the front, then goes through
+  the other ranges in turn, claiming from their fronts what their owners have not: on a
+  shared machine a thread that loses its core for a while simply gets fewer chunks (with
+  one chunk per thread the region would wait for it), and the chunk it holds when it
+  loses the core is small.  While no thread is late, each streams through its own
+  contiguous part of the iteration space, as a static schedule would: memory-bound loops
+  ran 5-15% faster that way than with the chunks dealt out in turn from one counter
+  (layer norm 4096x768 and 4096x1024 row sums on the 2-core Zen 4, 2 threads; see
+  benchmarks/DECISIONS.md, "Runtime: one range of chunks per thread").  The dispatcher
+  publishes the job (task pointer, closure, extent, ntasks, and each range as one 64-bit
+  word ``(generation << 32) | (front << 16) | back``, on its own cache line), bumps a
+  generation counter, wakes sleeping workers if there are any, and then claims chunks
+  itself.  A chunk is claimed with a compare-and-swap on its range's word, so a worker
+  still finishing an old job can never claim a chunk of a newer one; a worker that is
+  late simply finds its range taken by faster threads.  The dispatcher returns when
+  every chunk has finished (a ``pending`` counter reaches zero), with the first non-zero
+  code any chunk returned.  Which chunk fails first in time does not decide the error
+  the caller sees: the outlined task keeps the error of the failing chunk that comes
+  first in the loop (``llvm.module``, ``outline_parallel``), the one a serial run would
+  report.
 * **Waiting.**  Idle workers spin on the generation counter (with ``pause``) for a
   while (``TECOMP_SPIN``, default 2000 ``pause`` iterations: about 45 us on the
   project's Xeon, where one ``pause`` measured 22 ns; enough to catch the next region
@@ -180,15 +184,20 @@ declare ptr @aligned_alloc(i64, i64)
 ; dispatcher if it blocked waiting for the last one).
 define internal void @tp_chunk(ptr %fn, ptr %cl, i64 %ext, i64 %nt, i64 %idx) nounwind {
 entry:
+  ; chunk i is [floor(i*ext/nt), floor((i+1)*ext/nt)), computed as i*q + i*rem/nt
+  ; (ext = q*nt + rem; i*rem < nt^2 cannot overflow): the larger chunks spread evenly,
+  ; so each thread's range of chunks holds ext/nthreads iterations, give or take one
   %chunk = udiv i64 %ext, %nt
   %rem = urem i64 %ext, %nt
   %b0 = mul i64 %idx, %chunk
-  %lt = icmp ult i64 %idx, %rem
-  %mn = select i1 %lt, i64 %idx, i64 %rem
-  %begin = add i64 %b0, %mn
-  %extra = zext i1 %lt to i64
-  %size = add i64 %chunk, %extra
-  %end = add i64 %begin, %size
+  %br0 = mul i64 %idx, %rem
+  %br = udiv i64 %br0, %nt
+  %begin = add i64 %b0, %br
+  %idx1 = add i64 %idx, 1
+  %e0 = mul i64 %idx1, %chunk
+  %er0 = mul i64 %idx1, %rem
+  %er = udiv i64 %er0, %nt
+  %end = add i64 %e0, %er
   %r = call i32 %fn(ptr %cl, i64 %begin, i64 %end)
   %bad = icmp ne i32 %r, 0
   br i1 %bad, label %seterr, label %fin
