@@ -1,13 +1,13 @@
 """Math functions in the LLVM function emitter (:class:`_MathEmitter`, a part of
 :class:`~tecomp.codegen.llvm.emitter._FnEmitter`): the ``Call`` node -- LLVM intrinsics
 (``sqrt``, ``floor``, ``fma``, ...), libm calls per lane (float64 ``tanh``, ``erf``,
-``tan`` ...), and tecomp's own vector code for float32 ``exp`` (also ``fast_exp`` and
+``atan`` ...), and tecomp's own vector code for float32 ``exp`` (also ``fast_exp`` and
 ``sigmoid``), ``log`` (and ``fast_log``), ``erf``, ``tanh``, ``sin`` ..., ``tan``, ``atan``,
 ``erfc`` and ``fast_erfc`` (:mod:`~tecomp.codegen.llvm.emit_math_f32`) and, computed in
 float64 lanes, ``atan2``, ``cbrt``, ``pow`` and ``erfc`` where the target has no table
 instruction
-(:mod:`~tecomp.codegen.llvm.emit_math_wide`, which also holds float64 ``exp`` and
-``log``), with explicit FMA where the target has it (``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
+(:mod:`~tecomp.codegen.llvm.emit_math_wide`, which also holds float64 ``exp``, ``log``
+and, where the target has FMA, ``tan``), with explicit FMA where the target has it (``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
 :mod:`tecomp.codegen.llvm.emitter`, and docs/numerics.md.
 """
 from __future__ import annotations
@@ -46,6 +46,11 @@ QUADRANT_MAGIC = True
 #: polynomial of sin where the target has FMA (:meth:`_MathEmitter._sincos_f32_by_pi`);
 #: off: by pi/2, the polynomials of sin and cos both and a select, as in session 20
 SINCOS_BY_PI = True
+
+#: whether float64 ``tan`` is tecomp's vector code where the target has FMA
+#: (:meth:`~tecomp.codegen.llvm.emit_math_wide._WideMathEmitter.tan_f64`); off: libm's
+#: ``tan`` per lane, as before session 22 (an A/B switch for timing it)
+TAN_F64 = True
 
 
 class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
@@ -98,6 +103,8 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
             return self.map2(args[0], args[1], getattr(self, self._OWN_F32_2[op]))
         if op in ("log", "fast_log"):   # float64 (float32: _OWN_F32)
             return self.map1(args[0], self.log_f64)
+        if op == "tan" and self.policy.has_fma and TAN_F64:   # float64 (float32: _OWN_F32)
+            return self.map1(args[0], self.tan_f64)
         if op == "softplus":     # float64: max(x, 0) + log1p(exp(-|x|)), libm per lane
             return self.map1(args[0], self.softplus)
         if op in self._LLVM_UNARY:
