@@ -281,7 +281,13 @@ class _WideMathEmitter:
         dh) + (nl - q0 dl)) (1/dh)`` (one division).
         ``|x| < 2^-27`` gives ``x`` (``+-0`` included).  Where a lane has ``|x|`` above
         2^30, inf or NaN, the vector takes a branch that calls libm's ``tan`` for such
-        lanes."""
+        lanes.  A vector wider than one register is computed a register at a time (as
+        :meth:`erfc_f64_lanes`: the whole vector's temporaries at once would spill)."""
+        per = self.policy.register_bytes // 8
+        if isinstance(x.type, ir.VectorType) and x.type.count > per:
+            b = self.b
+            return _join_pieces(b, [self.tan_f64(_piece(b, x, k, per))
+                                    for k in range(0, x.type.count, per)], x.type.count)
         kit = self._kit_f64(x)
         b, dty, lty, C, L, madd = kit
         parts, limit = self._PIO2_F64
