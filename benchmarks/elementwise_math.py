@@ -14,8 +14,9 @@ Inductor kernels also allocate theirs), interleaved, medians in ms (PyTorch's ti
 tecomp's: > 1 means tecomp is faster).  Every result is checked against a float64
 reference first.  Where gcc and SLEEF (``libsleef-dev``) are installed, SLEEF's 1.0-ulp
 and 3.5-ulp vector functions of the host's widest vector (``Sleef_expf16_u10`` ... with
-AVX-512; benchmarks/sleef.py) are a third column for exp, tanh, erf and log; ``--ulps``
-adds each tool's max ulp error for those four; ``--rows 4096`` makes the arrays 16M floats;
+AVX-512; erfc's 1.5-ulp ``_u15``; benchmarks/sleef.py) are a third column for exp, tanh,
+erf, log, erfc, tan, sin and cos; ``--ulps`` adds each tool's max ulp error for those
+eight; ``--rows 4096`` makes the arrays 16M floats;
 ``--softplus-ab`` also times softplus built without its per-segment ``log1p``
 (``tecomp.codegen.llvm.emit_math.SOFTPLUS_SEGMENTS`` off) in the same turns;
 ``--math20-ab`` also times the functions of session 20's changes (softplus without its
@@ -56,7 +57,7 @@ def main() -> None:
                     "the copy), e.g. tan,atan2 or gelu,tanh; all by default")
     ap.add_argument("--rows", type=int, default=2048, help="the arrays' rows (4096: 16M floats)")
     ap.add_argument("--ulps", action="store_true", help="also the max ulp error of tecomp, "
-                    "SLEEF and PyTorch for exp, tanh, erf and log, over float32 bit patterns "
+                    "SLEEF and PyTorch for exp, tanh, erf, log, erfc, tan, sin and cos, over float32 bit patterns "
                     "spread evenly over all 2^32, one per array element")
     ap.add_argument("--softplus-ab", action="store_true", help="also time softplus with "
                     "its log1p in one polynomial (SOFTPLUS_SEGMENTS off), in the same turns")
@@ -266,7 +267,7 @@ def _ulp_table(np, torch, built, unary, lib, sleef_fns, out):
     sample = bits.view(np.float32).reshape(out.shape)
     print(f"max ulp error over {out.size} float32 inputs (bit patterns i*{step} mod 2^32; "
           "'n special' counts inputs whose NaN/inf/overflow result differs)")
-    for name in ("exp", "tanh", "erf", "log"):
+    for name in ("exp", "tanh", "erf", "log", "erfc", "tan", "sin", "cos"):
         if name not in built:
             continue
         with np.errstate(all="ignore"):

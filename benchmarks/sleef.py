@@ -4,8 +4,8 @@ A tiny C driver, compiled with gcc against ``sleef.h`` (Debian: ``apt-get instal
 libsleef-dev``), maps one SLEEF function over a float32 array with OpenMP on the benchmark's
 threads, a whole vector of the widest width the host has per call (16 lanes with AVX-512,
 8 with AVX2, 4 otherwise; the array's tail through a masked or scalar call).  The functions
-are SLEEF's 1.0-ulp variants (``Sleef_expf16_u10`` ...) and, where SLEEF has one, the
-3.5-ulp variant (``_u35``).  :func:`load` returns None, with the reason, when gcc, the header
+are SLEEF's 1.0-ulp variants (``Sleef_expf16_u10`` ...; ``erfc``: its only one, 1.5 ulp,
+``_u15``) and, where SLEEF has one, the 3.5-ulp variant (``_u35``).  :func:`load` returns None, with the reason, when gcc, the header
 or the library is missing.
 """
 from __future__ import annotations
@@ -18,7 +18,10 @@ import tempfile
 
 #: (name in the driver, SLEEF's base name, ulp variant)
 FUNCTIONS = [("exp", "exp", "u10"), ("tanh", "tanh", "u10"), ("tanh_u35", "tanh", "u35"),
-             ("erf", "erf", "u10"), ("log", "log", "u10"), ("log_u35", "log", "u35")]
+             ("erf", "erf", "u10"), ("log", "log", "u10"), ("log_u35", "log", "u35"),
+             ("erfc", "erfc", "u15"), ("tan", "tan", "u10"), ("tan_u35", "tan", "u35"),
+             ("sin", "sin", "u10"), ("sin_u35", "sin", "u35"), ("cos", "cos", "u10"),
+             ("cos_u35", "cos", "u35")]
 
 _C = r"""
 #include <stddef.h>

@@ -1,13 +1,13 @@
 """Math functions in the LLVM function emitter (:class:`_MathEmitter`, a part of
 :class:`~tecomp.codegen.llvm.emitter._FnEmitter`): the ``Call`` node -- LLVM intrinsics
 (``sqrt``, ``floor``, ``fma``, ...), libm calls per lane (float64 ``tanh``, ``erf``,
-``tan`` ...), and tecomp's own vector code for float32 ``exp`` (also ``fast_exp`` and
+``atan`` ...), and tecomp's own vector code for float32 ``exp`` (also ``fast_exp`` and
 ``sigmoid``), ``log`` (and ``fast_log``), ``erf``, ``tanh``, ``sin`` ..., ``tan``, ``atan``,
 ``erfc`` and ``fast_erfc`` (:mod:`~tecomp.codegen.llvm.emit_math_f32`) and, computed in
 float64 lanes, ``atan2``, ``cbrt``, ``pow`` and ``erfc`` where the target has no table
 instruction
-(:mod:`~tecomp.codegen.llvm.emit_math_wide`, which also holds float64 ``exp`` and
-``log``), with explicit FMA where the target has it (``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
+(:mod:`~tecomp.codegen.llvm.emit_math_wide`, which also holds float64 ``exp``, ``log``
+and, where the target has FMA, ``tan``), with explicit FMA where the target has it (``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
 :mod:`tecomp.codegen.llvm.emitter`, and docs/numerics.md.
 """
 from __future__ import annotations
@@ -46,6 +46,11 @@ QUADRANT_MAGIC = True
 #: polynomial of sin where the target has FMA (:meth:`_MathEmitter._sincos_f32_by_pi`);
 #: off: by pi/2, the polynomials of sin and cos both and a select, as in session 20
 SINCOS_BY_PI = True
+
+#: whether float64 ``tan`` is tecomp's vector code where the target has FMA
+#: (:meth:`~tecomp.codegen.llvm.emit_math_wide._WideMathEmitter.tan_f64`); off: libm's
+#: ``tan`` per lane, as before session 22 (an A/B switch for timing it)
+TAN_F64 = True
 
 
 class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
@@ -98,6 +103,8 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
             return self.map2(args[0], args[1], getattr(self, self._OWN_F32_2[op]))
         if op in ("log", "fast_log"):   # float64 (float32: _OWN_F32)
             return self.map1(args[0], self.log_f64)
+        if op == "tan" and self.policy.has_fma and TAN_F64:   # float64 (float32: _OWN_F32)
+            return self.map1(args[0], self.tan_f64)
         if op == "softplus":     # float64: max(x, 0) + log1p(exp(-|x|)), libm per lane
             return self.map1(args[0], self.softplus)
         if op in self._LLVM_UNARY:
@@ -212,7 +219,9 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         split in two constants (``n * 0.693359375`` and ``x - n * 0.693359375`` are
         exact); ``exp(r) = 1 + r + r^2 * P(r)`` with a degree-5 ``P`` on
         ``|r| <~ ln2/2``; then ``p * 2^n`` rounded once (:meth:`_ldexp`: one
-        instruction with AVX-512).  A NaN is passed through by a select.
+        instruction with AVX-512).  A NaN goes through every step, quieted (the clamp
+        keeps it: :meth:`_clamp`); where ``2^n`` is built from ``n``'s bits (no
+        ``vscalefps``) a select gives those lanes ``p``'s NaN: the same bits everywhere.
 
         Every step is one IEEE operation, never marked ``contract`` (whatever the
         function's ``fp_contract``): the result depends only on ``x``, so vectorized,
@@ -223,9 +232,15 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         *every* float32 input to be within 1 ulp of the correctly rounded exp
         (subnormal results included; docs/numerics.md), and they may differ from each
         other by 1 ulp on some inputs."""
-        b = self.b
-        res = self._exp_in(x, -104.0, 89.0)
-        return b.select(b.fcmp_unordered("uno", x, x), x, res)
+        b, _, _, C, _, _ = self._kit(x)
+        # the clamp keeps a NaN, which goes through every step, quieted
+        n, r = self._exp_reduce(x, -104.0, 89.0, keep_nan=True)
+        p = b.fadd(self._expm1_poly(r), C(1.0))
+        res = self._ldexp(p, n)
+        if self.policy.vector_op("scalef", x.type) is not None:
+            return res          # (vscalefps gives the NaN of p)
+        # else 2^n is built from n's bits (no NaN there): the NaN lanes take p's
+        return b.select(b.fcmp_unordered("uno", x, x), p, res)
 
     def _exp_in(self, x, lo, hi):
         """exp(x) as :meth:`exp_f32` computes it, ``x`` clamped to ``[lo, hi]`` (None: not
@@ -234,21 +249,25 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         n, r = self._exp_reduce(x, lo, hi)
         return self._ldexp(b.fadd(self._expm1_poly(r), C(1.0)), n)
 
-    def _clamp(self, x, lo: float, hi: float):
+    def _clamp(self, x, lo: float, hi: float, keep_nan: bool = False):
         """``x`` clamped to ``[lo, hi]`` (a NaN gives ``hi``: the callers select NaN
-        themselves)."""
+        themselves; ``keep_nan``: a NaN stays NaN, by selects that x86 makes one
+        ``vminps`` and one ``vmaxps`` with the NaN as their second operand)."""
         b, ty, _, C, _, _ = self._kit(x)
+        if keep_nan:
+            xc = b.select(b.fcmp_ordered(">", x, C(hi)), C(hi), x)
+            return b.select(b.fcmp_ordered("<", xc, C(lo)), C(lo), xc)
         return b.call(self._fn1("llvm.maxnum", ty, 2),
                       [b.call(self._fn1("llvm.minnum", ty, 2), [x, C(hi)]), C(lo)])
 
-    def _exp_reduce(self, x, lo, hi):
-        """``x`` clamped to ``[lo, hi]`` (``lo`` None: only above; both None: not at all)
-        as ``n*ln2 + r``:
+    def _exp_reduce(self, x, lo, hi, keep_nan: bool = False):
+        """``x`` clamped to ``[lo, hi]`` (``lo`` None: only above; both None: not at all;
+        ``keep_nan``: :meth:`_clamp`'s) as ``n*ln2 + r``:
         ``n = roundeven(x * log2(e))`` (a float) and ``r = x - n*ln2`` with ``ln2`` in two
         constants (``n * 0.693359375`` and its subtraction are exact), ``|r| <~ ln2/2``."""
         b, ty, _, C, _, madd = self._kit(x)
         if lo is not None and hi is not None:
-            xc = self._clamp(x, lo, hi)
+            xc = self._clamp(x, lo, hi, keep_nan)
         elif hi is not None:
             xc = b.call(self._fn1("llvm.minnum", ty, 2), [x, C(hi)])
         else:

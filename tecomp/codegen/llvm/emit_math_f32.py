@@ -45,19 +45,7 @@ class _F32MathEmitter:
         b, ty, ity, C, I, madd = self._kit(x)
         parts, limit = self._PIO2_FMA if self.policy.has_fma else self._PIO2_NOFMA
         q, kq = self._quadrant(x)
-        # r = rh + rl: the steps before the last two are exact; the next-to-last as
-        # r - s (s = q * part rounded, se its exact rounding error, by an FMA; without FMA
-        # the parts' trailing zeros make s exact and se 0), whose rounding error e
-        # (Knuth's TwoSum, exact) goes to rl with se and the last part
-        r = x
-        for part in parts[:-2]:
-            r = madd(q, C(-part), r)
-        s = b.fmul(q, C(parts[-2]))
-        se = madd(q, C(parts[-2]), b.fneg(s))
-        rh = b.fsub(r, s)
-        bb = b.fsub(rh, r)
-        e = b.fadd(b.fsub(r, b.fsub(rh, bb)), b.fsub(b.fneg(s), bb))
-        rl = madd(q, C(-parts[-1]), b.fsub(e, se))
+        rh, rl = self._reduce_by_parts(x, q, parts, C, madd)
         z = b.fmul(rh, rh)
         # tan(rh + rl) = rh + c, c = rh z P(z) + rl (1 + z) (tan' = 1 + tan^2)
         c = madd(b.fmul(rh, z), self._horner(self._TAN32_P, z, madd), madd(rl, z, rl))
@@ -72,6 +60,24 @@ class _F32MathEmitter:
         res = b.select(b.fcmp_ordered("<", ax, C(2.0 ** -12)), x, res)
         big = b.fcmp_unordered(">", ax, C(limit))
         return self._slow_where(big, "tan.wide", self.tan_f64_lanes, x, res)
+
+    def _reduce_by_parts(self, x, q, parts, C, madd):
+        """``r = x - q (parts[0] + parts[1] + ...)`` (Cody and Waite; ``q`` integral, of
+        ``x``'s type, ``C`` its constant maker) as ``rh + rl``: the steps before the last
+        two are exact; the next-to-last as ``r - s`` (``s = q * part`` rounded, ``se`` its
+        exact rounding error, by an FMA; without FMA the parts' trailing zeros make ``s``
+        exact and ``se`` 0), whose rounding error ``e`` (Knuth's TwoSum, exact) goes to
+        ``rl`` with ``se`` and the last part."""
+        b = self.b
+        r = x
+        for part in parts[:-2]:
+            r = madd(q, C(-part), r)
+        s = b.fmul(q, C(parts[-2]))
+        se = madd(q, C(parts[-2]), b.fneg(s))
+        rh = b.fsub(r, s)
+        bb = b.fsub(rh, r)
+        e = b.fadd(b.fsub(r, b.fsub(rh, bb)), b.fsub(b.fneg(s), bb))
+        return rh, madd(q, C(-parts[-1]), b.fsub(e, se))
 
     #: atan(u) = u + u z P(z), z = u^2, 0 <= u <= 1 (fitted: 2.6e-9 relative)
     _ATAN01_P = (-0.33333298563957214, 0.1999853402376175, -0.14264100790023804,

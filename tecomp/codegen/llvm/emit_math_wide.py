@@ -243,7 +243,7 @@ class _WideMathEmitter:
         return b.select(b.or_(b.fcmp_ordered("==", x, one), b.fcmp_ordered("==", y, C(0.0))),
                         one, res)
 
-    # -- float64 exp and log ---------------------------------------------------------------
+    # -- float64 exp, log and tan ----------------------------------------------------------
 
     #: exp(r) = 1 + r + r^2 Q(r), Q Taylor to r^13 (4e-18 relative on |r| <= ln2/2)
     _EXP64_Q = _taylor(lambda k: 1.0 / math.factorial(k + 2), 12)
@@ -252,6 +252,77 @@ class _WideMathEmitter:
     _LOG64_LG = (6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01,
                  2.222219843214978396e-01, 1.818357216161805012e-01, 1.531383769920937332e-01,
                  1.479819860511658591e-01)
+
+    #: float64 tan: pi/2 in three float64 parts (each the rest of the ones before,
+    #: rounded), and the largest ``|x|`` they reduce (libm's ``tan`` per lane beyond)
+    _PIO2_F64 = ((1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33),
+                 1073741824.0)
+    #: sin(r) = r + r z S(z), cos(r) = 1 - z/2 + z^2 C(z), z = r^2: Taylor to r^17 and
+    #: r^16 (1e-19 and 2e-18 relative on |r| <= pi/4)
+    _SIN64_S = _taylor(lambda k: (-1.0) ** (k + 1) / math.factorial(2 * k + 3), 8)
+    _COS64_C = _taylor(lambda k: (-1.0) ** k / math.factorial(2 * k + 4), 7)
+
+    def _fast2sum(self, a, c):
+        """``a + c`` rounded, and its rounding error (exact where ``|a| >= |c|``)."""
+        b = self.b
+        s = b.fadd(a, c)
+        return s, b.fadd(b.fsub(a, s), c)
+
+    def tan_f64(self, x):
+        """tan(x) for float64 in plain vector instructions where the target has fused
+        multiply-adds (elsewhere libm's ``tan``, once per lane): ``q = round(x 2/pi)`` from
+        the low bits of ``x 2/pi + 1.5 * 2^52`` (one FMA), ``r = x - q pi/2`` with pi/2 in
+        three float64 parts (:data:`_PIO2_F64`) kept as ``rh + rl``
+        (:meth:`_reduce_by_parts`), ``|r| <= pi/4``; ``sin(r)`` as ``rh + sl`` and
+        ``cos(r)`` as ``ch + cl`` (Taylor polynomials in ``z = rh^2``, the rounding error
+        of ``z``, ``rl`` and ``1 - z/2`` carried in the low parts), each then rounded as
+        a float64 and its rounding error, and ``sin/cos``, or ``-cos/sin`` for odd ``q``:
+        the quotient ``q0 = nh (1/dh)`` corrected once by its residual, ``q0 + ((nh - q0
+        dh) + (nl - q0 dl)) (1/dh)`` (one division).
+        ``|x| < 2^-27`` gives ``x`` (``+-0`` included).  Where a lane has ``|x|`` above
+        2^30, inf or NaN, the vector takes a branch that calls libm's ``tan`` for such
+        lanes.  A vector wider than one register is computed a register at a time (as
+        :meth:`erfc_f64_lanes`: the whole vector's temporaries at once would spill)."""
+        per = self.policy.register_bytes // 8
+        if isinstance(x.type, ir.VectorType) and x.type.count > per:
+            b = self.b
+            return _join_pieces(b, [self.tan_f64(_piece(b, x, k, per))
+                                    for k in range(0, x.type.count, per)], x.type.count)
+        kit = self._kit_f64(x)
+        b, dty, lty, C, L, madd = kit
+        parts, limit = self._PIO2_F64
+        magic = 6755399441055744.0
+        sq = madd(x, C(0.63661977236758134), C(magic))
+        q = b.fsub(sq, C(magic))
+        rh, rl = self._reduce_by_parts(x, q, parts, C, madd)
+        z = b.fmul(rh, rh)
+        zl = madd(rh, rh, b.fneg(z))              # z + zl = rh^2 exactly
+        hw = b.fmul(z, C(-0.5))
+        # sin(rh + rl) = rh + sl, sl = rh z S(z) + rh zl (-1/6) + rl (1 - z/2)
+        sl = madd(b.fmul(rh, z), self._horner(self._SIN64_S, z, madd),
+                  madd(b.fmul(rh, zl), C(-1.0 / 6.0), madd(rl, hw, rl)))
+        # cos(rh + rl) = ch + cl: ch = 1 - z/2 rounded, its error exact (Fast2Sum), the rest
+        # z^2 C(z) - zl/2 - rl rh
+        ch = b.fadd(C(1.0), hw)
+        rest = madd(b.fmul(z, z), self._horner(self._COS64_C, z, madd),
+                    madd(zl, C(-0.5), b.fneg(b.fmul(rl, rh))))
+        cl = b.fadd(b.fadd(b.fsub(C(1.0), ch), hw), rest)
+        # both as a float64 and its rounding error (Fast2Sum: |sl| < |rh|, |cl| < |ch|)
+        sh, sl = self._fast2sum(rh, sl)
+        ch, cl = self._fast2sum(ch, cl)
+        odd = b.trunc(b.bitcast(sq, lty), _with_lanes(ir.IntType(1), dty))
+        nh = b.select(odd, b.fneg(ch), sh)
+        nl = b.select(odd, b.fneg(cl), sl)
+        dh = b.select(odd, sh, ch)
+        dl = b.select(odd, sl, cl)
+        rd = b.fdiv(C(1.0), dh)
+        q0 = b.fmul(nh, rd)
+        e = b.fadd(madd(b.fneg(q0), dh, nh), madd(b.fneg(q0), dl, nl))
+        res = madd(e, rd, q0)
+        ax = b.call(self._fn1("llvm.fabs", dty), [x])
+        res = b.select(b.fcmp_ordered("<", ax, C(2.0 ** -27)), x, res)
+        big = b.fcmp_unordered(">", ax, C(limit))
+        return self._libm_where(big, "tan", x, res)
 
     def erfc_f64_lanes(self, x):
         """erfc(x) = 1 - erf(x) for float32, in float64 lanes (where the target has no

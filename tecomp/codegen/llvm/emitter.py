@@ -111,11 +111,13 @@ Lowering
   once (an odd-rounding step through float32).  ``round`` is ``llvm.roundeven``.
   ``sqrt``, ``floor``, ``ceil``, ``abs`` and float64 ``sin``, ``cos`` and ``pow`` are
   LLVM intrinsics (libm calls per lane where the CPU has no instruction); float64
-  ``tanh``, ``erf``, ``tan`` ... call libm per lane; float32 ``erf``, ``tanh``, ``log``,
+  ``tanh``, ``erf``, ``atan`` ... call libm per lane (``tan`` too where the target has
+  no FMA); float32 ``erf``, ``tanh``, ``log``,
   ``sin`` ... are tecomp's own vector code (``_FnEmitter.erf_f32``, ``tanh_f32``,
   ``log_f32``: at most 1.62, 2.36 and 0.84 ulp, docs/numerics.md), and so are float32
   ``tan``, ``atan`` and ``erfc`` (:mod:`~tecomp.codegen.llvm.emit_math_f32`, float32
-  lanes), float32 ``atan2``, ``cbrt`` and ``pow`` and float64 ``exp`` and ``log``
+  lanes), float32 ``atan2``, ``cbrt`` and ``pow`` and float64 ``exp``, ``log`` and
+  ``tan`` (with FMA)
   (:mod:`~tecomp.codegen.llvm.emit_math_wide`: float32 in float64 lanes, rounded
   once);
   ``rsqrt`` is ``1/sqrt(x)``.
