@@ -23,7 +23,11 @@ threads AT THE SAME TIME, in one of these scenarios:
     at once, then called from 2 threads with distinct inputs and one shared input.
 ``fork``
     a thread runs a kernel in a loop while the process forks (maybe in the middle of a
-    parallel region); the child runs the kernel and checks its bits, then exits.
+    parallel region), and in half the cases another builds kernels (maybe inside LLVM);
+    the child runs the kernel and checks its bits (in those cases it builds and checks
+    one too), then exits.  (The process has built before it forks: a fork while another
+    thread imports the code generator for the first time can leave the child blocked
+    in CPython's import locks, docs/runtime.md.)
 
 Every result is compared bit for bit with a serial run of the same kernel (the same
 kernel on the same input gives the same bits, whatever the thread count: the family's
@@ -115,7 +119,8 @@ def draw_threads_case(seed: int, iterations: Optional[int] = None) -> ThreadsCas
             "share_pool": [d.random() < 0.5 for _ in range(3)],
             "limits": [d.choice((0, 1 << 18, 1 << 20, 1 << 30)) for _ in range(4)],
             "torch_model": d.choice(("chain", "linear_gelu", "sort_between")),
-            "sleep": d.choice((0.0, 0.0005, 0.002))}
+            "sleep": d.choice((0.0, 0.0005, 0.002)),
+            "fork_build": d.random() < 0.5}
     return ThreadsCase(spec=spec, seed=seed, name=f"threads seed {seed} ({scenario})",
                        fuzz_seed=seed)
 
@@ -465,6 +470,14 @@ def _run_fork(case: ThreadsCase, rng, d, tmp) -> Optional[str]:
     g = _Group()
     g.add(k.call_check, "call", until_stopped=True)
     results = []
+    if sp.get("fork_build"):   # and builds in the parent while it forks (inside LLVM)
+        built = [0]
+
+        def builder():
+            _Kernel(sp["workloads"][1], f"threads_fork_b{built[0]}",
+                    np.random.default_rng(built[0])).call_check()
+            built[0] += 1
+        g.add(builder, "build", until_stopped=True)
 
     def forker():
         for _ in range(max(1, sp["iterations"] // 3)):
@@ -474,6 +487,9 @@ def _run_fork(case: ThreadsCase, rng, d, tmp) -> Optional[str]:
                 code = 3
                 try:
                     k.call_check()
+                    if sp.get("fork_build"):   # and build one (its own LLVM worker)
+                        _Kernel(sp["workloads"][2], "threads_fork_child",
+                                np.random.default_rng(1)).call_check()
                     code = 0
                 except _Mismatch:
                     code = 1
