@@ -20,7 +20,9 @@ threads AT THE SAME TIME, in one of these scenarios:
 ``torch_compile``
     a small function or module compiled with ``torch.compile(backend="tecomp")`` (with
     a disk cache of its own, so the background writer runs), first called from 2 threads
-    at once, then called from 2 threads with distinct inputs and one shared input.
+    at once, then from 2-4 threads with distinct inputs or one shared input, while others
+    change the thread count and free the kept workspace (the graphs' kept intermediates
+    with it).
 ``fork``
     a thread runs a kernel in a loop while the process forks (maybe in the middle of a
     parallel region), and in half the cases another builds kernels (maybe inside LLVM);
@@ -285,6 +287,20 @@ def _toggler(spec, d: random.Random):
     return toggle
 
 
+def _workspace(spec, d: random.Random):
+    """A thread's body that frees the kept workspace (the pools' and the compiled graphs'
+    intermediates) or sets a new limit (0 among them)."""
+    limits = list(spec["limits"])
+
+    def workspace():
+        if d.random() < 0.5:
+            tc.release_workspace()
+        else:
+            tc.set_workspace_limit(d.choice(limits))
+        time.sleep(spec["sleep"] or 0.0005)
+    return workspace
+
+
 def _run_same_module(case: ThreadsCase, rng, d, tmp) -> Optional[str]:
     sp = case.spec
     k = _Kernel(sp["workloads"][0], "threads_same", rng)
@@ -368,18 +384,10 @@ def _run_build_while_running(case: ThreadsCase, rng, d, tmp) -> Optional[str]:
             k.mod.export_library(os.path.join(tmp, f"new{b}.so"))
             built.append(k)
             k.call_check()
-    limits = list(sp["limits"])
-
-    def workspace():
-        if d.random() < 0.5:
-            tc.release_workspace()
-        else:
-            tc.set_workspace_limit(d.choice(limits))
-        time.sleep(sp["sleep"])
     g.add(builder, "build")
     for t in range(len(orders)):
         g.add(caller(t), f"call{t}", until_stopped=True)
-    g.add(workspace, "workspace", until_stopped=True)
+    g.add(_workspace(sp, d), "workspace", until_stopped=True)
     return g.run(1)
 
 
@@ -446,6 +454,7 @@ def _run_torch_compile(case: ThreadsCase, rng, d, tmp) -> Optional[str]:
             for t in range(sp["threads"]):
                 g.add(caller(t), f"call{t}")
             g.add(_toggler(sp, d), "set_num_threads", until_stopped=True)
+            g.add(_workspace(sp, d), "workspace", until_stopped=True)
             bad = g.run(sp["threads"])
             if bad:
                 return bad
