@@ -103,3 +103,37 @@ def test_fuzz_only_threads(tmp_path):
                        timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "cases run: 2 (threads:" in p.stdout and "mismatches: 0" in p.stdout, p.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() here")
+def test_a_fork_waits_for_a_thread_inside_llvm():
+    """A fork() while another thread is inside LLVM (holding the LLVM lock: parsing, JIT,
+    emitting) waits until it is out: the child must not inherit LLVM's state half-changed
+    by a thread it does not have (the threads family: 1 of 10 children forked while
+    another thread built never finished its own build).  Forced: the thread holds the
+    lock for 0.5 s after the fork is asked for."""
+    import time
+
+    from tecomp.target import host
+
+    inside, left = threading.Event(), []
+
+    def compiling():
+        with host.LLVM_LOCK:
+            inside.set()
+            time.sleep(0.5)
+            left.append(time.monotonic())
+
+    t = threading.Thread(target=compiling)
+    t.start()
+    assert inside.wait(10)
+    pid = os.fork()
+    if pid == 0:   # the child: its own lock, free
+        os._exit(0 if host.LLVM_LOCK.acquire(timeout=5) else 1)
+    forked = time.monotonic()
+    _, status = os.waitpid(pid, 0)
+    t.join(10)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert left and forked >= left[0], "the fork did not wait for the thread inside LLVM"
+    assert host.LLVM_LOCK.acquire(timeout=5)   # released in the parent after the fork
+    host.LLVM_LOCK.release()

@@ -18,14 +18,28 @@ _HOST_INFO: Dict[str, object] = {}
 LLVM_LOCK = threading.RLock()
 
 
+def _hold_for_fork() -> None:
+    # a fork() waits for the thread that is inside LLVM: a child forked in the middle of
+    # an LLVM call inherits LLVM's state (and its own locks) half-changed by a thread it
+    # does not have (the fuzzer's threads family: 1 of 10 children forked while another
+    # thread built never finished its own build)
+    LLVM_LOCK.acquire()
+
+
+def _release_after_fork() -> None:
+    LLVM_LOCK.release()
+
+
 def _new_lock_in_child() -> None:
-    # a fork() while another thread compiled would leave the child's lock held forever
+    # the child's lock is a new one (the parent's stays held by the forking thread until
+    # _release_after_fork, which runs in the parent only)
     global LLVM_LOCK
     LLVM_LOCK = threading.RLock()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_in_child)
+    os.register_at_fork(before=_hold_for_fork, after_in_parent=_release_after_fork,
+                        after_in_child=_new_lock_in_child)
 
 
 def _llvm():

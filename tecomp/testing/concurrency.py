@@ -48,6 +48,7 @@ that the case's threads (and the pools' workers) lose their cores at random mome
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import multiprocessing
 import os
 import random
@@ -494,6 +495,8 @@ def _run_fork(case: ThreadsCase, rng, d, tmp) -> Optional[str]:
             pid = os.fork()
             if pid == 0:   # the child: run the kernel (new workers), check its bits
                 code = 3
+                # where a child hangs: its threads' stacks on stderr before it is killed
+                faulthandler.dump_traceback_later(50)
                 try:
                     k.call_check()
                     if sp.get("fork_build"):   # and build one (its own LLVM worker)
