@@ -524,8 +524,11 @@ def _run_fork(case: ThreadsCase, rng, d, tmp) -> Optional[str]:
     g.threads.reverse()   # the forker first: it is the one the group waits for
     bad = g.run(1)
     if bad is None and any(r != 0 for r in results):
-        bad = (f"forked children: {results} (1: bits that differ from the serial run, 2: "
-               f"an exception, 'hang': no exit within 60 s, negative: a signal)")
+        what = ("a forked child hung" if "hang" in results else
+                "a forked child's bits differ from the serial run" if 1 in results else
+                "a forked child failed")
+        bad = (f"{what}: exit codes {results} (1: wrong bits, 2: an exception, 'hang': no "
+               f"exit within 60 s, negative: a signal)")
     return bad
 
 
@@ -569,7 +572,7 @@ def run_threads_case(case: ThreadsCase, check_passes: bool = False) -> Outcome:
     if not errors:
         return Outcome("ok", case, sp["scenario"])
     text = _join(errors)
-    if "threads still running" in text:
+    if "threads still running" in text or "a forked child hung" in text:
         return Outcome("crash", case, "deadlock", text)
     kind = "mismatch" if "differ" in text and "Traceback" not in text else "crash"
     return Outcome(kind, case, sp["scenario"], text)
