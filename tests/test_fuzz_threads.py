@@ -137,3 +137,38 @@ def test_a_fork_waits_for_a_thread_inside_llvm():
     assert left and forked >= left[0], "the fork did not wait for the thread inside LLVM"
     assert host.LLVM_LOCK.acquire(timeout=5)   # released in the parent after the fork
     host.LLVM_LOCK.release()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() here")
+def test_a_fork_waits_for_llvmlites_own_lock():
+    """llvmlite takes its own lock around each call into its library, also outside
+    tecomp's (an engine disposed of by the garbage collector in any thread): a fork waits
+    for that thread too, and the child gets a free lock (the threads family: children
+    forked meanwhile hung in their first llvmlite call)."""
+    import time
+
+    llvm = pytest.importorskip("llvmlite.binding")
+    from llvmlite.binding import ffi
+
+    inside, left = threading.Event(), []
+
+    def disposing():
+        with ffi.lib._lock:
+            inside.set()
+            time.sleep(0.5)
+            left.append(time.monotonic())
+
+    t = threading.Thread(target=disposing)
+    t.start()
+    assert inside.wait(10)
+    pid = os.fork()
+    if pid == 0:   # the child: an llvmlite call must not block
+        if not ffi.lib._lock._lock.acquire(timeout=5):
+            os._exit(1)   # (held by the thread the child does not have)
+        llvm.address_of_symbol("malloc")   # (through the lock)
+        os._exit(0)
+    forked = time.monotonic()
+    _, status = os.waitpid(pid, 0)
+    t.join(10)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert left and forked >= left[0], "the fork did not wait for llvmlite's lock"
