@@ -316,6 +316,56 @@ def test_released_intermediates_kept_for_the_next_call(monkeypatch):
         threads.set_workspace_limit(threads.workspace_limit_from_env())
 
 
+def test_release_workspace_while_a_plan_keeps_in_another_thread(monkeypatch):
+    """``tc.release_workspace()`` walks every plan's kept intermediates while a compiled
+    graph's call ends in another thread and keeps its own (threads family of the fuzzer):
+    the walk raised "Set changed size during iteration".  Forced here: the walk pauses
+    after its first plan until the other thread's keep() has added one, or 1 s has
+    passed (the fix: the keep waits for the walk)."""
+    import threading
+    import weakref
+
+    import tecomp as tc
+    from tecomp.dynamo import graph
+
+    spec = ((4,), (1,), torch.float32)
+    walking, added = threading.Event(), threading.Event()
+
+    class Paused(weakref.WeakSet):
+        def __iter__(self):
+            for k, sp in enumerate(super().__iter__()):
+                yield sp
+                if k == 0:
+                    walking.set()
+                    added.wait(1.0)
+
+    monkeypatch.setattr(graph._Spare, "_all", Paused())
+    plans = [graph._Spare() for _ in range(3)]
+    for p in plans:
+        p.keep({spec: [torch.empty(4)]})
+    late = graph._Spare()
+    errors = []
+
+    def other_call_ends():
+        walking.wait(10)
+        late.keep({spec: [torch.empty(4)]})
+        added.set()
+
+    t = threading.Thread(target=other_call_ends)
+    t.start()
+    try:
+        freed = tc.release_workspace()
+    except RuntimeError as e:
+        errors.append(str(e))
+    finally:
+        added.set()
+        t.join(10)
+    assert not errors, errors
+    assert freed >= 3 * 16 and not any(p.nbytes for p in plans)
+    assert late.nbytes == 16   # kept after the walk: the next release frees it
+    assert tc.release_workspace() >= 16 and late.nbytes == 0
+
+
 def _parallel_kernel():
     """A tecomp kernel with a parallel loop (B = A + 1 over 4096 elements)."""
     import tecomp as tc

@@ -396,8 +396,11 @@ def _nbytes(spec) -> int:
 def release_spare() -> int:
     """Free the intermediates every plan keeps for its next call; the bytes freed."""
     freed = 0
-    for sp in list(_Spare._all):
-        with _Spare._lock:
+    # under the lock that keep() adds to the set under: a plan's call that ended in
+    # another thread during the walk raised "Set changed size during iteration" out of
+    # tc.release_workspace()
+    with _Spare._lock:
+        for sp in list(_Spare._all):
             freed += sp.nbytes
             _Spare._total -= sp.nbytes
             sp.buffers, sp.nbytes = None, 0

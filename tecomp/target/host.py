@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import sys
 import threading
 from typing import Dict, FrozenSet, Optional, Tuple
 
@@ -18,14 +19,46 @@ _HOST_INFO: Dict[str, object] = {}
 LLVM_LOCK = threading.RLock()
 
 
+def _llvmlite_lock():
+    """llvmlite's own lock around every call into its library (``ffi.lib._lock``: an
+    object with a ``_lock`` RLock), where llvmlite is loaded and has it; else None."""
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    lock = getattr(getattr(getattr(ffi, "lib", None), "_lock", None), "_lock", None)
+    return lock if hasattr(lock, "acquire") else None
+
+
+def _hold_for_fork() -> None:
+    # a fork() waits for the thread that is inside LLVM: a child forked in the middle of
+    # an LLVM call inherits LLVM's state half-changed by a thread it does not have, and
+    # llvmlite's own lock held forever (the fuzzer's threads family: children forked
+    # while another thread built hung in their first llvmlite call, ffi.py __enter__;
+    # llvmlite takes its lock outside tecomp's too: objects disposed of by the garbage
+    # collector in any thread)
+    LLVM_LOCK.acquire()
+    lock = _llvmlite_lock()
+    if lock is not None:
+        lock.acquire()
+
+
+def _release_after_fork() -> None:
+    lock = _llvmlite_lock()
+    if lock is not None:
+        lock.release()
+    LLVM_LOCK.release()
+
+
 def _new_lock_in_child() -> None:
-    # a fork() while another thread compiled would leave the child's lock held forever
+    # the child's locks are new ones (the parent's stay held by the forking thread until
+    # _release_after_fork, which runs in the parent only)
     global LLVM_LOCK
     LLVM_LOCK = threading.RLock()
+    if _llvmlite_lock() is not None:
+        sys.modules["llvmlite.binding.ffi"].lib._lock._lock = threading.RLock()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_in_child)
+    os.register_at_fork(before=_hold_for_fork, after_in_parent=_release_after_fork,
+                        after_in_child=_new_lock_in_child)
 
 
 def _llvm():

@@ -32,7 +32,11 @@ leads with ``cuda vs cuda-emu``, counted apart in the summary, and the reproduce
 for ``target="cuda"``.  Where pycuda, a GPU, nvcc or g++ is missing the run stops at the
 start with exit status 2 and one line saying why.  Every
 ``--torch-every``-th CPU case also runs with torch tensors for its arrays, and every ``--aot-every``-th exported with
-``export_library`` and loaded with ``tc.load_module``.  Cases run in worker subprocesses, so a
+``export_library`` and loaded with ``tc.load_module``.  Every ``--threads-every``-th seed (default 100) is a
+case of the ``threads`` family (:mod:`tecomp.testing.concurrency`: modules, pools, the
+workspace cache and ``torch.compile`` used from several threads at once, while the thread
+count changes, kernels are built and exported and the workspace released, or the process
+forks; every result bit for bit against a serial run); ``--only threads`` runs it alone.  Cases run in worker subprocesses, so a
 case that kills its process (a segfault in generated code) is recorded as a crash and the
 worker restarts after it; a case that runs longer than ``--case-timeout`` seconds has its
 worker killed and is recorded as a hang.  At the end it prints the cases run, the rejected schedules
@@ -62,6 +66,7 @@ from .draw import RandomDraw
 from .edges import EdgeCase, draw_edge_case, run_edge_case
 from .ops import OpCase, draw_op_case, run_op_case
 from .store_root import StoreRootCase, draw_store_root_case, run_store_root_case
+from .concurrency import ThreadsCase, draw_threads_case, run_threads_case
 
 
 GPU_TARGETS = ("cuda-emu", "cuda")
@@ -75,7 +80,8 @@ def _have_cxx() -> bool:
 
 def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: str = "llvm",
                   tensorize_every: int = 0, gpu_target: str = "cuda-emu", edge_every: int = 0,
-                  store_root_every: int = 0, tensor_core_every: int = 0, op_every: int = 0):
+                  store_root_every: int = 0, tensor_core_every: int = 0, op_every: int = 0,
+                  threads_every: int = 0):
     """Case ``seed``.  Every ``edge_every``-th is an edge case (``edges.py``: the drawn
     case of the same seed, written or called the way a careless user or an attacker
     would); of the others, every ``store_root_every``-th is a case of the ``store_root``
@@ -86,7 +92,10 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
     ``"cuda-emu"`` (the emulation) or ``"cuda"`` (the GPU, and the emulation beside it; see
     ``run_case``): the same program and schedule either way.  Every ``op_every``-th seed
     (before all the others; 0: none) is a case of the ``ops`` family (``ops.py``: one
-    ``tecomp.nn`` operator call with random parameters, its own random stream)."""
+    ``tecomp.nn`` operator call with random parameters, its own random stream); after
+    them, every ``threads_every``-th seed (``seed % threads_every ==
+    threads_family_residue(threads_every)``; 0: none) is a case of the ``threads`` family
+    (``concurrency.py``: kernels, pools and caches used from several threads at once)."""
     import dataclasses
 
 
@@ -94,6 +103,8 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
         raise ValueError(f"gpu_target must be one of {GPU_TARGETS}, not {gpu_target!r}")
     if op_every and seed % op_every == 0:
         return draw_op_case(seed, cpu_target)
+    if threads_every and seed % threads_every == threads_family_residue(threads_every):
+        return draw_threads_case(seed)
     if edge_every and seed % edge_every == 1 % edge_every:
         return draw_edge_case(seed)
     if store_root_every and seed % store_root_every == store_root_family_residue(store_root_every):
@@ -135,6 +146,14 @@ def store_root_family_residue(every: int) -> int:
     defaults (``--store-root-every 20``, ``--edge-every 5``, ``--gpu-every 25``) 15, a
     residue no edge or GPU seed has (and 0 with ``--store-root-every 1``: every seed)."""
     return 3 * every // 4
+
+
+def threads_family_residue(every: int) -> int:
+    """The seeds of the ``threads`` family are those ``seed % every ==`` this: with the
+    default ``--threads-every 100``, 9 (a seed that was a plain drawn case: no edge,
+    auto-scheduler, int8, GPU or store_root seed changes family; and 0 with
+    ``--threads-every 1``: every seed)."""
+    return 9 % every
 
 
 def cuda_unavailable() -> "str | None":
@@ -190,7 +209,8 @@ def _worker(args) -> int:
         try:
             case = case_for_seed(seed, args.gpu_every, args.auto_every, args.cpu_target,
                                  args.tensorize_every, args.gpu_target, args.edge_every,
-                                 args.store_root_every, args.tensor_core_every, args.op_every)
+                                 args.store_root_every, args.tensor_core_every, args.op_every,
+                                 args.threads_every)
             o = _run(case, seed, args)
         except Exception as e:  # noqa: BLE001 - a bug in the fuzzer itself
             print(json.dumps({"seed": seed, "kind": "crash", "target": "?",
@@ -222,6 +242,8 @@ def _run(case, seed, args):
         return run_store_root_case(case, check_passes=args.check_passes)
     if isinstance(case, OpCase):
         return run_op_case(case)
+    if isinstance(case, ThreadsCase):
+        return run_threads_case(case)
     return run_case(case, check_passes=args.check_passes, also=also_for_seed(seed, args))
 
 
@@ -230,6 +252,8 @@ def _target_label(case) -> str:
     ``store_root`` or ``ops:<kind>``."""
     if isinstance(case, OpCase):
         return f"ops:{case.spec['kind']}"
+    if isinstance(case, ThreadsCase):
+        return f"threads:{case.spec['scenario']}"
     if isinstance(case, StoreRootCase):
         return case.family
     family = getattr(case, "family", "")
@@ -244,6 +268,7 @@ def _spawn(args, start, count, step):
            "--tensorize-every", str(args.tensorize_every), "--gpu-target", args.gpu_target,
            "--edge-every", str(args.edge_every), "--store-root-every", str(args.store_root_every),
            "--tensor-core-every", str(args.tensor_core_every), "--op-every", str(args.op_every),
+           "--threads-every", str(args.threads_every),
            "--out", args.out]
     if args.check_passes:
         cmd.append("--check-passes")
@@ -290,8 +315,18 @@ def main(argv=None) -> int:
                          "depthwise or grouped convolution call with random parameters, "
                          "NaN/inf/-0.0 inputs, views and misaligned outputs, against "
                          "PyTorch; 0, the default: none)")
-    ap.add_argument("--only", choices=("ops",), default=None,
-                    help="run one family alone: 'ops' is --op-every 1")
+    ap.add_argument("--threads-every", type=int, default=100,
+                    help="every k-th seed (those with seed %% k == 9 %% k) is a case of the "
+                         "threads family (tecomp.testing.concurrency: one module called from "
+                         "several threads while the thread count changes, JIT-built and "
+                         "loaded modules with and without a shared pool, builds, exports and "
+                         "workspace releases during calls, torch.compile from two threads, "
+                         "fork during a parallel region; every result bit for bit against a "
+                         "serial run; 0: none).  Its long runs: python -m "
+                         "tecomp.testing.concurrency --burners 2 --iterations 40")
+    ap.add_argument("--only", choices=("ops", "threads"), default=None,
+                    help="run one family alone: 'ops' is --op-every 1, 'threads' "
+                         "--threads-every 1")
     ap.add_argument("--check-passes", action="store_true",
                     help="also run the pass-by-pass checker on every case")
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "tecomp-fuzz-reports"),
@@ -315,6 +350,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.only == "ops":
         args.op_every = 1
+    elif args.only == "threads":
+        args.threads_every = 1
 
     if args.worker:
         return _worker(args)
@@ -327,7 +364,8 @@ def main(argv=None) -> int:
     if args.replay is not None:
         case = case_for_seed(args.replay, args.gpu_every, args.auto_every, args.cpu_target,
                              args.tensorize_every, args.gpu_target, args.edge_every,
-                             args.store_root_every, args.tensor_core_every, args.op_every)
+                             args.store_root_every, args.tensor_core_every, args.op_every,
+                             args.threads_every)
         o = _run(case, args.replay, args)
         if o.kind == "refused":
             print(f"seed {args.replay}: refused as documented in {o.stage}: {o.detail}\n"
