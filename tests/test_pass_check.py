@@ -231,3 +231,27 @@ def test_regression_rfactor_tail_guard_is_lazy():
     c = np.zeros(1, "float32")
     tc.build(s, [P, A, C], checks=True)(p, a, c)
     assert c[0] == want
+
+
+def test_a_visitor_method_replaced_after_use_takes_effect(monkeypatch):
+    """The visitors look their ``visit_<Class>`` methods up once per node class; a method
+    replaced afterwards (a test's monkeypatch of a pass, as the tests here do) must be the
+    one called, in the class and in its subclasses, and the original once restored (the
+    cached first method made a fuzz family's fault injection pass silently unnoticed
+    after an earlier test had run the same pass)."""
+    class Doubler(Mutator):
+        def visit_Const(self, c):
+            return Const(c.value * 2, c.dtype)
+
+    class Sub(Doubler):
+        pass
+
+    e = Const(3, "int32")
+    assert Doubler().visit(e).value == 6 and Sub().visit(e).value == 6
+    monkeypatch.setattr(Doubler, "visit_Const", lambda self, c: Const(c.value * 3, c.dtype))
+    assert Doubler().visit(e).value == 9 and Sub().visit(e).value == 9
+    monkeypatch.setattr(Sub, "visit_Const", lambda self, c: Const(c.value * 5, c.dtype),
+                        raising=False)
+    assert Doubler().visit(e).value == 9 and Sub().visit(e).value == 15
+    monkeypatch.undo()
+    assert Doubler().visit(e).value == 6 and Sub().visit(e).value == 6

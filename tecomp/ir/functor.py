@@ -62,7 +62,33 @@ def _handler(vcls: type, ncls: type) -> Optional[Callable]:
         return f
 
 
-class Visitor:
+class _WalkerType(type):
+    """The type of the visitor classes: a ``visit_<ClassName>`` method set or deleted on
+    a class after its walks began (a test's monkeypatch, a debugging wrapper) empties the
+    handler caches (:func:`_handler`) of that class and of every class below it, which
+    would otherwise keep calling the method they looked up first."""
+
+    def __setattr__(cls, name, value):
+        super().__setattr__(name, value)
+        if name.startswith("visit_"):
+            cls._forget_handlers()
+
+    def __delattr__(cls, name):
+        super().__delattr__(name)
+        if name.startswith("visit_"):
+            cls._forget_handlers()
+
+    def _forget_handlers(cls):
+        stack = [cls]
+        while stack:
+            c = stack.pop()
+            cache = c.__dict__.get("_handler_cache")
+            if cache is not None:
+                cache.clear()
+            stack.extend(type.__subclasses__(c))
+
+
+class Visitor(metaclass=_WalkerType):
     """Read-only walk.  Override ``visit_<ClassName>`` and call ``self.generic_visit``.
     Handlers are looked up on the class (once per node class), not on the instance."""
 
@@ -88,7 +114,7 @@ class Visitor:
                         self.visit(x)
 
 
-class Mutator:
+class Mutator(metaclass=_WalkerType):
     """Rewrite walk.  Override ``visit_<ClassName>``; return a new node or the same one."""
 
     def visit(self, node):
