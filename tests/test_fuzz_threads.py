@@ -105,6 +105,36 @@ def test_fuzz_only_threads(tmp_path):
     assert "cases run: 2 (threads:" in p.stdout and "mismatches: 0" in p.stdout, p.stdout
 
 
+def _fork_while_held(lock, child) -> tuple:
+    """Fork while another thread holds ``lock`` (a context manager) for 0.5 s after the
+    fork is asked for; the child runs ``child()`` (its exit code).  Returns the child's
+    exit code and whether the fork waited for the thread to let go."""
+    import time
+
+    inside, left = threading.Event(), []
+
+    def holding():
+        with lock:
+            inside.set()
+            time.sleep(0.5)
+            left.append(time.monotonic())
+
+    t = threading.Thread(target=holding)
+    t.start()
+    assert inside.wait(10)
+    pid = os.fork()
+    if pid == 0:   # (never back into pytest from the child)
+        code = 2
+        try:
+            code = child()
+        finally:
+            os._exit(code)
+    forked = time.monotonic()
+    _, status = os.waitpid(pid, 0)
+    t.join(10)
+    return os.waitstatus_to_exitcode(status), bool(left) and forked >= left[0]
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() here")
 def test_a_fork_waits_for_a_thread_inside_llvm():
     """A fork() while another thread is inside LLVM (holding the LLVM lock: parsing, JIT,
@@ -112,29 +142,13 @@ def test_a_fork_waits_for_a_thread_inside_llvm():
     by a thread it does not have (the threads family: 1 of 10 children forked while
     another thread built never finished its own build).  Forced: the thread holds the
     lock for 0.5 s after the fork is asked for."""
-    import time
-
     from tecomp.target import host
 
-    inside, left = threading.Event(), []
-
-    def compiling():
-        with host.LLVM_LOCK:
-            inside.set()
-            time.sleep(0.5)
-            left.append(time.monotonic())
-
-    t = threading.Thread(target=compiling)
-    t.start()
-    assert inside.wait(10)
-    pid = os.fork()
-    if pid == 0:   # the child: its own lock, free
-        os._exit(0 if host.LLVM_LOCK.acquire(timeout=5) else 1)
-    forked = time.monotonic()
-    _, status = os.waitpid(pid, 0)
-    t.join(10)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert left and forked >= left[0], "the fork did not wait for the thread inside LLVM"
+    # the child: its own lock, free
+    code, waited = _fork_while_held(
+        host.LLVM_LOCK, lambda: 0 if host.LLVM_LOCK.acquire(timeout=5) else 1)
+    assert code == 0
+    assert waited, "the fork did not wait for the thread inside LLVM"
     assert host.LLVM_LOCK.acquire(timeout=5)   # released in the parent after the fork
     host.LLVM_LOCK.release()
 
@@ -145,30 +159,15 @@ def test_a_fork_waits_for_llvmlites_own_lock():
     tecomp's (an engine disposed of by the garbage collector in any thread): a fork waits
     for that thread too, and the child gets a free lock (the threads family: children
     forked meanwhile hung in their first llvmlite call)."""
-    import time
-
     llvm = pytest.importorskip("llvmlite.binding")
     from llvmlite.binding import ffi
 
-    inside, left = threading.Event(), []
-
-    def disposing():
-        with ffi.lib._lock:
-            inside.set()
-            time.sleep(0.5)
-            left.append(time.monotonic())
-
-    t = threading.Thread(target=disposing)
-    t.start()
-    assert inside.wait(10)
-    pid = os.fork()
-    if pid == 0:   # the child: an llvmlite call must not block
+    def child():   # an llvmlite call must not block
         if not ffi.lib._lock._lock.acquire(timeout=5):
-            os._exit(1)   # (held by the thread the child does not have)
+            return 1   # (held by the thread the child does not have)
         llvm.address_of_symbol("malloc")   # (through the lock)
-        os._exit(0)
-    forked = time.monotonic()
-    _, status = os.waitpid(pid, 0)
-    t.join(10)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert left and forked >= left[0], "the fork did not wait for llvmlite's lock"
+        return 0
+
+    code, waited = _fork_while_held(ffi.lib._lock, child)
+    assert code == 0
+    assert waited, "the fork did not wait for llvmlite's lock"
