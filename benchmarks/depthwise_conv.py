@@ -42,7 +42,11 @@ before the tasks of a group over every image where the transformed weights outgr
 ``tecomp.strategy.cpu.depthwise`` (depthwise rows): ``FMA`` (a multiply and an add per
 tap), ``STREAM_OUTPUT`` (every output store through the cache) and
 ``STRIDED_MASKED_LOADS`` (NCHW with a stride: a gather per padded tap, as before the
-masked wide loads; grouped NCHW rows too).  ``--cpu-time`` (with
+masked wide loads; grouped NCHW rows too), ``PREFETCH_ROWS`` (NCHW whose input comes
+from memory: the hardware prefetchers alone, as before a block of rows prefetched the
+next one's input rows) and ``BORDER_ROWS_APART`` (NHWC of several images and 7 rows: a
+task per (image, row), every tap behind a padding test, as before blocks of rows with a
+guarded tail; grouped NHWC pixels rows too).  ``--cpu-time`` (with
 ``--threads 1``): each call's time is the process's CPU time, which on a loaded machine
 leaves out the time other processes run.
 """
@@ -68,9 +72,10 @@ GROUPED_SWITCHES = ["INTERLEAVE_WHOLE_VECTORS", "COPY_NCHW_INPUT", "NCHW_TRANSPO
 GRAPH_SWITCHES = ["GROUPED_WINOGRAD", "GROUPED_WINOGRAD_F4", "GROUPED_WINOGRAD_NCHW"]
 #: the switch of tecomp.strategy.cpu.winograd (the Winograd stages' schedule)
 WINOGRAD_SWITCHES = ["GROUP_TASKS"]
-DEPTHWISE_SWITCHES = ["FMA", "STREAM_OUTPUT", "STRIDED_MASKED_LOADS"]
+DEPTHWISE_SWITCHES = ["FMA", "STREAM_OUTPUT", "STRIDED_MASKED_LOADS", "PREFETCH_ROWS",
+                      "BORDER_ROWS_APART"]
 #: the depthwise module's switches that the grouped NCHW rows blocking reads too
-SHARED_SWITCHES = ["STRIDED_MASKED_LOADS"]
+SHARED_SWITCHES = ["STRIDED_MASKED_LOADS", "BORDER_ROWS_APART"]
 
 
 def main() -> None:
@@ -160,7 +165,7 @@ def main() -> None:
                 for on in (True, False) if mine else (True,):
                     saved = {n: getattr(mods[n], n) for n in mine}
                     for name in mine:
-                        # STREAM_OUTPUT: None (the template's rule) or False (never)
+                        # STREAM_OUTPUT, PREFETCH_ROWS: None (the template's rule) or False (never)
                         setattr(mods[name], name, saved[name] if on else False)
                     try:
                         Y = graph()

@@ -748,6 +748,91 @@ def test_depthwise_streams_outputs_past_half_the_cache():
         assert _streams_output(Y, Y, info) == want, (layout, shape)
 
 
+# (N, C, H, W, stride, padding, dilation, mult): the NCHW rows blocking with its rows
+# prefetched a block ahead (forced on small shapes): tails of rows and columns, strides,
+# a dilation, asymmetric and no padding, a channel multiplier, one and several images
+PREFETCHED = [(1, 5, 13, 37, 1, 1, 1, 1), (3, 4, 23, 19, 2, 1, 1, 1),
+              (2, 3, 17, 40, 1, ((0, 2), (1, 0)), 2, 1), (1, 6, 21, 33, (2, 1), "VALID", 1, 2),
+              (8, 2, 7, 7, 1, "SAME", 1, 1)]
+
+
+@pytest.mark.parametrize("case", PREFETCHED, ids=[f"p{k}" for k in range(len(PREFETCHED))])
+def test_depthwise_nchw_rows_prefetched(case, threads, monkeypatch):
+    """The NCHW template prefetching the next block's input rows
+    (``depthwise.PREFETCH_ROWS``, by default only where the input comes from memory):
+    the same results, the last block's prefetch clamped into the plane, an epilogue."""
+    from tecomp.strategy.cpu import depthwise
+    monkeypatch.setattr(depthwise, "PREFETCH_ROWS", True)
+    N, C, H, W, stride, padding, dilation, m = case
+    c = Conv("depthwise", True, N, C, H, W, C * m, 3, 3, stride, padding, dilation, mult=m,
+             dtype="float32")
+    Z = nn.relu(c.Y)
+    s = cpu.schedule_depthwise_conv2d_nchw(Z)
+    assert "prefetch" in str(tc.lower(s, [c.X, c.W, Z]))
+    f = tc.build(s, [c.X, c.W, Z])
+    xa, wa = c.arrays()
+    out = np.full(c.ref().shape, np.nan, "float32")
+    f(xa, wa, out)
+    np.testing.assert_allclose(out, np.maximum(c.ref(), 0), rtol=1e-5, atol=1e-4)
+    monkeypatch.setattr(depthwise, "PREFETCH_ROWS", False)
+    assert "prefetch" not in str(tc.lower(cpu.schedule_depthwise_conv2d_nchw(Z),
+                                          [c.X, c.W, Z]))
+
+
+def test_depthwise_prefetches_rows_only_from_memory():
+    """By default the NCHW template prefetches its rows only where the pass outgrows
+    half the last-level cache (its input then comes from memory every call), whatever
+    the row's width, and not for a symbolic batch."""
+    from tecomp.strategy.cpu.depthwise import _input_from_memory
+    from tecomp.target import CpuModel
+    info = CpuModel(lanes=16, vregs=32, threads=1, l3_bytes=32 << 20)
+    small = CpuModel(lanes=16, vregs=32, threads=1, l3_bytes=32 << 20,
+                     stream_output_bytes=4 << 20)
+    n = tc.var("n")
+    for shape, stride, want, want_small in (((8, 64, 112, 112), 2, True, True),
+                                            ((8, 32, 112, 112), 1, True, True),
+                                            ((1, 64, 112, 112), 2, False, False),
+                                            ((8, 256, 28, 28), 1, False, True),
+                                            ((n, 64, 112, 112), 2, False, False)):
+        X = tc.placeholder(shape, name="X")
+        Y = nn.depthwise_conv2d_nchw(X, tc.placeholder((shape[1], 1, 3, 3)), stride, 1)
+        assert _input_from_memory(Y, info) == want, shape
+        assert _input_from_memory(Y, small) == want_small, shape
+
+
+# (N, C, H, W, stride, padding, dilation): NHWC of several images whose output rows no
+# block of 4 or 2 divides with enough tasks (7, 5, 13 rows; a guarded tail of rows), and
+# one row
+BORDER_ROWS = [(8, 32, 7, 7, 1, 1, 1), (3, 16, 14, 9, 2, 1, 1),
+               (2, 20, 5, 6, 1, ((0, 2), (1, 0)), 1), (4, 16, 13, 8, 1, "SAME", 2),
+               (5, 16, 1, 5, 1, 1, 1)]
+
+
+@pytest.mark.parametrize("case", BORDER_ROWS, ids=[f"r{k}" for k in range(len(BORDER_ROWS))])
+def test_depthwise_nhwc_border_rows_apart(case, threads, monkeypatch):
+    """The NHWC template of several images and few rows takes blocks of rows with a
+    guarded tail (``depthwise.BORDER_ROWS_APART``), so that the border rows' padding
+    tests are parted from the inner rows: the same results as a task per (image, row);
+    and the grouped NHWC pixels blocking, which shares it."""
+    from tecomp.strategy.cpu import depthwise
+    N, C, H, W, stride, padding, dilation = case
+    c = Conv("depthwise", False, N, C, H, W, C, 3, 3, stride, padding, dilation,
+             dtype="float32")
+    g = Conv("grouped", False, N, C, H, W, 2 * C, 3, 3, stride, padding, dilation,
+             groups=C // 4, dtype="float32")
+    for on in (False, True):
+        monkeypatch.setattr(depthwise, "BORDER_ROWS_APART", on)
+        s = cpu.schedule_depthwise_conv2d_nhwc(c.Y)
+        OH = c.ref().shape[1]
+        low = str(tc.lower(s, [c.X, c.W, c.Y]))
+        # (blocks of rows: a loop of rows inside the task)
+        assert "y.inner" in low or not on or OH == 1, low
+        np.testing.assert_allclose(c.run(s), c.ref(), rtol=1e-5, atol=1e-4)
+    sg = cpu.schedule_group_conv2d_nhwc(g.Y, config={"channel_blocks": False,
+                                                     "interleave": False})
+    np.testing.assert_allclose(g.run(sg), g.ref(), rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("kind", ["depthwise", "grouped"])
 def test_symbolic_batch(kind, layout):

@@ -249,9 +249,18 @@ def _streams_past_cache(nbytes: Optional[int], run: Optional[int], dtype: str,
     ones (slower than caching them all).  A smaller pass keeps its output in the cache,
     where the next operator reads it.  ``limit`` (bytes; 0 or None: none) lowers that
     bound to itself (a measured share of the cache: ``CpuModel.stream_output_bytes``)."""
-    bound = info.l3_bytes * over if not limit else min(info.l3_bytes * over, limit)
-    return nbytes is not None and nbytes > bound and \
+    return _outgrows_llc(nbytes, info, over, limit) and \
         run is not None and run > 0 and run * _dt.nbytes(dtype) % CACHE_LINE == 0
+
+
+def _outgrows_llc(nbytes: Optional[int], info, over: float = 0.5,
+                  limit: Optional[int] = None) -> bool:
+    """Whether a pass that moves ``nbytes`` (None: symbolic, False) moves more than
+    ``over`` times the last-level cache (``info.l3_bytes``) or than ``limit`` bytes (0 or
+    None: no limit; ``CpuModel.stream_output_bytes``, a VM's measured share of it): its
+    data do not stay in the cache from one call to the next, its input comes from memory."""
+    bound = info.l3_bytes * over if not limit else min(info.l3_bytes * over, limit)
+    return nbytes is not None and nbytes > bound
 
 
 def _streams_past_llc(ins, out, info, run: Optional[int] = None, over: float = 0.5,

@@ -11,10 +11,13 @@ they read it with no test), and to keep the FMA loop free of guards and gathers:
   vector of columns in registers over the window (the window unrolled, the rows' input
   vectors shared between taps by LLVM).  A stride along the row is one wide load and a
   shuffle per vector (``policy.strided_wide_load``), masked at the padding
-  (:data:`STRIDED_MASKED_LOADS`).
-* NHWC: tasks are blocks of output rows of an image; a task accumulates ``XB`` pixels
-  x ``OB`` channels (whole vectors along the channels, contiguous in memory) over the
-  window.
+  (:data:`STRIDED_MASKED_LOADS`).  Where the input comes from memory (the pass outgrows
+  half the last-level cache), each block of rows prefetches the next one's input rows
+  (:data:`PREFETCH_ROWS`).
+* NHWC: tasks are blocks of output rows of an image (with a guarded tail where no
+  block divides the rows, so that the border rows' padding tests stay apart from the
+  inner rows': :data:`BORDER_ROWS_APART`); a task accumulates ``XB`` pixels x ``OB``
+  channels (whole vectors along the channels, contiguous in memory) over the window.
 
 The block sizes come from the machine model (``Target.machine``: the vector width and
 the vector registers); an elementwise epilogue (bias, activation, the float32-to-float16
@@ -27,7 +30,8 @@ from __future__ import annotations
 from typing import Optional
 
 from ...schedule.schedule import Schedule
-from .._common import _cint, _largest_divisor_at_most, _streams_past_llc
+from .._common import (_bytes, _cint, _largest_divisor_at_most, _outgrows_llc,
+                       _streams_past_llc)
 from .common import _NoTemplate, _template_or_rules, _vector_split
 from .conv2d import (_conv_parts, _conv_register_block, _conv_weight, _own_pad,
                      _unroll_window)
@@ -57,6 +61,26 @@ STREAM_OUTPUT: Optional[bool] = None
 #: (``benchmarks/depthwise_conv.py --ab STRIDED_MASKED_LOADS``)
 STRIDED_MASKED_LOADS = True
 
+#: the NCHW rows blocking that reads its input in place (depthwise) prefetches, at each
+#: block of rows, the input rows of the next block (into L1, ``prefetcht0``): None
+#: where the input comes from memory (:func:`_input_from_memory`), True / False
+#: everywhere / nowhere.  The hardware prefetchers alone brought a 112x112 plane read 9
+#: rows at a time (a stride of 2) at 44% of the read stream.  Zen 5, batch 8, one
+#: thread, CPU time, under load (load average 9-12), three runs: 64x112x112 stride 2
+#: 1.74-2.06x faster (2.35 -> 1.19 ms), 32x112x112 1.30-1.63x, 128x56x56 1.01-1.13x;
+#: forced on passes that stay in the cache (batch 1, 256x28x28 and smaller at batch 8)
+#: moved 0.78-1.36x, within that load's noise, so they keep the hardware prefetchers.
+#: Off: the hardware prefetchers alone, as before
+#: (``benchmarks/depthwise_conv.py --ab PREFETCH_ROWS``)
+PREFETCH_ROWS: Optional[bool] = None
+
+#: the NHWC pixels blocking (depthwise, and grouped convolutions that take it) of
+#: several images whose rows no block of 4 or 2 divides with enough tasks (7x7 outputs)
+#: takes blocks of rows with a guarded tail, so that the border rows' padding tests are
+#: parted from the inner rows' loads; off, a task per (image, row), its every tap behind
+#: a test, as before (``benchmarks/depthwise_conv.py --ab BORDER_ROWS_APART``)
+BORDER_ROWS_APART = True
+
 
 def _lanes(conv, info: CpuModel) -> int:
     """Elements of the accumulation dtype in one vector register."""
@@ -80,6 +104,16 @@ def _streams_output(conv, out, info: CpuModel) -> bool:
         return STREAM_OUTPUT
     return _streams_past_llc([conv.op.input_tensors[0]], out, info,
                              limit=info.stream_output_bytes)
+
+
+def _input_from_memory(conv, info: CpuModel) -> bool:
+    """Whether the stage ``conv`` reads its input from memory call after call: its
+    input, weights and output together take more than the part of the last-level cache
+    a pass keeps (:func:`~tecomp.strategy._common._outgrows_llc`, the bound
+    :func:`_streams_output` takes too)."""
+    sizes = [_bytes(t) for t in list(conv.op.input_tensors) + [conv]]
+    return None not in sizes and _outgrows_llc(sum(sizes), info,
+                                               limit=info.stream_output_bytes)
 
 
 def _column_stride(conv) -> int:
@@ -152,13 +186,18 @@ def _nchw_rows_into(s: Schedule, outs, info: CpuModel, tag: str, ob: int,
     task = st.fuse(n, oc)
     if info.threads > 1:
         st.parallel(task)
+    # the input tensor (the padding's, where it is inlined)
+    src = pad.op.input_tensors[0] if pad is not None else [
+        t for t in conv.op.input_tensors if t is not _conv_weight(conv)][0]
     if copy:
-        src = pad.op.input_tensors[0] if pad is not None else [
-            t for t in conv.op.input_tensors if t is not _conv_weight(conv)][0]
         cp = s[s.cache_read(src, "global", [s[pad] if pad is not None else cs])]
         cp.compute_at(st, task)
         _vector_split(cp, cp.fuse(*cp.op.axis[2:]), None, L)
     _inline_pad(s, st, pad, (yc, xc))
+    if not copy and (PREFETCH_ROWS if PREFETCH_ROWS is not None
+                     else _input_from_memory(conv, info)):
+        # the input rows of the next block of rows, one block ahead, into L1
+        st.prefetch(src, yc, 1, level=1)
     if STRIDED_MASKED_LOADS and pad is not None and _column_stride(conv) > 1:
         st.pragma(task, "masked_wide_loads")
     if fma:
@@ -209,10 +248,17 @@ def _nhwc_pixels_into(s: Schedule, outs, info: CpuModel, tag: str, ob: int,
             if OH % r == 0 and (OH // r) * (N or 1) >= 8 * T:
                 R = r
                 break
+        if R == 1 and N != 1 and OH > 1 and BORDER_ROWS_APART:
+            # a task of one row of one of several images fuses the image and the row:
+            # the row is then the task modulo OH, and the loop partition cannot part
+            # the border rows' guards from the inner rows (every tap's load behind a
+            # test).  Blocks of 4 or 2 rows, a guarded tail where they do not divide OH
+            # (7 rows: 4 + 3), the rows a loop of their own that it does part
+            R = next((r for r in (4, 2) if -(-OH // r) * (N or 1) >= 8 * T), 2)
     if R > 1:
         yo, yi = st.split(y, factor=R)
         st.reorder(n, yo, yi, xo, oo)
-        task, _ = _conv_parallel(st, [n, yo], [N, OH // R], info.threads, 1 << 30)
+        task, _ = _conv_parallel(st, [n, yo], [N, -(-OH // R)], info.threads, 1 << 30)
     else:
         task, _ = _conv_parallel(st, [n, y], [N, OH], info.threads, 1 << 30)
     _inline_pad(s, st, pad, (yi if R > 1 else task, xo))
