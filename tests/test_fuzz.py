@@ -885,6 +885,46 @@ def test_fuzz_gemm_template_through_views(seed):
     assert out.ok, out.report()
 
 
+@pytest.mark.parametrize("seed", [37, 77, 117] + ([157, 197, 237, 277, 317] if LONG else []))
+def test_fuzz_skinny_gemms(seed):
+    """Half the fuzzer's GEMM slot of the auto-scheduled cases (``--auto-every``) is a
+    skinny float32 GEMM (``gen.gen_skinny_gemm``), auto-scheduled (defaults or random
+    knobs): it builds and computes the GEMM, on any CPU."""
+    from tecomp.testing.fuzz import case_for_seed
+
+    case = case_for_seed(seed, 0, 5)
+    assert "a skinny GEMM" in case.name and case.auto != 0
+    out = run_case(case)
+    assert out.ok, out.report()
+
+
+def test_fuzzer_skinny_gemms_take_the_skinny_schedule():
+    """The skinny GEMMs cover 1 to 16 rows, odd N and K, both layouts of W, and with the
+    default knobs (scheduled for an AVX-512 CPU model, not run) nearly all get the
+    skinny template (the ``skinny`` knob): its tiles, prefetches and rows in lanes are
+    what the fuzzer reaches."""
+    from tecomp.strategy import Knobs, apply_rules
+    from tecomp.strategy.cpu import cpu_model
+    from tecomp.testing.gen import gen_skinny_gemm
+
+    info = cpu_model("llvm -mcpu=skylake-avx512")
+    rows, odd, skinny, layouts = set(), 0, 0, set()
+    for seed in range(60):
+        prog = gen_skinny_gemm(RandomDraw(seed))
+        built, env = prog.build()
+        A, W = (built[0].shape, built[1].shape)
+        M, K = int(A[-2]), int(A[-1])
+        N = int(W[-2]) if int(W[-1]) == K else int(W[-1])
+        rows.add(M)
+        odd += N % 2 == 1 and K % 2 == 1
+        layouts.add(int(W[-1]) == K)
+        knobs = Knobs()
+        apply_rules(prog.args(built, env), knobs, info)
+        skinny += knobs.values.get("skinny") is True
+    assert rows == set(range(1, 17)), sorted(rows)
+    assert odd >= 20 and layouts == {True, False} and skinny >= 50, (odd, layouts, skinny)
+
+
 def test_fuzzer_view_gemms_reach_unprovable_padded_panels():
     """The view GEMMs reach the bug class they were added for: the GEMM template's
     padded panels (align_bounds) over a view whose reads lowering cannot prove inside

@@ -408,3 +408,47 @@ def test_wide_stream_one_prefetch_per_line(backend):
     b = np.full(192, np.nan, "float32")
     run(s, [A, B], [a, b], backend)
     np.testing.assert_array_equal(b, np.where(np.arange(192) < 100, np.arange(192), 0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_carry_into_the_next_iteration_of_an_enclosing_loop(backend):
+    """``carry=i``: the last steps of a row prefetch the start of the next row (as if
+    the two loops were one), the last row clamped as without carry; a replayed trace
+    gives the same IR, every pass keeps the results, and so do LLVM and the interpreter
+    (which checks every prefetched element is inside the array)."""
+    A = tc.placeholder((6, 48), name="A")
+    B = tc.compute((6, 48), lambda i, j: A[i, j] - 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    jo, ji = s[B].split(B.op.axis[1], factor=4)
+    s[B].prefetch(A, jo, 5, carry=B.op.axis[0])
+    func = tc.lower(s, [A, B])
+    # (the if of the carried steps is split out of the loop by loop partitioning)
+    assert _prefetch_lines(func) == ["prefetch A[i, j.outer*4 + 20]",
+                                     "prefetch A[i + 1, j.outer*4 - 28]",
+                                     "prefetch A[5, min(j.outer + 5, 11)*4]"]
+    assert str(tc.lower(replay(s.trace.to_json(), [B]), [A, B])) == str(func)
+    check_passes(s, [A, B])
+    a = np.random.default_rng(5).random((6, 48), dtype="float64").astype("float32")
+    b = np.full_like(a, np.nan)
+    run(s, [A, B], [a, b], backend)
+    np.testing.assert_array_equal(b, a - np.float32(1))
+
+
+def test_carry_with_a_symbolic_carry_loop():
+    """An enclosing loop of symbolic extent: the carried branch is an ``if`` on its
+    counter (not split out); the results are unchanged, the last row clamped."""
+    n = tc.var("n")
+    A = tc.placeholder((n, 64), name="A")
+    B = tc.compute((n, 64), lambda i, j: A[i, j] * 2.0, name="B")
+    s = tc.create_schedule(B.op)
+    jo, ji = s[B].split(B.op.axis[1], factor=16)
+    s[B].vectorize(ji)
+    s[B].prefetch(A, jo, 2, carry=B.op.axis[0], level=2)
+    text = str(tc.lower(s, [A, B]))
+    assert "prefetch (L2) A[i + 1, j.outer*16 - 32]" in text
+    f = tc.build(s, [A, B])
+    for rows in (1, 3):
+        a = np.random.default_rng(rows).random((rows, 64), dtype="float64").astype("float32")
+        b = np.full_like(a, np.nan)
+        f(a, b)
+        np.testing.assert_array_equal(b, a * np.float32(2))

@@ -139,10 +139,21 @@ def test_sixteen_rows_copy_a_and_prefetch_w():
         assert knobs.values["skinny.stream_level"] == 2 and knobs.values["skinny.prefetch"] == 0
         steps = prefetch_steps(info, knobs.values["skinny.stream_bytes"])
         ahead = f"min(k.outer.inner + {steps}, {kb // L - 1})*{L}]"
+        # (skinny.stream_carry: the steps before the last `steps` of a tile prefetch its
+        # own rows, the last ones the next tile's rows from their start, the loop split
+        # in two there; the task's last tile clamped at its rows' ends)
+        own, nxt = f"k.outer.inner*{L} + {steps * L}]", f"k.outer.inner*{L} - {kb - steps * L}]"
+        assert knobs.values["skinny.stream_carry"] is True
         pf = [ln.strip() for ln in ir.splitlines() if "prefetch" in ln]
-        assert pf and all(ln.startswith("prefetch (L2) W[") and ln.endswith(ahead)
+        assert pf and all(ln.startswith("prefetch (L2) W[") and ln.endswith((own, nxt, ahead))
                           for ln in pf), (ahead, pf)
-        assert ir.count(f"unrolled (W.pf0, 0, {nb})") == len(pf)
+        assert any(ln.endswith(nxt) for ln in pf) and any(ln.endswith(own) for ln in pf), pf
+        assert ir.count(f"for (k.outer.inner, {kb // L - steps}, {steps})") >= 1, ir
+        assert ir.count(f"unrolled (W.pf0, 0, {nb})") + ir.count(
+            f"unrolled (W.pf0_1, 0, {nb})") == len(pf)
+        knobs = Knobs({**knobs.values, "skinny.stream_carry": False})
+        pf = _prefetches_of(str(tc.lower(apply_rules(args, knobs, info), args)))
+        assert pf and all(ln.endswith(ahead) for ln in pf), (ahead, pf)
     args = _plain(16, 83, 45, "wt")
     ir = _no_copy_of(apply_rules(args, Knobs({"skinny.rows_in_lanes": False}), cpu_model()),
                      args, args[1])

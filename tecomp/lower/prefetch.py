@@ -15,7 +15,11 @@ replaces each by a small loop nest at the start of that body:
    array).
 3. The loop counter ``v`` of ``for (v, m, E)`` (or, with ``along=``, the counter of that
    enclosing loop) is replaced by the iteration to prefetch for, clamped into its loop:
-   ``min(v + offset, m + E - 1)`` (``max(v + offset, m)`` for a negative offset).
+   ``min(v + offset, m + E - 1)`` (``max(v + offset, m)`` for a negative offset).  With
+   ``carry=`` (an enclosing loop ``c`` of ``[cm, cm + CE)``), an iteration past the end
+   is taken from the next iteration of ``c``: ``if (v + offset >= m + E && c < cm + CE -
+   1)`` the region for ``v + offset - E`` of ``c + 1``, else the clamped one (a branch
+   the step loop predicts, rather than index arithmetic at every step).
 4. The region becomes serial loops over its outer dimensions and, along the innermost
    one, one ``Prefetch`` per cache line: ``L = 64 // itemsize`` elements apart, at
    ``lo + min(p*L, hi - lo)`` for ``p`` in ``[0, ceil((hi - lo) / L) + 1)`` (none when
@@ -50,11 +54,11 @@ from ..errors import ScheduleError
 from ..ir import dtype as _dt
 from ..ir import op as _op
 from ..ir.arith import eval_interval
-from ..ir.expr import Buffer, Const, Expr, Range, Var
+from ..ir.expr import GE, LT, Buffer, Const, Expr, Range, Var
 from ..ir.functor import Mutator, Visitor, free_vars, substitute
 from ..ir.printer import to_str
 from ..ir.simplify import simplify
-from ..ir.stmt import AttrStmt, For, Prefetch, PrimFunc, seq
+from ..ir.stmt import AttrStmt, For, IfThenElse, Prefetch, PrimFunc, seq
 from .ranges import shape_var_ranges
 
 #: bytes per cache line (x86 and most AArch64 cores)
@@ -91,10 +95,14 @@ class PrefetchRequest:
     along: Optional[Var] = None   # the enclosing loop advanced by offset (None: loop_var)
     along_name: str = ""
     level: int = 1                # the cache level (Prefetch.level)
+    carry: Optional[Var] = None   # the enclosing loop whose next iteration continues
+    #                               the prefetch past the end of loop_var's (None: clamped)
 
     def __str__(self):
         sign = '+' if self.offset >= 0 else '-'
         into = f" into L{self.level}" if self.level != 1 else ""
+        if self.carry is not None:
+            into += f", carried into {self.carry.name}"
         if self.along is not None:
             return (f"{self.tensor} at {self.axis}, {self.along_name} {sign} "
                     f"{abs(self.offset)}{into}")
@@ -245,9 +253,21 @@ class _Expand(Mutator):
             n = int(vext.value)
             off = max(-n, min(n, off))
         shifted = _op.add(v, Const(off, v.dtype))
+        carried = None   # (the condition, the iterations) where carry= takes the next one
         if off > 0:
             last = _op.sub(_op.add(vmin, vext), Const(1, v.dtype))
             target = _op.minimum(shifted, last)
+            c = req.carry
+            if c is not None and c in self.outer and c.dtype == v.dtype:
+                # past the loop's end (off <= vext: into the next iteration of the carry
+                # loop at most), while the carry loop has one: that iteration, as if the
+                # two were one loop; else clamped as without carry (and where the carry
+                # loop had one iteration, which simplify removed: not in outer)
+                crange = self.outer[c]
+                clast = _op.sub(_op.add(crange.min, crange.extent), Const(1, c.dtype))
+                cond = _op.all_(_op.compare(GE, shifted, _op.add(vmin, vext)),
+                                _op.compare(LT, c, clast))
+                carried = (cond, {v: _op.sub(shifted, vext), c: _op.add(c, Const(1, c.dtype))})
         elif off < 0:
             target = _op.maximum(shifted, vmin)
         else:
@@ -255,7 +275,20 @@ class _Expand(Mutator):
         L = max(1, CACHE_LINE_BYTES // _itemsize(buf.dtype))
         stream = _streams(*raw, loop, L, outer)   # (the innermost, before the clip)
         lines = 0 if stream or not WIDE_STREAMS else _wide_stream(*raw, loop, L, outer)
-        vmap = {v: target}
+        stmt = self._nest(buf, {v: target}, los, his, spans, stream, lines, L, outer,
+                          acc.stores, req.level)
+        if carried is not None:
+            stmt = IfThenElse(carried[0], self._nest(buf, carried[1], los, his, spans, stream,
+                                                     lines, L, outer, acc.stores, req.level),
+                              stmt)
+        return simplify(stmt, outer)
+
+    @staticmethod
+    def _nest(buf, vmap, los, his, spans, stream, lines, L, outer, stores, level):
+        """The loop nest of prefetches of the region ``[los, his]`` with the iterations
+        ``vmap`` (the loop counters to prefetch for) substituted."""
+        ndim = len(buf.shape)
+        zero, one = Const(0, "int32"), Const(1, "int32")
         los = [substitute(x, vmap) for x in los]
         his = [substitute(x, vmap) for x in his]
         indices: List[Expr] = []
@@ -300,10 +333,10 @@ class _Expand(Mutator):
                                     _op.add(span, one))
                 loops.append((q, count, "serial"))
                 indices.append(_op.add(lo, _op.minimum(_op.mul(q, Lc), _op.sub(hi, lo))))
-        stmt = Prefetch(buf, tuple(indices), acc.stores, req.level)
+        stmt = Prefetch(buf, tuple(indices), stores, level)
         for q, ext, kind in reversed(loops):
             stmt = For(q, zero, ext, kind, stmt)
-        return simplify(stmt, outer)
+        return stmt
 
 
 def _streams(lo: Expr, hi: Expr, loop: For, L: int, outer) -> bool:

@@ -1931,21 +1931,25 @@ class LowerContext:
         """``s[st].prefetch(tensor, iv, offset)``: an ``AttrStmt("prefetch",
         PrefetchRequest(...))`` directly in the body of the loop over ``iv`` (around the
         stages attached there), which the ``prefetch`` pass expands (lower/prefetch.py)."""
-        for tensor, offset, along, level in reversed(a.prefetches):
+        for tensor, offset, along, level, carry in reversed(a.prefetches):
             problem = prefetch_kind_problem(st.name, iv, a, tensor)
             if problem is not None:
                 raise ScheduleError(problem)
             buf = self._prefetch_buffer(st, iv, tensor)
-            around = self._enclosing_ivars(st, iv) if along is not None else ()
-            if along is not None and along not in around:
-                raise ScheduleError(
-                    f"prefetch of {tensor.name} on stage {st.name}, axis {iv.name}: along="
-                    f"{along.name} is not a loop around {iv.name} (the loops around it are "
-                    f"{', '.join(x.name for x in around) or 'none'}); "
-                    "pass one of those, or leave along out to advance the axis itself")
+            around = (self._enclosing_ivars(st, iv) if along is not None or carry is not None
+                      else ())
+            for name, x, else_ in (("along", along, "to advance the axis itself"),
+                                   ("carry", carry, "to clamp at the end of the axis's loop")):
+                if x is not None and x not in around:
+                    raise ScheduleError(
+                        f"prefetch of {tensor.name} on stage {st.name}, axis {iv.name}: "
+                        f"{name}={x.name} is not a loop around {iv.name} (the loops around "
+                        f"it are {', '.join(v.name for v in around) or 'none'}); pass one of "
+                        f"those, or leave {name} out {else_}")
             req = PrefetchRequest(buf, iv.var, offset, st.name, iv.name, tensor.name,
                                   along.var if along is not None else None,
-                                  along.name if along is not None else "", level)
+                                  along.name if along is not None else "", level,
+                                  carry.var if carry is not None else None)
             body = AttrStmt("prefetch", req, body)
         return body
 

@@ -57,7 +57,8 @@ class IterAttr:
     kind: str = "serial"  # serial, parallel, vectorized, unrolled, thread
     thread: Optional[IterVar] = None
     pragmas: tuple = ()
-    prefetches: tuple = ()  # (tensor, offset, along IterVar or None, level), in order given
+    prefetches: tuple = ()  # (tensor, offset, along IterVar or None, level, carry IterVar
+    #                         or None), in order given
 
 
 def prefetch_kind_problem(stage_name: str, iv: IterVar, a: Optional[IterAttr],
@@ -601,7 +602,8 @@ class Stage(TracedStage):
                 f"axis {display(self.tensorized[0].name)}; a stage runs one intrinsic")
         self.tensorized = (iv, intrin)
 
-    def prefetch(self, tensor, axis, offset: int = 1, along=None, level: int = 1):
+    def prefetch(self, tensor, axis, offset: int = 1, along=None, level: int = 1,
+                 carry=None):
         """Prefetch ``tensor`` in the loop over ``axis``: at the start of every
         iteration, the elements of ``tensor`` that iteration ``axis + offset`` accesses
         (every load and store of it in the loop body, stages computed inside included)
@@ -622,7 +624,16 @@ class Stage(TracedStage):
         ``level``: the cache the lines are brought into: 1 (L1 and the levels below it,
         x86 ``prefetcht0``), 2 (L2, ``prefetcht1``: the lines come on into L1 when
         loaded, without holding L1's line buffers while they are on their way) or 3 (the
-        last level, ``prefetcht2``)."""
+        last level, ``prefetcht2``).
+
+        ``carry`` (an IterVar of a loop around ``axis``, as ``along``; with a positive
+        ``offset`` and no ``along``): an iteration past the end of ``axis``'s loop is
+        taken from the next iteration of ``carry`` instead of being clamped, as if the
+        two loops were one: ``axis + offset - extent`` of ``carry + 1`` (clamped as
+        above in ``carry``'s last iteration).  E.g. a tile loop ``T`` around a step
+        loop ``k`` that walks the tile's rows: ``prefetch(W, k, 32, carry=T)``, in the
+        tile's last 32 steps, prefetches the start of the next tile's rows rather than
+        the end of its own again."""
         if not isinstance(tensor, Tensor):
             where = f", axis {axis.name}" if isinstance(axis, IterVar) else ""
             raise ScheduleError(
@@ -650,12 +661,23 @@ class Stage(TracedStage):
                 f"axis of the stage {self.name} is computed at), got {along!r}")
         if along is iv:
             along = None
+        if carry is not None and (not isinstance(carry, IterVar) or carry is iv):
+            raise ScheduleError(
+                f"{what}: carry must be the IterVar of a loop around {iv.name} (e.g. the "
+                f"tile loop whose next iteration continues the prefetch), got {carry!r:.60}")
+        if carry is not None and (along is not None or offset <= 0):
+            raise ScheduleError(
+                f"{what}: carry continues the prefetch past the end of {iv.name}'s loop into "
+                f"the next iteration of {carry.name}, so it needs a positive offset and no "
+                f"along= (got offset={offset}, along="
+                f"{along.name if along is not None else None}); drop carry, or give a "
+                "positive offset without along")
         if isinstance(level, bool) or not isinstance(level, int) or level not in (1, 2, 3):
             raise ScheduleError(
                 f"{what}: level must be the cache level to prefetch into, 1 (L1), 2 (L2) or 3 "
                 f"(the last level), got {level!r}")
         a = self._attr(iv)
-        a.prefetches = a.prefetches + ((tensor, offset, along, level),)
+        a.prefetches = a.prefetches + ((tensor, offset, along, level, carry),)
 
     # -- where it is computed -----------------------------------------------------
     def compute_at(self, parent, axis):

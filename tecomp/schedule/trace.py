@@ -235,7 +235,7 @@ _ARGS: Dict[str, Dict[str, str]] = {
     "bind": {"axis": "axis", "thread_ivar": "thread"},
     "pragma": {"axis": "axis", "name": "string", "value": "scalar"},
     "prefetch": {"tensor": "tensor", "axis": "axis", "offset": "int32", "along": "axis?",
-                 "level": "int32"},
+                 "level": "int32", "carry": "axis?"},
     "compute_at": {"parent": "stage", "axis": "axis"},
     "compute_inline": {}, "compute_root": {}, "double_buffer": {"stages": "int32"},
     "store_root": {},

@@ -182,7 +182,10 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   load, a GEMV of 11008 x 4096 read W at 97-102% of the read stream 2-4 rows at a time
 #:   against 88-89% at 6-8, 2 rows of A at 80-91% 4 rows at a time against 72-79% at 2 or
 #:   8 (the same in a C model of the kernel: ``benchmarks/skinny_ceiling.py``,
-#:   benchmarks/history/2026-11-30.md).
+#:   benchmarks/history/2026-11-30.md).  The probe said 8 on 2026-12-02 (a GEMV
+#:   without prefetches, 1 thread: 4 rows 43.0 GB/s, 8 rows 46.8); with the tiles' own
+#:   prefetch of W into L2, 4 and 8 rows at a time ran within the noise at 1 to 3 rows
+#:   of A, 2 rows 1.1x slower (benchmarks/DECISIONS.md, "Zen 5's read_streams stays 4").
 MEASURED: Dict[str, Dict[str, object]] = {
     "znver4": {"fma_bits": 256, "gather_cost": 4.0, "transpose_cost": 0.8,
                "split_loads_cheap": True},

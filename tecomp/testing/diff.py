@@ -28,7 +28,7 @@ from ..strategy import Knobs, apply_rules
 from ..ir import interp as _interp
 from .. import target as _target  # cpu_model looked up at call time (tests patch it)
 from .draw import HypothesisDraw, RandomDraw
-from .gen import (DTYPES, GPU_DTYPES, gen_int8_gemm, gen_n, gen_program,
+from .gen import (DTYPES, GPU_DTYPES, gen_int8_gemm, gen_n, gen_program, gen_skinny_gemm,
                   gen_tensor_core_gemm, gen_view_gemm)
 from . import qemu as _qemu
 from .pass_check import check_passes as _check_passes
@@ -562,6 +562,16 @@ def draw_view_gemm_case(d, *, name: str = "", target: str = "llvm") -> Case:
     knobs three times in four): whatever the template's padded panels, the schedule
     must build and compute the GEMM."""
     prog = gen_view_gemm(d)
+    seed = d.int(0, 2**16)
+    pick = d.int(0, 3)
+    return Case(prog, [], 5, seed, target, name, auto=-1 if pick == 0 else d.int(0, 2**16))
+
+
+def draw_skinny_gemm_case(d, *, name: str = "", target: str = "llvm") -> Case:
+    """A skinny float32 GEMM (``gen.gen_skinny_gemm``: 1 to 16 rows, odd ``N`` and
+    ``K``) with the auto-scheduler's schedule (its defaults, or random knobs three times
+    in four: the skinny template's tiles, prefetches and rows in lanes)."""
+    prog = gen_skinny_gemm(d)
     seed = d.int(0, 2**16)
     pick = d.int(0, 3)
     return Case(prog, [], 5, seed, target, name, auto=-1 if pick == 0 else d.int(0, 2**16))

@@ -8,8 +8,9 @@
 Case ``k`` is drawn from ``random.Random(k)`` (a program, a legal schedule, dtypes, shapes,
 a value of the symbolic extent); every ``--auto-every``-th case has the auto-scheduler's
 schedule instead (its analytic one, or its rules with random knobs), a quarter of them a
-GEMM the GEMM template takes with an operand read through a view (composed ``//`` and
-``%`` indices); every
+GEMM: half of those one the GEMM template takes with an operand read through a view
+(composed ``//`` and ``%`` indices), half a skinny float32 GEMM of 1 to 16 rows with odd
+``N`` and ``K`` (``strategy.cpu.skinny``); every
 ``--tensorize-every``-th case is an int8 GEMM (8-bit inputs over their whole range) that
 the auto-scheduler tensorizes with the target's u8 x s8 dot-product intrinsic where its
 shape allows (random knobs: which intrinsic or none, the register block); every
@@ -61,7 +62,8 @@ from collections import Counter, defaultdict
 from ..errors import RuntimeUnavailableError
 from ..runtime.cuda import default_driver
 from .diff import (draw_case, draw_gpu_int8_gemm_case, draw_int8_gemm_case,
-                   draw_tensor_core_case, draw_view_gemm_case, run_case)
+                   draw_skinny_gemm_case, draw_tensor_core_case, draw_view_gemm_case,
+                   run_case)
 from .draw import RandomDraw
 from .edges import EdgeCase, draw_edge_case, run_edge_case
 from .ops import OpCase, draw_op_case, run_op_case
@@ -125,6 +127,10 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
     elif target == "llvm" and tensorize_every and seed % tensorize_every == 3 % tensorize_every:
         case = draw_int8_gemm_case(RandomDraw(seed), name=f"fuzz seed {seed} (int8 GEMM, "
                                    "auto_schedule: tensorize)")
+    elif target == "llvm" and auto_every and seed % auto_every == auto_every // 2 and \
+            (seed // auto_every) % 4 == 3 and (seed // (4 * auto_every)) % 2 == 1:
+        case = draw_skinny_gemm_case(RandomDraw(seed), name=f"fuzz seed {seed} (auto_schedule: "
+                                     "a skinny GEMM)")
     elif target == "llvm" and auto_every and seed % auto_every == auto_every // 2 and \
             (seed // auto_every) % 4 == 3:
         case = draw_view_gemm_case(RandomDraw(seed), name=f"fuzz seed {seed} (auto_schedule: "

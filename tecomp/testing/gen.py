@@ -500,6 +500,41 @@ def gen_tensor_core_gemm(d) -> Program:
     return prog
 
 
+def gen_skinny_gemm(d) -> Program:
+    """A float32 skinny GEMM of two placeholders (what ``strategy.cpu.skinny`` schedules,
+    LLM decoding's ``A @ W^T``): ``M`` from 1 to 16 rows (``SKINNY_MAX_ROWS``), ``N`` and
+    ``K`` mostly odd (tails of the tiles of W's rows, of the vectors along ``K`` and of
+    the rows-in-lanes masks), W as ``[N, K]`` (a dense layer's) or ``[K, N]``, maybe
+    batched, maybe under an elementwise epilogue (a bias and a ReLU)."""
+    batch = d.choice((0, 0, 0, 2))
+    M = d.int(1, 16)
+    N = d.choice((7, 9, 13, 17, 5, 31, 3, 16))
+    K = d.choice((15, 17, 33, 9, 45, 63, 1, 32))
+    while M * N * K * max(batch, 1) > MAX_POINTS and N > 3:
+        N -= 2
+    while M * N * K * max(batch, 1) > MAX_POINTS and K > 1:
+        K = max(1, K // 2 - 1 + K % 2)
+    lead = (batch,) if batch else ()
+    nb = len(lead)
+    b = [Ax(0)] if batch else []
+    i, j, k = Ax(nb), Ax(nb + 1), Ax(nb + 2)
+    wt = d.bool(0.6)
+    prog = Program([TSpec("A", lead + (M, K), "float32"),
+                    TSpec("W", lead + ((N, K) if wt else (K, N)), "float32")], [])
+    xa, xw = Load(0, tuple(b + [i, k])), Load(1, tuple(b + ([j, k] if wt else [k, j])))
+    prog.tensors.append(TSpec("C", lead + (M, N), "float32", VBin("*", xa, xw),
+                              ReduceSpec("sum", (K,))))
+    out = 2
+    if d.bool(0.3):
+        axes = tuple(b + [Ax(nb), Ax(nb + 1)])
+        prog.tensors.append(TSpec("D", lead + (M, N), "float32",
+                                  VBin("max", VBin("+", Load(2, axes), VConst(0.5)),
+                                       VConst(0.0))))
+        out = 3
+    prog.outputs = [out]
+    return prog
+
+
 def gen_view_gemm(d) -> Program:
     """A float32 GEMM tagged ``matmul`` (as :func:`tecomp.nn.matmul`'s, so the GEMM
     template schedules it) one of whose operands is a view of a placeholder read through

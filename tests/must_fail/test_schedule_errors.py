@@ -1845,3 +1845,34 @@ def test_load_each_use_names_a_tensor_the_stage_reads(value):
         s[C].pragma(C.op.axis[0], "load_each_use", value)
     s[C].pragma(C.op.axis[0], "load_each_use", "B")      # B's loads in the nest: each kept
     assert "pragma_load_each_use = 'B'" in str(tc.lower(s, [A, B, C]))
+
+
+def test_prefetch_carry_not_an_enclosing_itervar():
+    A = tc.placeholder((8, 64), name="A")
+    B = tc.compute((8, 64), lambda i, j: A[i, j] + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    jo, ji = s[B].split(B.op.axis[1], factor=16)
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage B, axis j.outer: carry "
+                                               r"must be the IterVar of a loop around j.outer"):
+        s[B].prefetch(A, jo, 1, carry="i")
+    with pytest.raises(tc.ScheduleError, match=r"carry must be the IterVar"):
+        s[B].prefetch(A, jo, 1, carry=jo)
+    s[B].prefetch(A, jo, 1, carry=ji)  # ji is inside jo: found at lowering
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage B, axis j.outer: carry="
+                                               r"j.inner is not a loop around j.outer \(the loops "
+                                               r"around it are i\)"):
+        tc.lower(s, [A, B])
+
+
+@pytest.mark.parametrize("offset, along", [(0, False), (-1, False), (1, True)])
+def test_prefetch_carry_needs_a_positive_offset_without_along(offset, along):
+    A = tc.placeholder((8, 64), name="A")
+    B = tc.compute((8, 64), lambda i, j: A[i, j] + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    i, j = B.op.axis
+    jo, ji = s[B].split(j, factor=16)
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage B, axis j.outer: carry "
+                                               r"continues the prefetch past the end of "
+                                               r"j.outer's loop into the next iteration of i, so "
+                                               r"it needs a positive offset and no along="):
+        s[B].prefetch(A, jo, offset, along=i if along else None, carry=i)

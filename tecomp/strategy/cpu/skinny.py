@@ -28,7 +28,11 @@ streaming its own columns of C, the sums accumulated in vector registers:
   the next block (a task's rows are each read a block at a time: too many streams for
   the hardware prefetchers); each step of a tile also prefetches into L2 one line of
   each of its rows of W :data:`L2_PREFETCH_BYTES` ahead (a block of four
-  such distances or more) or of the next tile's rows (``SkinnyPlan.stream``,
+  such distances or more; in the tile's last steps, the start of the next tile's rows,
+  ``SkinnyPlan.stream_carry``: clamped at the rows' ends instead, the next tile started
+  on the hardware prefetchers alone, 1 thread, Zen 5, under load: 1 row 1.17x slower, 2
+  rows 1.08x, 4 rows 1.03x, 8 rows 1.05x; 12 and 16 rows along A's rows the same) or of
+  the next tile's rows (``SkinnyPlan.stream``,
   ``stream_level``; into L1 the prefetches held the loads up: 4 rows, 1 thread, Zen 4,
   under load, 48-53% of the read stream against 71-78%; below 4 rows too, against the
   hardware prefetchers alone, 1 thread, Zen 4, under load: 1 row 5.6 ms against 6.7,
@@ -92,8 +96,8 @@ The auto-scheduler (:func:`tecomp.strategy.apply_rules`) gives every such GEMM t
 schedule, whether written in plain TE or with ``tecomp.nn``, its decisions as knobs
 (``skinny``, ``skinny.rows``, ``skinny.cols``, ``skinny.kblock``, ``skinny.copy_a``,
 ``skinny.prefetch``, ``skinny.stream``, ``skinny.stream_level``, ``skinny.stream_bytes``,
-``skinny.rows_in_lanes``, ``skinny.lanes_rows``, ``skinny.w_each_use``,
-``skinny.task_tiles``).
+``skinny.stream_carry``, ``skinny.rows_in_lanes``, ``skinny.lanes_rows``,
+``skinny.w_each_use``, ``skinny.task_tiles``).
 """
 from __future__ import annotations
 
@@ -195,6 +199,8 @@ class SkinnyPlan:
     #                           default where the machine model's memory_operands)
     task_tiles: int = 0   # W[k, j]: the tiles of columns in one thread task
     #                       (_row_task_tiles); W[j, k]: 0 (_task_tiles decides)
+    stream_carry: bool = True  # W[j, k], stream "rows": a tile's last steps prefetch the
+    #                            next tile's rows (prefetch carry=), not its own ends again
 
 
 def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
@@ -346,9 +352,13 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
         level = knobs.choose("skinny.stream_level", [1, 2], level)
     if stream != "off" and plan.rows_of_w:
         ahead = knobs.choose("skinny.stream_bytes", [1024, 2048, 4096], ahead)
+    carry = plan.stream_carry
+    if plan.rows_of_w and (stream == "rows" or lanes and stream != "off"):
+        carry = knobs.choose("skinny.stream_carry", [True, False], carry)
     return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf,
                                stream=stream, rows_in_lanes=lanes, stream_level=level,
-                               stream_bytes=ahead, w_each_use=each, task_tiles=task)
+                               stream_bytes=ahead, w_each_use=each, task_tiles=task,
+                               stream_carry=carry)
 
 
 def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
@@ -438,9 +448,11 @@ def _schedule_rows_of_w(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan
         # at each tile, its rows of W in the next block of the reduction
         s[rf].prefetch(W, tile, plan.prefetch, along=kbo)
     if plan.stream == "rows":
-        # at each step, a line of each of the tile's rows, stream_bytes ahead
+        # at each step, a line of each of the tile's rows, stream_bytes ahead (in the
+        # tile's last steps, of the next tile's rows: stream_carry)
         s[rf].prefetch(W, step, prefetch_steps(info, plan.stream_bytes),
-                       level=plan.stream_level)
+                       level=plan.stream_level,
+                       carry=tile if plan.stream_carry and tile is not None else None)
     elif plan.stream == "tile":
         # at each step, the line of each row of the next tile that it reads there
         s[rf].prefetch(W, step, 1, along=tile, level=plan.stream_level)
@@ -525,7 +537,8 @@ def _schedule_rows_in_lanes(s: Schedule, C: Tensor, info: CpuModel,
     cs.storage_order(cj, ci)
     cs.pragma(ko, "fp_contract")
     if plan.stream != "off":
-        cs.prefetch(W, ko, prefetch_steps(info, plan.stream_bytes), level=plan.stream_level)
+        cs.prefetch(W, ko, prefetch_steps(info, plan.stream_bytes), level=plan.stream_level,
+                    carry=jt if plan.stream_carry else None)
 
 
 def _aligned_copy_of_a(s: Schedule, C: Tensor, rf: Tensor, L: int) -> None:
