@@ -140,7 +140,7 @@ class _F32MathEmitter:
     def _pow_f32_lanes(self, x, y, lookup, general: bool):
         """``|x|**y`` for float32 in float32 lanes (the sign and the special values:
         :meth:`_pow_special_values`): ``log2|x|`` as a double-float ``H + Lo`` (about
-        2^-36 relative), ``w = y (H + Lo)`` as ``wh + wl`` (the product's rounding error by
+        2^-36 relative by design), ``w = y (H + Lo)`` as ``wh + wl`` (the product's rounding error by
         an FMA), then ``2^w = 2^n 2^r``, ``n = round(wh)``, ``r = (wh - n) + wl``, with
         ``exp2``'s polynomial and :meth:`_ldexp` (one rounding, subnormal results
         included; ``wh`` clamped to ``[-151, 129]``: 0 and inf beyond).
