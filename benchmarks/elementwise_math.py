@@ -25,12 +25,14 @@ column ``tecomp NAME_s19`` in the function's row; its ratio: the old code's time
 new's); ``--math21-ab`` the same for session 21's (erfc in float64 lanes,
 ``emit_math_f32.ERFC_SEGMENTS`` off; sin, cos and tan with ``roundeven`` for their quadrant,
 ``emit_math.QUADRANT_MAGIC`` off, and sin and cos reduced by pi/2 with two polynomials,
-``SINCOS_BY_PI`` off; the column ``tecomp NAME_s20``); ``--cpu-time``
+``SINCOS_BY_PI`` off; the column ``tecomp NAME_s20``); ``--math23-ab`` for session 23's
+(pow in float64 lanes, ``emit_math_f32.POW_F32_LANES`` off; ``tecomp pow_s22``); ``--cpu-time``
 (with ``--threads 1``) times each call by the process's CPU time (a shared machine).
 
     python3 benchmarks/elementwise_math.py [--threads 2] [--rounds 15] [--only gelu,tanh]
                                            [--rows 4096] [--ulps] [--softplus-ab]
-                                           [--math20-ab] [--math21-ab] [--cpu-time]
+                                           [--math20-ab] [--math21-ab] [--math23-ab]
+                                           [--cpu-time]
 """
 from __future__ import annotations
 
@@ -49,6 +51,10 @@ MATH21 = {"erfc": ("emit_math_f32", ("ERFC_SEGMENTS",)),
           "sin": ("emit_math", ("QUADRANT_MAGIC", "SINCOS_BY_PI")),
           "cos": ("emit_math", ("QUADRANT_MAGIC", "SINCOS_BY_PI")),
           "tan": ("emit_math", ("QUADRANT_MAGIC",))}
+#: session 23's (``--math23-ab``)
+MATH23 = {"pow": ("emit_math_f32", ("POW_F32_LANES",))}
+#: each session's switches, the tag of its A/B column and its flag's name
+AB = ((MATH20, "s19", "math20_ab"), (MATH21, "s20", "math21_ab"), (MATH23, "s22", "math23_ab"))
 
 
 def main() -> None:
@@ -66,6 +72,9 @@ def main() -> None:
                     "turns")
     ap.add_argument("--math21-ab", action="store_true", help="also time " + ", ".join(MATH21)
                     + " built without session 21's changes (their flags off), in the same "
+                    "turns")
+    ap.add_argument("--math23-ab", action="store_true", help="also time " + ", ".join(MATH23)
+                    + " built without session 23's changes (their flags off), in the same "
                     "turns")
     add_cpu_time(ap)
     args = ap.parse_args()
@@ -145,28 +154,14 @@ def main() -> None:
             f_off(a, out)
             np.testing.assert_allclose(out, ref(a.astype(np.float64)), rtol=3e-6, atol=1e-7)
             fns["tecomp softplus_off"] = lambda f=f_off, a=a: f(a, out)
-        for ab, tag, on in ((MATH20, "s19", args.math20_ab), (MATH21, "s20", args.math21_ab)):
-            if name in ab and on:
-                import importlib
-                mod, flags = ab[name]
-                mod = importlib.import_module(f"tecomp.codegen.llvm.{mod}")
-                for flag in flags:
-                    setattr(mod, flag, False)
-                try:
-                    f_old = tc.build(tc.auto_schedule([X, T]), [X, T])
-                finally:
-                    for flag in flags:
-                        setattr(mod, flag, True)
-                assert f_old.get_source("asm") != f.get_source("asm"), "the A/B build was cached"
-                f_old(a, out)
-                np.testing.assert_allclose(out, ref(a.astype(np.float64)), rtol=3e-6, atol=1e-7)
-                fns[f"tecomp {name}_{tag}"] = lambda f=f_old, a=a: f(a, out)
+        _ab_builds(np, tc, args, name, [X, T], f, (a,), ref, out, fns)
     for name, (fn, ref, _, (a, c)) in binary.items():
         T = tc.compute((M, N), (lambda fn: lambda i, j: fn(X[i, j], Y[i, j]))(fn), name=name)
         f = tc.build(tc.auto_schedule([X, Y, T]), [X, Y, T])
         f(a, c, out)
         np.testing.assert_allclose(out, ref(a.astype(np.float64), c), rtol=3e-6, atol=1e-7)
         fns["tecomp " + name] = lambda f=f, a=a, c=c: f(a, c, out)
+        _ab_builds(np, tc, args, name, [X, Y, T], f, (a, c), ref, out, fns)
     if torch is not None:
         tx, ty, tb = (torch.from_numpy(a) for a in (x, y, bias))
         to = torch.from_numpy(out)
@@ -228,7 +223,7 @@ def main() -> None:
         for name in list(unary) + list(binary)]
     if "tecomp softplus_off" in t:
         rows.append(("softplus_off", ("tecomp softplus",)))
-    rows = [(op, peers + tuple(f"tecomp {op}_{tag}" for tag in ("s19", "s20")
+    rows = [(op, peers + tuple(f"tecomp {op}_{tag}" for _, tag, _ in AB
                                if f"tecomp {op}_{tag}" in t))
             for op, peers in rows]
     for op, peers in rows:
@@ -243,6 +238,30 @@ def main() -> None:
         print(line)
     if args.ulps:
         _ulp_table(np, torch, built, unary, lib, sleef_fns, out)
+
+
+def _ab_builds(np, tc, args, name, tensors, f, inputs, ref, out, fns):
+    """For each session's A/B switch that is on (``--math2N-ab``) and covers ``name``: the
+    function built with that session's flags off (``tecomp NAME_<tag>``, timed in the
+    same turns), checked against the float64 reference."""
+    import importlib
+    for ab, tag, opt in AB:
+        if name not in ab or not getattr(args, opt):
+            continue
+        mod, flags = ab[name]
+        mod = importlib.import_module(f"tecomp.codegen.llvm.{mod}")
+        for flag in flags:
+            setattr(mod, flag, False)
+        try:
+            f_old = tc.build(tc.auto_schedule(tensors), tensors)
+        finally:
+            for flag in flags:
+                setattr(mod, flag, True)
+        assert f_old.get_source("asm") != f.get_source("asm"), "the A/B build was cached"
+        f_old(*inputs, out)
+        np.testing.assert_allclose(out, ref(*(v.astype(np.float64) for v in inputs)),
+                                   rtol=3e-6, atol=1e-7)
+        fns[f"tecomp {name}_{tag}"] = lambda f=f_old, v=inputs: f(*v, out)
 
 
 def _ulp_error(np, got, want):

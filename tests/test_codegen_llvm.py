@@ -2371,9 +2371,25 @@ def _dense_pairs(count=2039):
             np.concatenate([Y.ravel(), ry.astype(np.float32)]))
 
 
-#: the float32 functions of two arguments, computed in float64 lanes and rounded once:
-#: (float64 reference, bound in ulp with and without FMA (docs/numerics.md))
-_F32_BINARY = {"atan2": (np.arctan2, (0.51, 0.51)), "pow": (np.power, (0.51, 0.51))}
+#: the float32 functions of two arguments: (float64 reference, bound in ulp with and
+#: without FMA (docs/numerics.md)); atan2, and pow without FMA, computed in float64 lanes
+#: and rounded once; pow with FMA (and a table instruction: AVX2, AVX-512) in float32
+#: lanes
+_F32_BINARY = {"atan2": (np.arctan2, (0.51, 0.51)), "pow": (np.power, (0.8, 0.51))}
+
+
+def _pow_hard_pairs(n=1 << 19):
+    """Pairs where ``pow(x, y)``'s exponent ``w = y log2|x|`` is large, so that the
+    error of ``log2|x|`` is magnified by ``|w|``: ``x`` within 5% of 1 and ``|w|`` up to
+    120 (``|y|`` up to about 10^9), and ``x`` over the whole range with ``w`` in
+    ``[-150, 128]`` (results down to the subnormals and up to the largest floats)."""
+    rng = np.random.default_rng(11)
+    x1 = (1 + rng.uniform(-0.05, 0.05, n)).astype(np.float32)
+    l1 = np.maximum(np.abs(np.log2(x1.astype(np.float64))), 1e-9)
+    y1 = (rng.uniform(-1, 1, n) * 120 / l1).astype(np.float32)
+    x2 = np.exp2(rng.uniform(-149, 128, n)).astype(np.float32)
+    y2 = (rng.uniform(-150, 128, n) / np.log2(x2.astype(np.float64))).astype(np.float32)
+    return np.concatenate([x1, x2]), np.concatenate([y1, y2])
 
 
 @pytest.mark.parametrize("fn", sorted(_F32_BINARY))
@@ -2384,6 +2400,8 @@ def test_float32_functions_of_two_arguments(fn, exp_variant, count=2039):
     every special value C99 defines (``atan2(+-0, -0) = +-pi``, ``pow(-0, -1) = -inf``,
     ``pow(nan, 0) = 1``, ``pow(-8, 1/3)`` NaN, ...)."""
     x, y = _dense_pairs(count)
+    if fn == "pow":
+        x, y = (np.concatenate(v) for v in zip((x, y), _pow_hard_pairs()))
     ref, limits = _F32_BINARY[fn]
     outs = []
     for kind in ("vectorized", "serial"):
@@ -2413,6 +2431,57 @@ def test_float32_functions_of_two_arguments(fn, exp_variant, count=2039):
     exactly = ~nan & ((rounded == 0) | np.isinf(rounded))   # zeros and infinities: bits
     np.testing.assert_array_equal(got[exactly].view(np.uint32),
                                   rounded[exactly].view(np.uint32))
+
+
+def test_pow_float32_at_every_vector_width(exp_variant):
+    """pow(x, y) on float32 vectorized by 4, 8, 16 and 64 lanes and serial gives the same
+    bits, on vectors that mix the special values (which take a branch in the float32-lane
+    code) with ordinary pairs in every lane, and each special value is numpy's float64
+    result rounded (signed zeros, infinities, NaN)."""
+    import tecomp as tc
+
+    sp = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5,
+                   3.0, -3.0, 1e-45, -1e-45, 1.1754942e-38, 1.1754944e-38, _F32MAX,
+                   -_F32MAX, 1 / 3, 16777217.0, 127.5, -149.0, 0.99999994, 1.0000001,
+                   200.0, -200.0], np.float32)
+    sx, sy = (v.ravel() for v in np.meshgrid(sp, sp))
+    rng = np.random.default_rng(5)
+    m = sx.size
+    ox = rng.uniform(0.1, 10.0, m).astype(np.float32)
+    oy = rng.uniform(-8.0, 8.0, m).astype(np.float32)
+    # special pairs and ordinary ones interleaved at changing distances
+    x = np.empty(2 * m, np.float32)
+    y = np.empty(2 * m, np.float32)
+    order = rng.permutation(2 * m)
+    x[order] = np.concatenate([sx, ox])
+    y[order] = np.concatenate([sy, oy])
+    n = x.size
+    A = tc.placeholder((n,), name="A")
+    E = tc.placeholder((n,), name="E")
+    with np.errstate(all="ignore"):
+        exact = np.power(x.astype(np.float64), y.astype(np.float64))
+        want = exact.astype(np.float32)
+    first = None
+    for lanes in (1, 4, 8, 16, 64):
+        B = tc.compute((n,), lambda i: tc.pow(A[i], E[i]), name="B")
+        s = tc.create_schedule(B.op)
+        if lanes > 1:
+            s[B].vectorize(s[B].split(B.op.axis[0], factor=lanes)[1])
+        out = np.zeros(n, np.float32)
+        tc.build(s, [A, E, B], target=exp_variant)(x, y, out)
+        first = out if first is None else first
+        np.testing.assert_array_equal(out.view(np.uint32), first.view(np.uint32),
+                                      f"{lanes} lanes")
+    nan = np.isnan(want)
+    assert np.isnan(first[nan]).all()
+    exactly = ~nan & ((want == 0) | np.isinf(want) | (np.abs(want) == 1))
+    np.testing.assert_array_equal(first[exactly].view(np.uint32), want[exactly].view(np.uint32))
+    fin = ~nan & np.isfinite(want)
+    with np.errstate(over="ignore"):   # (the largest float32's ulp: 2^104)
+        ulp = np.spacing(np.abs(want[fin])).astype(np.float64)
+    ulp[np.isinf(ulp)] = 2.0 ** 104
+    err = np.abs(first[fin].astype(np.float64) - exact[fin]) / ulp
+    assert err.max() <= _F32_BINARY["pow"][1][not _has_fma(exp_variant)], err.max()
 
 
 @pytest.mark.slow

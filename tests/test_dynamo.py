@@ -705,6 +705,25 @@ def test_unsupported_dtype_runs_eagerly(caplog):
     assert msgs and all("dtype torch.float16" in m for m in msgs), msgs
 
 
+def test_pow_with_a_tensor_exponent(caplog):
+    """``x ** y`` with a tensor exponent (``aten.pow.Tensor_Tensor``, broadcast) is a tecomp
+    kernel, not an eager fallback, and agrees with eager's ``pow`` (within its float32
+    bound, docs/numerics.md); a number exponent too."""
+    def f(x, y):
+        return x.abs() ** y + x ** 3, torch.pow(x.abs() + 1, y[0])
+    torch.manual_seed(0)
+    x = torch.randn(6, 40)
+    y = torch.rand(3, 6, 40) * 6 - 3
+    with caplog.at_level(logging.INFO, logger="tecomp.dynamo"):
+        with torch.no_grad():
+            got = torch.compile(f, backend="tecomp")(x, y)
+    msgs = [r.getMessage() for r in caplog.records]
+    assert not [m for m in msgs if "aten.pow" in m and "runs eagerly" in m], msgs
+    for g, w in zip(got, f(x, y)):
+        assert g.shape == w.shape
+        torch.testing.assert_close(g, w, rtol=2e-6, atol=1e-6)
+
+
 def test_float64_and_integer_ops():
     def f(x, idx):
         e = torch.nn.functional.embedding(idx, x)

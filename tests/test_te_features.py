@@ -117,6 +117,38 @@ def test_fma_rounds_once_on_every_backend():
         tc.te.intrin._op.call("fma", A[0], B[0])
 
 
+def test_power_operator_is_pow():
+    """``a ** b`` on float expressions is ``tc.pow(a, b)`` (a Python number on either side
+    taking the other side's dtype: ``x ** 2`` is pow by a constant 2, one multiply), the
+    same bits as tc.pow, compiled and in the interpreter; ``**`` on an integer
+    expression is a DTypeError (tests/must_fail)."""
+    from tecomp.ir import interp
+
+    n = 256
+    A = tc.placeholder((n,), name="A")
+    B = tc.placeholder((n,), name="B")
+    C = tc.compute((n,), lambda i: A[i] ** B[i] + A[i] ** 2 + 2 ** A[i], name="C")
+    D = tc.compute((n,), lambda i: tc.pow(A[i], B[i]) + tc.pow(A[i], 2.0) + tc.pow(2.0, A[i]),
+                   name="D")
+    assert str(C.op.body) == str(D.op.body)
+    rng = np.random.default_rng(3)
+    a = rng.uniform(0.1, 4.0, n).astype(np.float32)
+    b = rng.uniform(-4.0, 4.0, n).astype(np.float32)
+    outs = []
+    for T in (C, D):
+        s = tc.create_schedule(T.op)
+        s[T].vectorize(s[T].split(T.op.axis[0], factor=16)[1])
+        out = np.empty(n, np.float32)
+        tc.build(s, [A, B, T])(a, b, out)
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    want = a.astype(np.float64) ** b + a.astype(np.float64) ** 2 + 2.0 ** a
+    np.testing.assert_allclose(outs[0], want, rtol=1e-6)
+    ref = np.empty(n, np.float32)
+    interp.run(tc.lower(tc.create_schedule(C.op), [A, B, C]), a, b, ref)
+    np.testing.assert_allclose(ref, want, rtol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------
 # create_group
 

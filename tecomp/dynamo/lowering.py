@@ -449,6 +449,11 @@ def _pow(lw, node):
     return _elementwise(lw, node, lambda x: _te.pow(x, _te.const(float(e), dt)), node.args[:1])
 
 
+@rule(aten.pow.Tensor_Tensor, check=_float_only)
+def _pow_tensors(lw, node):
+    return _elementwise(lw, node, _te.pow, node.args[:2])
+
+
 _CMP = {"eq": lambda x, y: _te.eq(x, y), "ne": lambda x, y: _te.ne(x, y),
         "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}
 

@@ -36,13 +36,14 @@ from . import dtype as _dt
 
 class _Services:
     """What expressions need from the modules built on this one: the printer
-    (``to_str``), the expression builders of :mod:`.op` (``binary``, ``compare``,
-    ``logic``, ``mul``) and the walks of :mod:`.functor` (``substitute``,
+    (``to_str``), the expression builders of :mod:`.op` (``binary``, ``power``,
+    ``compare``, ``logic``, ``mul``) and the walks of :mod:`.functor` (``substitute``,
     ``free_vars``).  Each of those modules registers its functions here when it loads
     (``tecomp.ir`` imports them all), so this module imports none of them: the IR's
     modules form no import cycle (``python -m tecomp.testing.imports``)."""
 
-    __slots__ = ("to_str", "binary", "compare", "logic", "mul", "substitute", "free_vars")
+    __slots__ = ("to_str", "binary", "power", "compare", "logic", "mul", "substitute",
+                 "free_vars")
 
     def __getattr__(self, name):  # a slot not filled: the registering module never loaded
         raise InternalError(f"tecomp.ir.expr.SERVICES.{name} is not registered: import "
@@ -114,6 +115,12 @@ class Expr(Node):
 
     def __rmod__(self, o):
         return _make_arith("%", o, self)
+
+    def __pow__(self, o):   # tc.pow (float operands)
+        return SERVICES.power(self, o)
+
+    def __rpow__(self, o):
+        return SERVICES.power(o, self)
 
     def __neg__(self):
         if _dt.is_bool(self.dtype):
@@ -512,7 +519,8 @@ def _forward_to_var(name):
 # An IterVar used in arithmetic stands for its Var (``ry * 2``, ``k < 3``), as in TVM.
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
               "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__",
-              "__rmod__", "__neg__", "__lt__", "__le__", "__gt__", "__ge__", "equal",
+              "__rmod__", "__pow__", "__rpow__", "__neg__", "__lt__", "__le__", "__gt__",
+              "__ge__", "equal",
               "not_equal", "astype", "__bool__", "__and__", "__rand__", "__or__", "__ror__",
               "__invert__"):
     setattr(IterVar, _name, _forward_to_var(_name))
@@ -882,8 +890,9 @@ def _forward_to_node(name):
 
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
               "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__",
-              "__rmod__", "__neg__", "__pos__", "__lt__", "__le__", "__gt__", "__ge__",
-              "__and__", "__rand__", "__or__", "__ror__", "__invert__", "__int__",
+              "__rmod__", "__pow__", "__rpow__", "__neg__", "__pos__", "__lt__", "__le__",
+              "__gt__", "__ge__", "__and__", "__rand__", "__or__", "__ror__", "__invert__",
+              "__int__",
               "__float__", "__index__", "equal", "not_equal", "astype"):
     setattr(Comparison, _name, _forward_to_node(_name))
 

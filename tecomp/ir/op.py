@@ -521,7 +521,21 @@ def call(op: str, *args) -> Expr:
     return Call(op, es, dt)
 
 
+def power(a, b) -> Expr:
+    """``a ** b`` on expressions: ``tc.pow(a, b)`` for float operands (a Python number
+    taking the other side's dtype, so ``x ** 2`` is ``x * x``); an integer power is an
+    error that says how to write it."""
+    ea, eb, dt = _operands(a, b, "`**`")
+    if not _dt.is_float(dt):
+        raise DTypeError(
+            f"`({ea}) ** ({eb})`: `**` is tc.pow, which needs float operands, got {dt}; "
+            f"convert with .astype('float32') (or, for an integer power of an integer, "
+            f"write the products: x * x * x)")
+    return call("pow", ea, eb)
+
+
 # what expressions and statements use from this module (tecomp.ir.expr.SERVICES)
+SERVICES.power = power
 SERVICES.binary = binary
 SERVICES.compare = compare
 SERVICES.logic = logic

@@ -124,7 +124,7 @@ class TensorSlice:
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _partial
     __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _partial
-    __neg__ = __lt__ = __le__ = __gt__ = __ge__ = _partial
+    __pow__ = __rpow__ = __neg__ = __lt__ = __le__ = __gt__ = __ge__ = _partial
 
     def __bool__(self):
         self._as_expr()
@@ -224,7 +224,7 @@ class Tensor:
             f"tc.compute, e.g. tc.compute(shape, lambda i, j: {self.name}[i, j] + 1)")
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _no_arith
-    __truediv__ = __floordiv__ = __mod__ = __neg__ = _no_arith
+    __truediv__ = __floordiv__ = __mod__ = __pow__ = __rpow__ = __neg__ = _no_arith
 
 
 def _shape_str(shape) -> str:

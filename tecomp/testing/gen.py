@@ -289,7 +289,7 @@ def _value(c: _StageCtx, depth: int):
     kind = d.choice(("bin", "bin", "un", "sel"))
     if kind == "bin":
         if is_float(dt):
-            op = d.choice(("+", "*", "-", "max", "min", "div"))
+            op = d.choice(("+", "*", "-", "max", "min", "div", "pow", "atan2"))
         else:
             op = d.choice(("+", "*", "-", "max", "min", "fdiv", "mod", "tdiv", "tmod"))
         a = _value(c, depth - 1)

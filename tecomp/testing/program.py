@@ -119,7 +119,7 @@ class AxVal:
 
 @dataclass(frozen=True)
 class VBin:
-    op: str  # + - * max min div (floats: a / (|b| + 1)) fdiv mod (ints: by a const)
+    op: str  # + - * max min div (floats: a / (|b| + 1)) pow atan2 (floats) fdiv mod (ints: by a const)
     a: object
     b: object
 
@@ -455,6 +455,11 @@ def _val_tc(e, axes, dt, built, prog, env):
             return tc.min(a, b)
         if e.op == "div":
             return a / (tc.abs(b) + tc.const(1.0, dt))
+        if e.op == "pow":    # a base in [0.5, 4.5], an exponent in [-3, 3]: finite
+            return ((tc.min(tc.abs(a), tc.const(4.0, dt)) + tc.const(0.5, dt))
+                    ** tc.max(tc.min(b, tc.const(3.0, dt)), tc.const(-3.0, dt)))
+        if e.op == "atan2":
+            return tc.atan2(a, b)
         raise ValueError(e.op)
     raise TypeError(e)
 
@@ -648,6 +653,10 @@ def _val_np(e, g, n, dt, vals, prog, full_shape):
             return np.minimum(a, b)
         if e.op == "div":
             return a / (np.abs(b) + 1.0)
+        if e.op == "pow":
+            return np.power(np.minimum(np.abs(a), 4.0) + 0.5, np.clip(b, -3.0, 3.0))
+        if e.op == "atan2":
+            return np.arctan2(a, b)
         raise ValueError(e.op)
     raise TypeError(e)
 
@@ -807,5 +816,10 @@ def _src_value(e, axes, dt, prog) -> str:
             return f"tc.{e.op}({a}, {b})"
         if e.op == "div":
             return f'({a} / (tc.abs({b}) + tc.const(1.0, "{dt}")))'
+        if e.op == "pow":
+            return (f'((tc.min(tc.abs({a}), tc.const(4.0, "{dt}")) + tc.const(0.5, "{dt}")) '
+                    f'** tc.max(tc.min({b}, tc.const(3.0, "{dt}")), tc.const(-3.0, "{dt}")))')
+        if e.op == "atan2":
+            return f"tc.atan2({a}, {b})"
         return f"({a} {e.op} {b})"
     raise TypeError(e)

@@ -100,6 +100,13 @@ def test_float_intrinsic_on_int():
         tc.compute((4,), lambda i: tc.exp(A[i]), name="C")
 
 
+def test_power_of_int_expression():
+    A = tc.placeholder((4,), dtype="int32", name="A")
+    with pytest.raises(tc.DTypeError, match=r"`\(A\[i\]\) \*\* \(2\)`: `\*\*` is tc.pow, "
+                       r"which needs float operands, got int32; convert with \.astype"):
+        tc.compute((4,), lambda i: A[i] ** 2, name="C")
+
+
 def test_whole_tensor_arithmetic():
     A = tc.placeholder((4,), name="A")
     with pytest.raises(tc.ExprError, match=r"arithmetic on the whole tensor A is not defined"):

@@ -3,9 +3,9 @@
 (``sqrt``, ``floor``, ``fma``, ...), libm calls per lane (float64 ``tanh``, ``erf``,
 ``atan`` ...), and tecomp's own vector code for float32 ``exp`` (also ``fast_exp`` and
 ``sigmoid``), ``log`` (and ``fast_log``), ``erf``, ``tanh``, ``sin`` ..., ``tan``, ``atan``,
-``erfc`` and ``fast_erfc`` (:mod:`~tecomp.codegen.llvm.emit_math_f32`) and, computed in
-float64 lanes, ``atan2``, ``cbrt``, ``pow`` and ``erfc`` where the target has no table
-instruction
+``erfc``, ``fast_erfc`` and ``pow`` (:mod:`~tecomp.codegen.llvm.emit_math_f32`) and,
+computed in float64 lanes, ``atan2``, ``cbrt``, and ``pow`` and ``erfc`` where the target
+has no table instruction
 (:mod:`~tecomp.codegen.llvm.emit_math_wide`, which also holds float64 ``exp``, ``log``
 and, where the target has FMA, ``tan``), with explicit FMA where the target has it (``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
 :mod:`tecomp.codegen.llvm.emitter`, and docs/numerics.md.
@@ -76,8 +76,9 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
                 "softplus": "softplus", "sin": "sin_f32", "cos": "cos_f32", "tan": "tan_f32",
                 "atan": "atan_f32", "cbrt": "cbrt_f32", "erfc": "erfc_f32",
                 "fast_erfc": "fast_erfc_f32"}
-    #: the same for the functions of two arguments (computed in float64 lanes:
-    #: :mod:`~tecomp.codegen.llvm.emit_math_wide`)
+    #: the same for the functions of two arguments (``pow``: float32 lanes where the
+    #: target has FMA and a table instruction, :mod:`~tecomp.codegen.llvm.emit_math_f32`;
+    #: ``atan2`` and the rest: float64 lanes, :mod:`~tecomp.codegen.llvm.emit_math_wide`)
     _OWN_F32_2 = {"pow": "pow_f32", "atan2": "atan2_f32"}
 
     def e_call(self, e: Call) -> Val:

@@ -1,4 +1,4 @@
-"""Float32 ``tan``, ``atan``, ``erfc`` and ``fast_erfc`` in float32 lanes
+"""Float32 ``tan``, ``atan``, ``erfc``, ``fast_erfc`` and ``pow`` in float32 lanes
 (:class:`_F32MathEmitter`, a part of :class:`~tecomp.codegen.llvm.emit_math._MathEmitter`).
 
 Range reduction and polynomials fitted for tecomp (weighted least squares towards the
@@ -6,8 +6,8 @@ minimax relative error, against mpmath, coefficients rounded to float32 one at a
 with the others refitted), evaluated in float32 with explicit FMAs where the target has
 them (:meth:`_madd`): one float32 register per float32 register, where the float64 code
 of :mod:`~tecomp.codegen.llvm.emit_math_wide` (0.5 ulp) takes two and a float64
-division.  Errors of 1-3 ulp, ``erfc`` below 1 (docs/numerics.md gives the measured
-figures).  No step is
+division.  Errors of 1-3 ulp, ``erfc`` and ``pow`` below 1 (docs/numerics.md gives the
+measured figures).  No step is
 contracted: scalar, vectorized and unrolled evaluations give the same bits.
 """
 from __future__ import annotations
@@ -21,10 +21,17 @@ import llvmlite.ir as ir
 #: the A/B switch of ``benchmarks/elementwise_math.py --math21-ab``)
 ERFC_SEGMENTS = True
 
+#: whether float32 ``pow`` is computed in float32 lanes (a double-float ``log2`` from a
+#: table of 16, then ``exp2``: :meth:`_F32MathEmitter._pow_f32_lanes`) where the target
+#: has FMA and a 16-entry table instruction; off: in float64 lanes everywhere, as in
+#: session 22 (:meth:`~tecomp.codegen.llvm.emit_math_wide._WideMathEmitter.pow_f64_lanes`;
+#: the A/B switch of ``benchmarks/elementwise_math.py --math23-ab``)
+POW_F32_LANES = True
+
 
 class _F32MathEmitter:
-    """The float32-lane ``tan``, ``atan``, ``erfc`` and ``fast_erfc`` (see the module's
-    docstring)."""
+    """The float32-lane ``tan``, ``atan``, ``erfc``, ``fast_erfc`` and ``pow`` (see the
+    module's docstring)."""
 
     #: tan(r) = r + r z P(z), z = r^2, |r| <= pi/4 (fitted: 1.3e-9 relative)
     _TAN32_P = (0.33333349227905273, 0.13332675397396088, 0.05405890569090843,
@@ -78,6 +85,148 @@ class _F32MathEmitter:
         bb = b.fsub(rh, r)
         e = b.fadd(b.fsub(r, b.fsub(rh, bb)), b.fsub(b.fneg(s), bb))
         return rh, madd(q, C(-parts[-1]), b.fsub(e, se))
+
+    #: pow's log2 table: ``z`` in ``[0.69921875, 1.3984375)`` (bits ``0x3f330000`` on) cut
+    #: into 16 pieces by bits 19-22 of ``bits(z) - 0x3f330000``; per piece ``1/c``
+    #: (``c`` its middle, 1 for the piece around 1) as a float32, and ``-log2(1/c)`` as a
+    #: multiple of 2^-15 (so that ``e + hi`` is exact) and the rest (mpmath)
+    _POW_INVC = (1.3989070653915405, 1.3403141498565674, 1.286432147026062,
+                 1.2367149591445923, 1.1906976699829102, 1.147982120513916,
+                 1.1082251071929932, 1.0711296796798706, 1.0364372730255127, 1.0,
+                 0.9481481313705444, 0.8951048851013184, 0.8476821184158325,
+                 0.805031418800354, 0.7664670944213867, 0.7314285635948181)
+    _POW_LOGC = ((-0.48431396484375, -0.422576904296875, -0.363372802734375,
+                  -0.3065185546875, -0.251800537109375, -0.1990966796875,
+                  -0.14825439453125, -0.09912109375, -0.0516357421875, 0.0,
+                  0.076812744140625, 0.159881591796875, 0.2384033203125,
+                  0.312896728515625, 0.383697509765625, 0.451202392578125),
+                 (1.3842764019500464e-05, 5.717552994610742e-06, -2.5612703211663757e-06,
+                  5.531669103220338e-06, -6.607926479773596e-06, -3.49294737134187e-06,
+                  3.437290843066876e-06, -1.2061319466738496e-05, 2.9374946279858705e-06,
+                  0.0, 2.878438863263e-06, -1.0238894901704043e-05, 1.4203561704562162e-06,
+                  -1.372351744066691e-05, 6.728963853674941e-06, 8.734706170798745e-06))
+    #: 1/ln2 and -1/(2 ln2), each a float32 and the rest; log2(1 + r) = r/ln2 -
+    #: r^2/(2 ln2) + r^3 P(r), P the series' next five terms (|r| < 0.03: 2^-38 relative)
+    _POW_A = (1.4426950216293335, 1.925963033500011e-08)
+    _POW_B = (-0.7213475108146667, -9.629815167500055e-09)
+    _POW_P = (0.48089835047721863, -0.3606737554073334, 0.28853902220726013,
+              -0.24044917523860931, 0.20609928667545319)
+    #: 2^r - 1 = r (ln2 + r ln2^2/2 + r^2 ln2^3/6 + r^3 ln2^4/24), |r| <= 1/32 (2^-34)
+    _POW_EXP2_T = (0.6931471824645996, 0.24022650718688965, 0.05550410971045494,
+                   0.009618128649890423)
+
+    def pow_f32(self, x, y):
+        """x**y for float32: :meth:`_pow_f32_lanes` where the target has FMA and a
+        16-entry table instruction (and :data:`POW_F32_LANES` is on), else in float64
+        lanes (:meth:`~tecomp.codegen.llvm.emit_math_wide._WideMathEmitter.pow_f64_lanes`)."""
+        lookup = self.policy.vector_op("lookup16", x.type) \
+            if self.policy.has_fma and POW_F32_LANES else None
+        if lookup is None:
+            return self.pow_f64_lanes(x, y)
+        b, ty, _, C, _, _ = self._kit(x)
+        # the common lanes (x a positive normal float, y finite) need neither the
+        # subnormal scaling nor the special values: the others take a branch, once per
+        # vector that has one, which computes the whole vector with them (the same bits
+        # for the common lanes)
+        ay = b.call(self._fn1("llvm.fabs", ty), [y])
+        odd = b.or_(b.or_(b.fcmp_unordered("<", x, C(1.1754943508222875e-38)),
+                          b.fcmp_unordered("==", x, C(float("inf")))),
+                    b.fcmp_unordered("==", ay, C(float("inf"))))
+        return self._slow_where(
+            odd, "pow.special",
+            lambda x: self._pow_special_values(x, y, self._pow_f32_lanes(x, y, lookup, True)),
+            x, self._pow_f32_lanes(x, y, lookup, False))
+
+    def _pow_f32_lanes(self, x, y, lookup, general: bool):
+        """``|x|**y`` for float32 in float32 lanes (the sign and the special values:
+        :meth:`_pow_special_values`): ``log2|x|`` as a double-float ``H + Lo`` (about
+        2^-36 relative by design), ``w = y (H + Lo)`` as ``wh + wl`` (the product's rounding error by
+        an FMA), then ``2^w = 2^n 2^r``, ``n = round(wh)``, ``r = (wh - n) + wl``, with
+        ``exp2``'s polynomial and :meth:`_ldexp` (one rounding, subnormal results
+        included; ``wh`` clamped to ``[-151, 129]``: 0 and inf beyond).
+
+        ``log2|x|``: ``|x| = z 2^e`` with ``z`` in ``[0.699, 1.398)`` from the bits
+        (subnormals scaled by 2^23 first), ``1/c`` and ``log2(c) = hi + lo`` from
+        :data:`_POW_INVC` and :data:`_POW_LOGC` (``e + hi`` exact), ``z/c - 1 = r + rl``
+        exactly (``z (1/c)`` and its rounding error, ``|r| < 0.03``; ``r = z - 1`` for the
+        piece around 1, so that ``log2|x|`` keeps its relative accuracy near ``x = 1``),
+        ``log2(1 + r) = r A + r^2 B + r^3 P(r)`` with ``r A``, ``r^2`` and ``r^2 B``
+        each a float32 and its exact rounding error, summed by Fast2Sum."""
+        b, ty, ity, C, I, madd = self._kit(x)
+        ax = b.call(self._fn1("llvm.fabs", ty), [x])
+        if general:
+            tiny = b.fcmp_ordered("<", ax, C(1.1754943508222875e-38))
+            ix = b.bitcast(b.select(tiny, b.fmul(ax, C(8388608.0)), ax), ity)
+        else:
+            ix = b.bitcast(x, ity)
+        tmp = b.sub(ix, I(0x3F330000))
+        idx = b.lshr(tmp, I(19))
+        k = b.ashr(tmp, I(23))
+        e = b.sitofp(b.sub(k, b.select(tiny, I(23), I(0))) if general else k, ty)
+        z = b.bitcast(b.sub(ix, b.and_(tmp, I(-0x800000))), ty)
+        invc = lookup(b, self.mb, self._POW_INVC, idx)
+        # z/c - 1 = r + rl: p = z (1/c) and its error pe exactly, p - 1 exact (Sterbenz)
+        p = b.fmul(z, invc)
+        pe = madd(z, invc, b.fneg(p))
+        r0 = b.fsub(p, C(1.0))
+        r = b.fadd(r0, pe)
+        rl = b.fadd(b.fsub(r0, r), pe)                  # (|r0| >= |pe| or r0 = 0)
+        ah, al = self._POW_A
+        bh, bl = self._POW_B
+        t = b.fmul(r, C(ah))
+        r2 = b.fmul(r, r)
+        q0 = b.fmul(r2, C(bh))
+        # the low part, summed as a tree (short dependency chains): t's and q0's rounding
+        # errors, r2's, the second parts of A and B, rl times the derivative A + 2 B r,
+        # and r^3 P(r) (P by Estrin's scheme)
+        pp = self._POW_P
+        poly = madd(r2, madd(r2, C(pp[4]), madd(r, C(pp[3]), C(pp[2]))),
+                    madd(r, C(pp[1]), C(pp[0])))
+        lo1 = madd(r, C(al), madd(r, C(ah), b.fneg(t)))
+        lo2 = madd(rl, madd(r, C(2.0 * bh), C(ah)), madd(r2, C(bl), madd(r2, C(bh), b.fneg(q0))))
+        lo3 = madd(madd(r, r, b.fneg(r2)), C(bh), b.fmul(b.fmul(r2, r), poly))
+        s1 = b.fadd(t, q0)                              # (|t| > |q0|: Fast2Sum)
+        lo = b.fadd(b.fadd(lo1, lo2), b.fadd(lo3, b.fadd(b.fsub(t, s1), q0)))
+        # e + log2(c), exact; plus s1 (|e + log2 c| > |s1| unless it is 0: Fast2Sum)
+        eh = b.fadd(e, lookup(b, self.mb, self._POW_LOGC[0], idx))
+        hh = b.fadd(eh, s1)
+        lo = b.fadd(b.fadd(b.fsub(eh, hh), s1),
+                    b.fadd(lookup(b, self.mb, self._POW_LOGC[1], idx), lo))
+        # w = y (hh + lo) = wh + wl (|x| 0 or inf: garbage, replaced at the end)
+        wh = b.fmul(y, hh)
+        wl = madd(y, lo, madd(y, hh, b.fneg(wh)))
+        awh = b.call(self._fn1("llvm.fabs", ty), [wh])
+        wl = b.select(b.fcmp_ordered("<", awh, C(256.0)), wl, C(0.0))
+        whc = b.select(b.fcmp_ordered(">", wh, C(129.0)), C(129.0), wh)
+        whc = b.select(b.fcmp_ordered("<", whc, C(-151.0)), C(-151.0), whc)
+        # 2^w = 2^e 2^(j/16) 2^r: n = 16 e + j = round(16 wh), r = (wh - n/16) + wl
+        # (the difference exact, |r| <= 1/32 and a hair), 2^r = 1 + e1 by its Taylor
+        # polynomial, 2^(j/16) = th + tl from a table; th + (th e1 + tl) rounded once,
+        # then times 2^e
+        magic = 12582912.0
+        s = madd(whc, C(16.0), C(magic))
+        n = b.fsub(s, C(magic))
+        rr = b.fadd(madd(n, C(-1.0 / 16.0), whc), wl)
+        c = self._POW_EXP2_T
+        e1 = b.fmul(madd(b.fmul(rr, rr), madd(rr, C(c[3]), C(c[2])), madd(rr, C(c[1]), C(c[0]))),
+                    rr)
+        ni = b.bitcast(s, ity)
+        th = lookup(b, self.mb, self._EXP2_16THS[0], ni)
+        tl = lookup(b, self.mb, self._EXP2_16THS[1], ni)
+        q = b.fadd(th, madd(th, e1, tl))
+        en = b.fmul(n, C(1.0 / 16.0))
+        scalef = self.policy.vector_op("scalef", ty)
+        if scalef is not None:      # (vscalefps floors its exponent operand itself)
+            res = scalef(b, self.mb, q, en)
+        else:
+            res = self._ldexp(q, b.call(self._fn1("llvm.floor", ty), [en]))
+        if not general:
+            return res
+        # |x| = 0: inf for y < 0, else 0; |x| = inf: the other way round
+        inf = C(float("inf"))
+        yneg = b.fcmp_ordered("<", y, C(0.0))
+        res = b.select(b.fcmp_ordered("==", ax, C(0.0)), b.select(yneg, inf, C(0.0)), res)
+        return b.select(b.fcmp_ordered("==", ax, inf), b.select(yneg, C(0.0), inf), res)
 
     #: atan(u) = u + u z P(z), z = u^2, 0 <= u <= 1 (fitted: 2.6e-9 relative)
     _ATAN01_P = (-0.33333298563957214, 0.1999853402376175, -0.14264100790023804,

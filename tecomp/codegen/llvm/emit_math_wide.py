@@ -1,8 +1,8 @@
 """Float32 math functions that tecomp evaluates in float64 lanes (:class:`_WideMathEmitter`,
 a part of :class:`~tecomp.codegen.llvm.emit_math._MathEmitter`): ``atan2``, ``cbrt``,
-``pow`` and ``erfc`` (where the target has no table instruction or no FMA: see
-:meth:`~tecomp.codegen.llvm.emit_math_f32._F32MathEmitter.erfc_f32`), and ``tan``'s lanes
-of large ``|x|``.
+and ``pow`` and ``erfc`` where the target has no table instruction or no FMA (see
+:meth:`~tecomp.codegen.llvm.emit_math_f32._F32MathEmitter.erfc_f32` and ``pow_f32``), and
+``tan``'s lanes of large ``|x|``.
 
 Each widens its float32 operands to float64 (exact), computes with an error far below
 float32's rounding (about 1e-11 relative or less) and rounds once to float32, so the
@@ -198,8 +198,10 @@ class _WideMathEmitter:
         regular = b.and_(b.fcmp_ordered(">", ax, C(0.0)), b.fcmp_ordered("<", ax, C(math.inf)))
         return b.select(regular, res, x)
 
-    def pow_f32(self, x, y):
-        """x**y for float32: ``log2|x| = e + log1p(f)/ln2`` in float64 (``e`` and ``f``
+    def pow_f64_lanes(self, x, y):
+        """x**y for float32 in float64 lanes (where the target has no FMA or no 16-entry
+        table instruction: :meth:`~tecomp.codegen.llvm.emit_math_f32._F32MathEmitter.pow_f32`):
+        ``log2|x| = e + log1p(f)/ln2`` in float64 (``e`` and ``f``
         exact from :meth:`_log_reduce`, ``log1p(f) = 2 atanh(f/(2+f))`` by its series),
         ``w = y log2|x|``, ``2**w = 2**n 2**(w-n)`` (Taylor polynomial), rounded once
         (overflow to inf and subnormal results by that rounding).  C99's special values:
@@ -224,7 +226,13 @@ class _WideMathEmitter:
                    [b.call(self._fn1("llvm.minnum", dty, 2), [w, D(400.0)]), D(-400.0)])
         n = b.call(self._fn1("llvm.roundeven", dty), [w])
         p = self._horner(self._EXP2_T, b.fsub(w, n), madd)
-        res = self._narrow(b.fmul(p, self._pow2_f64(n, kit)), ty)
+        return self._pow_special_values(x, y, self._narrow(b.fmul(p, self._pow2_f64(n, kit)), ty))
+
+    def _pow_special_values(self, x, y, res):
+        """``res`` (``|x|**y``, with its zeros and infinities for ``|x|`` 0 or inf and
+        ``y`` +-inf) with the sign and the rest of C99's special values of ``pow(x, y)``."""
+        b, ty, ity, C, I, _ = self._kit(x)
+        ax = b.call(self._fn1("llvm.fabs", ty), [x])
         # the sign: x with its sign bit set and y an odd integer
         trunc = self._fn1("llvm.trunc", ty)
         yint = b.fcmp_ordered("==", b.call(trunc, [y]), y)
