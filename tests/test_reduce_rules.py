@@ -868,7 +868,9 @@ def test_argmax_rows_in_blocks_of_rows(op, shape, dtype, keepdims):
 
 def _prefetching(ahead=4096, **kw):
     """This host's model on two threads, with a small L2 (so that small inputs stream
-    past it) and the rows ahead prefetched ``ahead`` bytes (CpuModel.row_prefetch_bytes)."""
+    past it) and the rows ahead prefetched ``ahead`` bytes (CpuModel.row_prefetch_bytes;
+    a selection's too, unless ``selection_prefetch_bytes`` is given: not the host's)."""
+    kw.setdefault("selection_prefetch_bytes", 0)
     return dataclasses.replace(info2(), row_prefetch_bytes=ahead, l2_bytes=16 << 10, **kw)
 
 
@@ -935,6 +937,54 @@ def test_row_argmax_prefetches_the_rows_ahead(op, rows, k, dtype, ahead):
         got = np.full((5, rows), -7, dtype)
         tc.build(s, [X, Y])(x, got)
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("rows,k,dtype,ahead", [
+    (64, 256, "int64", 4), (48, 256, "int32", 4), (64, 37, "int32", 16),
+    (24, 1000, "int64", 1), (16, 3000, "int32", 0)])
+def test_selections_prefetch_their_own_distance(op, rows, k, dtype, ahead):
+    """A model with ``selection_prefetch_bytes`` (a CPU whose row sums need no prefetch,
+    ``row_prefetch_bytes`` 0, but whose argmax does: Zen 5's table entry) prefetches an
+    argmax's rows that far ahead and a sum's not at all; one with both distances gives
+    the argmax its own.  numpy's answers: a NaN first, a NaN last, ties, odd rows."""
+    x = _block_rows(op, 5 * rows, k).reshape(5, rows, k)
+    x[0, 0, 0] = x[1, 1, -1] = np.nan
+    x[2, 2, :] = 3.0
+    X = tc.placeholder(x.shape, "float32", name="X")
+    Y = getattr(nn, op)(X, axis=-1, dtype=dtype)
+    name = f"{op}.acc" if dtype == "int64" else op
+    want = np.argmax(x, axis=-1) if op == "argmax" else np.argmin(x, axis=-1)
+    for model in (_prefetching(0, selection_prefetch_bytes=4096),
+                  _prefetching(256, selection_prefetch_bytes=4096)):
+        knobs = Knobs()
+        s = apply_rules([X, Y], knobs, model)
+        assert knobs.values[f"{name}.prefetch_rows"] == ahead, knobs.values
+        assert ("prefetch X[" in str(tc.lower(s, [X, Y]))) == bool(ahead)
+        got = np.full((5, rows), -7, dtype)
+        tc.build(s, [X, Y])(x, got)
+        np.testing.assert_array_equal(got, want)
+    S = nn.sum(X, axis=-1)
+    knobs = Knobs()
+    s = apply_rules([X, S], knobs, _prefetching(0, selection_prefetch_bytes=4096))
+    assert knobs.values["sum.prefetch_rows"] == 0
+    assert "prefetch" not in str(tc.lower(s, [X, S]))
+
+
+def test_selection_prefetch_distance_of_named_cpus():
+    """Zen 5's table entry prefetches a selection's rows 4 KiB ahead and a row sum's
+    not at all; a model without the entry takes ``row_prefetch_bytes`` for both."""
+    from tecomp.strategy.rows import row_prefetch_rows
+    z5 = cpu_model("llvm -mcpu=znver5")
+    assert (z5.row_prefetch_bytes, z5.selection_prefetch_bytes) == (0, 4096)
+    big = 1 << 30
+    assert row_prefetch_rows(z5, 1024, big, selection=True) == 4
+    assert row_prefetch_rows(z5, 1024, big) == 0
+    for target in ("llvm -mcpu=znver4", "llvm -mcpu=sapphirerapids", "llvm -mcpu=haswell"):
+        assert cpu_model(target).selection_prefetch_bytes == 0
+    m = _prefetching(2048)
+    assert row_prefetch_rows(m, 1024, big, selection=True) == 2 == \
+        row_prefetch_rows(m, 1024, big)
 
 
 def test_row_argmax_prefetches_only_where_the_model_asks():
