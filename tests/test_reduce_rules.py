@@ -964,6 +964,14 @@ def test_selections_prefetch_their_own_distance(op, rows, k, dtype, ahead):
         got = np.full((5, rows), -7, dtype)
         tc.build(s, [X, Y])(x, got)
         np.testing.assert_array_equal(got, want)
+    # keepdims: the same rows, an axis of extent 1 kept
+    K = getattr(nn, op)(X, axis=-1, dtype=dtype, keepdims=True)
+    knobs = Knobs()
+    s = apply_rules([X, K], knobs, _prefetching(0, selection_prefetch_bytes=4096))
+    assert knobs.values[f"{name}.prefetch_rows"] == ahead, knobs.values
+    got = np.full((5, rows, 1), -7, dtype)
+    tc.build(s, [X, K])(x, got)
+    np.testing.assert_array_equal(got, want[..., None])
     S = nn.sum(X, axis=-1)
     knobs = Knobs()
     s = apply_rules([X, S], knobs, _prefetching(0, selection_prefetch_bytes=4096))
