@@ -1113,3 +1113,69 @@ def test_named_cpus_stream_past_half_their_last_level_cache(target):
         knobs = Knobs()
         apply_rules([X, nn.exp(X)], knobs, dataclasses.replace(info, threads=2))
         assert knobs.values["stream.exp"] is streams, (n, half)
+
+
+def _bool_bytes(shape, seed=52):
+    """Bools as bytes 0, 1, 2 and 255 (any non-zero byte is true: a uint8 array viewed
+    as bool), mostly true, and numpy's view of them as 0/1."""
+    raw = np.random.default_rng(seed).choice(np.array([0, 1, 2, 255], np.uint8), size=shape,
+                                             p=[0.002, 0.5, 0.3, 0.198])
+    return raw.view(bool), raw != 0
+
+
+@pytest.mark.parametrize("byte_logic", [True, False])
+@pytest.mark.parametrize("op", ["all", "any"])
+def test_all_any_over_every_axis_combination_of_bool_bytes(op, byte_logic, monkeypatch):
+    """``all`` (an ``and`` of bool loads computed on the bytes, ``emit_memory.
+    BYTE_BOOL_LOGIC``: their ``umin``) and ``any`` over every combination of axes, with and
+    without keepdims, of bools stored as any non-zero byte, odd extents (tails of
+    vectors): numpy's answers, each output byte 0 or 1."""
+    import itertools
+    from tecomp.codegen.llvm import emit_memory
+    monkeypatch.setattr(emit_memory, "BYTE_BOOL_LOGIC", byte_logic)
+    shape = (3, 5, 67, 130)
+    x, ref = _bool_bytes(shape)
+    X = tc.placeholder(shape, "bool", name="X")
+    for r in range(5):
+        for axes in itertools.combinations(range(4), r):
+            axis = axes if axes else None
+            for keep in (False, True):
+                Y = getattr(nn, op)(X, axis=axis, keepdims=keep)
+                f = tc.build(tc.auto_schedule([X, Y]), [X, Y])
+                got = tc.empty(tuple(int(e.value) for e in Y.shape), "bool")
+                f(tc.aligned(x), got)
+                want = getattr(np, op)(ref, axis=axis, keepdims=keep)
+                np.testing.assert_array_equal(np.asarray(got).view(np.uint8),
+                                              np.asarray(want).astype(np.uint8),
+                                              err_msg=f"{op} axis={axis} keepdims={keep}")
+
+
+def test_bool_and_of_loads_runs_on_the_bytes():
+    """A vectorized ``and`` of bool loads (an ``all``'s update, an elementwise ``&``) is
+    the bytes' ``umin``, its output bytes 0 or 1 whatever non-zero bytes the inputs hold;
+    an ``or``, a compare or a flag off keeps the mask tests."""
+    from tecomp.codegen.llvm import emit_memory
+    a, ra = _bool_bytes((7, 129), 1)
+    b, rb = _bool_bytes((7, 129), 2)
+    A = tc.placeholder((7, 129), "bool", name="A")
+    B = tc.placeholder((7, 129), "bool", name="B")
+    for name, fn, want in [("and", lambda i, j: A[i, j] & B[i, j], ra & rb),
+                           ("or", lambda i, j: A[i, j] | B[i, j], ra | rb),
+                           ("and3", lambda i, j: A[i, j] & (B[i, j] & A[i, (j + 1) % 129]),
+                            ra & rb & np.roll(ra, -1, axis=1))]:
+        for flag in (True, False):
+            old = emit_memory.BYTE_BOOL_LOGIC
+            emit_memory.BYTE_BOOL_LOGIC = flag
+            try:
+                C = tc.compute((7, 129), fn, name="C")
+                s = tc.create_schedule(C.op)
+                _, ii = s[C].split(C.op.axis[1], factor=64)
+                s[C].vectorize(ii)
+                f = tc.build(s, [A, B, C])
+            finally:
+                emit_memory.BYTE_BOOL_LOGIC = old
+            got = tc.empty((7, 129), "bool")
+            f(tc.aligned(a), tc.aligned(b), got)
+            np.testing.assert_array_equal(np.asarray(got).view(np.uint8), want.astype(np.uint8))
+            if tc.target.cpu_model().masks:   # (the bytes' umin on AVX-512BW: vpminub)
+                assert ("vpminub" in f.get_source("asm")) == (flag and name != "or"), name

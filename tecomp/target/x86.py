@@ -185,7 +185,7 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   benchmarks/history/2026-11-30.md);
 #: * ``selection_prefetch_bytes``: how far ahead an argmax/argmin along short rows
 #:   prefetches its rows (Zen 5 has no ``row_prefetch_bytes``: a row sum over rows of 1
-#:   KiB ran 0.94-1.06x with 1-16 KiB ahead, 1 thread, CPU time): there an int64
+#:   KiB ran 0.87-1.05x with 1-16 KiB ahead, 1 thread, CPU time): there an int64
 #:   argmax over the last axis of 8x64x128x256 ran 2.2x faster 4 KiB ahead than with
 #:   none (2.23 against 5.01 ms, 71% of the read stream against 32%; argmin 2.1x; an
 #:   int32 argmax 1.9x; 1 thread, CPU time, under load: benchmarks/history/2026-12-02.md,
