@@ -1179,3 +1179,29 @@ def test_bool_and_of_loads_runs_on_the_bytes():
             np.testing.assert_array_equal(np.asarray(got).view(np.uint8), want.astype(np.uint8))
             if tc.target.cpu_model().masks:   # (the bytes' umin on AVX-512BW: vpminub)
                 assert ("vpminub" in f.get_source("asm")) == (flag and name != "or"), name
+
+
+@pytest.mark.parametrize("axis", [(2, 3), None, -1])
+def test_any_partials_are_an_or_on_the_bytes(axis):
+    """``any``'s vector partial results, in the function's own stack buffer, are the
+    bytes' ``umax`` (any non-zero byte for true: the lanes' reduction tests != 0), the
+    output still 0 or 1; an output buffer updated in place (the middle axis) keeps the
+    mask tests."""
+    shape = (2, 3, 33, 130)
+    x, ref = _bool_bytes(shape, 7)
+    x = (np.asarray(x).view(np.uint8) * (np.random.default_rng(3).random(shape) < 0.01)
+         ).astype(np.uint8).view(bool)   # mostly false
+    ref = np.asarray(x).view(np.uint8) != 0
+    X = tc.placeholder(shape, "bool", name="X")
+    Y = nn.any(X, axis=axis)
+    f = tc.build(tc.auto_schedule([X, Y]), [X, Y])
+    got = tc.empty(tuple(int(e.value) for e in Y.shape), "bool")
+    f(tc.aligned(x), got)
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint8),
+                                  np.any(ref, axis=axis).astype(np.uint8))
+    if tc.target.cpu_model().masks:
+        assert "vpmaxub" in f.get_source("asm")
+    M = nn.any(X, axis=1)
+    g = tc.build(tc.auto_schedule([X, M]), [X, M])
+    if tc.target.cpu_model().masks:
+        assert "vpmaxub" not in g.get_source("asm")

@@ -18,7 +18,7 @@ import llvmlite.ir as ir
 
 from ...errors import BuildError, InternalError, ResourceLimitError
 from ...ir import dtype as _dt
-from ...ir.expr import Add, And, Buffer, BufferLoad, Cast, Const, Expr, Mul, Sub, Var
+from ...ir.expr import Add, And, Buffer, BufferLoad, Cast, Const, Expr, Mul, Or, Sub, Var
 from ...ir.functor import collect, free_vars, reads_memory, substitute
 from ...ir.simplify import simplify
 from ...ir.stmt import (
@@ -54,9 +54,12 @@ MASKED_WIDE_LOADS = False
 #: a vector store of a bool ``and`` of bool loads (an ``all`` reduction's update
 #: ``acc && x``) computed on the bytes: their ``umin`` (a byte is true where it is not
 #: 0; the result byte 0 or 1), instead of each vector tested into a mask register and
-#: the masks combined (``all`` of 8x64x128x256 bools over the middle axis, the planes or
-#: everything 1.30-1.91x faster on Zen 5, 1 thread; the last axis 0.75-0.92x, noise at
-#: 0.3 ms: benchmarks/history/2026-12-02.md, session 23; off: the masks)
+#: the masks combined; an ``or`` (``any``'s) as their ``umax``, into the function's own
+#: stack buffer only (its partial results: any non-zero byte for true there).  ``all``
+#: of 8x64x128x256 bools over the middle axis, the planes or everything ran 1.30-1.91x
+#: faster on Zen 5 (1 thread), ``any`` over the planes or everything 1.33-1.66x; the
+#: last axis 0.75-1.26x, noise at 0.3 ms (benchmarks/history/2026-12-02.md, session
+#: 23).  Off: the masks.
 BYTE_BOOL_LOGIC = True
 
 
@@ -773,12 +776,13 @@ class _MemoryEmitter:
         if s.value.dtype != s.buffer.dtype:
             raise InternalError(f"a {s.value.dtype} value is stored into the {s.buffer.dtype} "
                                 f"buffer {s.buffer.name}")
+        loose = s.buffer in self.loose_bufs
         if BYTE_BOOL_LOGIC and self.lanes > 1 and s.buffer.dtype == "bool" and \
-                isinstance(s.value, And):
+                (isinstance(s.value, And) or (loose and isinstance(s.value, Or))):
             got = self._bool_bytes(s.value)
             if got is not None:
                 x, canonical = got
-                if not canonical:
+                if not (canonical or loose):
                     x = self._umin(x, 1)
                 self.store(s, x, raw=True)
                 return
@@ -801,20 +805,23 @@ class _MemoryEmitter:
         return Val(v=b.call(f, [vx, vy]))
 
     def _bool_bytes(self, e: Expr) -> Optional[Tuple[Val, bool]]:
-        """``e``, a bool ``and`` tree of bool loads, on the bytes in memory (see
+        """``e``, a bool ``and``/``or`` tree of bool loads, on the bytes in memory (see
         :data:`BYTE_BOOL_LOGIC`): ``(value, canonical)`` (``canonical``: every byte 0 or
         1; a loaded byte may be any non-zero value for true, except in this function's
-        own stack buffers, which hold what its stores wrote), or None for any other
-        expression.  ``and`` is the bytes' ``umin``, its first operand made 0 or 1
-        (``umin`` with 1) where neither is.  (Not ``or``: each operand it takes as
-        loaded must be made 0 or 1, which LLVM does with a mask test again: ``any``
-        ran 0.86-1.27x.)"""
+        own stack buffers, which hold what its stores wrote, but for the
+        :attr:`loose_bufs`), or None for any other expression.  ``and`` is the bytes'
+        ``umin``, its first operand made 0 or 1 (``umin`` with 1) where neither is;
+        ``or`` their ``umax``.  An ``or`` is stored so only into a loose buffer (any
+        non-zero byte for true, as every load reads it): made 0 or 1 for any other
+        buffer, LLVM turns it back into a mask test (``any`` ran 0.69-1.27x so)."""
         if isinstance(e, BufferLoad):
             if e.dtype != "bool" or e.buffer.dtype != "bool":
                 return None
-            # (this function's own stack buffer holds only what its stores wrote: 0 or 1)
-            return self.load(e, raw=True), e.buffer in self.private_bufs
-        if not isinstance(e, And):
+            # (this function's own stack buffer holds only what its stores wrote: 0 or 1,
+            # but for one an `or` on the bytes writes)
+            return self.load(e, raw=True), \
+                e.buffer in self.private_bufs and e.buffer not in self.loose_bufs
+        if not isinstance(e, (And, Or)):
             return None
         a = self._bool_bytes(e.a)
         if a is None:
@@ -823,6 +830,8 @@ class _MemoryEmitter:
         if c is None:
             return None
         (x, xc), (y, yc) = a, c
+        if isinstance(e, Or):
+            return self._bytes_op("llvm.umax", x, y), xc and yc
         # (the first operand made 0 or 1 where neither is: a reduction's accumulator, which
         # LLVM then knows is over unrolled steps)
         return self._bytes_op("llvm.umin", x if xc or yc else self._umin(x, 1), y), True
@@ -863,11 +872,16 @@ class _MemoryEmitter:
             private = buf not in self.heap_first and isinstance(ptr, ir.AllocaInstr)
             if private:
                 self.private_bufs[buf] = count.constant
+                if BYTE_BOOL_LOGIC and buf.dtype == "bool" and collect(
+                        s.body, lambda n: isinstance(n, BufferStore) and n.buffer is buf
+                        and isinstance(n.value, Or)):
+                    self.loose_bufs.add(buf)
             try:
                 self.stmt(s.body)
             finally:
                 del self.bufs[buf]
                 self.private_bufs.pop(buf, None)
+                self.loose_bufs.discard(buf)
             return
         b = self.b
         slot = self.alloca(_PTR, name=name + ".slot", align=8)
