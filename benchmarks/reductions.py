@@ -17,14 +17,16 @@ an elementwise operator a copy of its input (a tecomp kernel, vectorized and par
 its stores past the cache as every elementwise output over half the last-level cache,
 counting its read and its write).  Every result is checked against PyTorch's first.
 
-    python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...] [--rules-off]
+    python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...]
+        [--threads 1 --cpu-time] [--rules-off]
         [--new-off] [--select-off] [--seed-off] [--steps-off]
         [--minmax-off] [--rowblock-off] [--prefetch-off] [--stream-off] [--math-off]
         [--math20-off]
 """
 from __future__ import annotations
 
-from common import base_parser, interleaved_turns, pin_threads, torch_or_none
+from common import (add_cpu_time, base_parser, clock_of, interleaved_turns, pin_threads,
+                    torch_or_none)
 
 NCHW = (8, 64, 128, 256)
 SQUARE = (4096, 4096)
@@ -355,7 +357,9 @@ def main() -> None:
     ap.add_argument("--math20-off", action="store_true", help="also time each elementwise "
                     "operator built without session 20's math changes (softplus's direct "
                     "segments), in the same turns")
+    add_cpu_time(ap)
     args = ap.parse_args()
+    clock = clock_of(ap, args)
     pin_threads(args.threads)
     import os
     # PyTorch's OpenMP workers sleep between calls instead of spinning against tecomp's
@@ -371,8 +375,9 @@ def main() -> None:
         return
     rng = np.random.default_rng(0)
     print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds, OMP_WAIT_POLICY="
-          f"{os.environ['OMP_WAIT_POLICY']}; rows prefetched "
-          f"{tc.target.cpu_model().row_prefetch_bytes} bytes ahead; load "
+          f"{os.environ['OMP_WAIT_POLICY']}{', CPU time' if clock else ''}; rows prefetched "
+          f"{tc.target.cpu_model().row_prefetch_bytes} bytes ahead, selections "
+          f"{tc.target.cpu_model().selection_prefetch_bytes or 'as much'}; load "
           f"{os.getloadavg()[0]:.2f}")
     picked = [p for p in args.only.split(",") if p]
     refs = {}
@@ -459,7 +464,7 @@ def main() -> None:
         for key, family_of, build_off, _ in _AB:
             if getattr(args, key) and family == family_of:
                 fns[key] = build_off(tc, sig, ins)
-        t = interleaved_turns(fns, args.rounds)
+        t = interleaved_turns(fns, args.rounds, **clock)
         gbs = (x.nbytes + out.nbytes) / t["tecomp"] / 1e9
         stream = ref_bytes / t["stream"] / 1e9
         ratio = t["torch"] / t["tecomp"]

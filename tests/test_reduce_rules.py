@@ -868,7 +868,9 @@ def test_argmax_rows_in_blocks_of_rows(op, shape, dtype, keepdims):
 
 def _prefetching(ahead=4096, **kw):
     """This host's model on two threads, with a small L2 (so that small inputs stream
-    past it) and the rows ahead prefetched ``ahead`` bytes (CpuModel.row_prefetch_bytes)."""
+    past it) and the rows ahead prefetched ``ahead`` bytes (CpuModel.row_prefetch_bytes;
+    a selection's too, unless ``selection_prefetch_bytes`` is given: not the host's)."""
+    kw.setdefault("selection_prefetch_bytes", 0)
     return dataclasses.replace(info2(), row_prefetch_bytes=ahead, l2_bytes=16 << 10, **kw)
 
 
@@ -935,6 +937,62 @@ def test_row_argmax_prefetches_the_rows_ahead(op, rows, k, dtype, ahead):
         got = np.full((5, rows), -7, dtype)
         tc.build(s, [X, Y])(x, got)
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("rows,k,dtype,ahead", [
+    (64, 256, "int64", 4), (48, 256, "int32", 4), (64, 37, "int32", 16),
+    (24, 1000, "int64", 1), (16, 3000, "int32", 0)])
+def test_selections_prefetch_their_own_distance(op, rows, k, dtype, ahead):
+    """A model with ``selection_prefetch_bytes`` (a CPU whose row sums need no prefetch,
+    ``row_prefetch_bytes`` 0, but whose argmax does: Zen 5's table entry) prefetches an
+    argmax's rows that far ahead and a sum's not at all; one with both distances gives
+    the argmax its own.  numpy's answers: a NaN first, a NaN last, ties, odd rows."""
+    x = _block_rows(op, 5 * rows, k).reshape(5, rows, k)
+    x[0, 0, 0] = x[1, 1, -1] = np.nan
+    x[2, 2, :] = 3.0
+    X = tc.placeholder(x.shape, "float32", name="X")
+    Y = getattr(nn, op)(X, axis=-1, dtype=dtype)
+    name = f"{op}.acc" if dtype == "int64" else op
+    want = np.argmax(x, axis=-1) if op == "argmax" else np.argmin(x, axis=-1)
+    for model in (_prefetching(0, selection_prefetch_bytes=4096),
+                  _prefetching(256, selection_prefetch_bytes=4096)):
+        knobs = Knobs()
+        s = apply_rules([X, Y], knobs, model)
+        assert knobs.values[f"{name}.prefetch_rows"] == ahead, knobs.values
+        assert ("prefetch X[" in str(tc.lower(s, [X, Y]))) == bool(ahead)
+        got = np.full((5, rows), -7, dtype)
+        tc.build(s, [X, Y])(x, got)
+        np.testing.assert_array_equal(got, want)
+    # keepdims: the same rows, an axis of extent 1 kept
+    K = getattr(nn, op)(X, axis=-1, dtype=dtype, keepdims=True)
+    knobs = Knobs()
+    s = apply_rules([X, K], knobs, _prefetching(0, selection_prefetch_bytes=4096))
+    assert knobs.values[f"{name}.prefetch_rows"] == ahead, knobs.values
+    got = np.full((5, rows, 1), -7, dtype)
+    tc.build(s, [X, K])(x, got)
+    np.testing.assert_array_equal(got, want[..., None])
+    S = nn.sum(X, axis=-1)
+    knobs = Knobs()
+    s = apply_rules([X, S], knobs, _prefetching(0, selection_prefetch_bytes=4096))
+    assert knobs.values["sum.prefetch_rows"] == 0
+    assert "prefetch" not in str(tc.lower(s, [X, S]))
+
+
+def test_selection_prefetch_distance_of_named_cpus():
+    """Zen 5's table entry prefetches a selection's rows 4 KiB ahead and a row sum's
+    not at all; a model without the entry takes ``row_prefetch_bytes`` for both."""
+    from tecomp.strategy.rows import row_prefetch_rows
+    z5 = cpu_model("llvm -mcpu=znver5")
+    assert (z5.row_prefetch_bytes, z5.selection_prefetch_bytes) == (0, 4096)
+    big = 1 << 30
+    assert row_prefetch_rows(z5, 1024, big, selection=True) == 4
+    assert row_prefetch_rows(z5, 1024, big) == 0
+    for target in ("llvm -mcpu=znver4", "llvm -mcpu=sapphirerapids", "llvm -mcpu=haswell"):
+        assert cpu_model(target).selection_prefetch_bytes == 0
+    m = _prefetching(2048)
+    assert row_prefetch_rows(m, 1024, big, selection=True) == 2 == \
+        row_prefetch_rows(m, 1024, big)
 
 
 def test_row_argmax_prefetches_only_where_the_model_asks():
@@ -1055,3 +1113,95 @@ def test_named_cpus_stream_past_half_their_last_level_cache(target):
         knobs = Knobs()
         apply_rules([X, nn.exp(X)], knobs, dataclasses.replace(info, threads=2))
         assert knobs.values["stream.exp"] is streams, (n, half)
+
+
+def _bool_bytes(shape, seed=52):
+    """Bools as bytes 0, 1, 2 and 255 (any non-zero byte is true: a uint8 array viewed
+    as bool), mostly true, and numpy's view of them as 0/1."""
+    raw = np.random.default_rng(seed).choice(np.array([0, 1, 2, 255], np.uint8), size=shape,
+                                             p=[0.002, 0.5, 0.3, 0.198])
+    return raw.view(bool), raw != 0
+
+
+@pytest.mark.parametrize("byte_logic", [True, False])
+@pytest.mark.parametrize("op", ["all", "any"])
+def test_all_any_over_every_axis_combination_of_bool_bytes(op, byte_logic, monkeypatch):
+    """``all`` (an ``and`` of bool loads computed on the bytes, ``emit_memory.
+    BYTE_BOOL_LOGIC``: their ``umin``) and ``any`` over every combination of axes, with and
+    without keepdims, of bools stored as any non-zero byte, odd extents (tails of
+    vectors): numpy's answers, each output byte 0 or 1."""
+    import itertools
+    from tecomp.codegen.llvm import emit_memory
+    monkeypatch.setattr(emit_memory, "BYTE_BOOL_LOGIC", byte_logic)
+    shape = (3, 5, 67, 130)
+    x, ref = _bool_bytes(shape)
+    X = tc.placeholder(shape, "bool", name="X")
+    for r in range(5):
+        for axes in itertools.combinations(range(4), r):
+            axis = axes if axes else None
+            for keep in (False, True):
+                Y = getattr(nn, op)(X, axis=axis, keepdims=keep)
+                f = tc.build(tc.auto_schedule([X, Y]), [X, Y])
+                got = tc.empty(tuple(int(e.value) for e in Y.shape), "bool")
+                f(tc.aligned(x), got)
+                want = getattr(np, op)(ref, axis=axis, keepdims=keep)
+                np.testing.assert_array_equal(np.asarray(got).view(np.uint8),
+                                              np.asarray(want).astype(np.uint8),
+                                              err_msg=f"{op} axis={axis} keepdims={keep}")
+
+
+def test_bool_and_of_loads_runs_on_the_bytes():
+    """A vectorized ``and`` of bool loads (an ``all``'s update, an elementwise ``&``) is
+    the bytes' ``umin``, its output bytes 0 or 1 whatever non-zero bytes the inputs hold;
+    an ``or``, a compare or a flag off keeps the mask tests."""
+    from tecomp.codegen.llvm import emit_memory
+    a, ra = _bool_bytes((7, 129), 1)
+    b, rb = _bool_bytes((7, 129), 2)
+    A = tc.placeholder((7, 129), "bool", name="A")
+    B = tc.placeholder((7, 129), "bool", name="B")
+    for name, fn, want in [("and", lambda i, j: A[i, j] & B[i, j], ra & rb),
+                           ("or", lambda i, j: A[i, j] | B[i, j], ra | rb),
+                           ("and3", lambda i, j: A[i, j] & (B[i, j] & A[i, (j + 1) % 129]),
+                            ra & rb & np.roll(ra, -1, axis=1))]:
+        for flag in (True, False):
+            old = emit_memory.BYTE_BOOL_LOGIC
+            emit_memory.BYTE_BOOL_LOGIC = flag
+            try:
+                C = tc.compute((7, 129), fn, name="C")
+                s = tc.create_schedule(C.op)
+                _, ii = s[C].split(C.op.axis[1], factor=64)
+                s[C].vectorize(ii)
+                f = tc.build(s, [A, B, C])
+            finally:
+                emit_memory.BYTE_BOOL_LOGIC = old
+            got = tc.empty((7, 129), "bool")
+            f(tc.aligned(a), tc.aligned(b), got)
+            np.testing.assert_array_equal(np.asarray(got).view(np.uint8), want.astype(np.uint8))
+            if tc.target.cpu_model().masks:   # (the bytes' umin on AVX-512BW: vpminub)
+                assert ("vpminub" in f.get_source("asm")) == (flag and name != "or"), name
+
+
+@pytest.mark.parametrize("axis", [(2, 3), None, -1])
+def test_any_partials_are_an_or_on_the_bytes(axis):
+    """``any``'s vector partial results, in the function's own stack buffer, are the
+    bytes' ``umax`` (any non-zero byte for true: the lanes' reduction tests != 0), the
+    output still 0 or 1; an output buffer updated in place (the middle axis) keeps the
+    mask tests."""
+    shape = (2, 3, 33, 130)
+    x, ref = _bool_bytes(shape, 7)
+    x = (np.asarray(x).view(np.uint8) * (np.random.default_rng(3).random(shape) < 0.01)
+         ).astype(np.uint8).view(bool)   # mostly false
+    ref = np.asarray(x).view(np.uint8) != 0
+    X = tc.placeholder(shape, "bool", name="X")
+    Y = nn.any(X, axis=axis)
+    f = tc.build(tc.auto_schedule([X, Y]), [X, Y])
+    got = tc.empty(tuple(int(e.value) for e in Y.shape), "bool")
+    f(tc.aligned(x), got)
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint8),
+                                  np.any(ref, axis=axis).astype(np.uint8))
+    if tc.target.cpu_model().masks:
+        assert "vpmaxub" in f.get_source("asm")
+    M = nn.any(X, axis=1)
+    g = tc.build(tc.auto_schedule([X, M]), [X, M])
+    if tc.target.cpu_model().masks:
+        assert "vpmaxub" not in g.get_source("asm")

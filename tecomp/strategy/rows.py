@@ -51,15 +51,18 @@ def row_reduce_at(s: Schedule, red: Tensor, st: Stage, axis, lanes: int,
 MAX_PREFETCH_ROWS = 16
 
 
-def row_prefetch_rows(info, row_bytes: Optional[int], input_bytes: Optional[int]) -> int:
+def row_prefetch_rows(info, row_bytes: Optional[int], input_bytes: Optional[int],
+                      selection: bool = False) -> int:
     """The rows ahead a row reduction over rows of ``row_bytes`` (its input
     ``input_bytes`` in all) prefetches as the machine model ``info`` asks
     (:attr:`~tecomp.target.machine.CpuModel.row_prefetch_bytes`): that many bytes ahead,
     in whole rows, a power of two up to :data:`MAX_PREFETCH_ROWS`; 0 where the model
     asks for none, where a row is that long or longer (its own loop keeps enough loads
     on their way), where the input fits in the L2 caches of the threads, or where a
-    size is not known."""
-    ahead = info.row_prefetch_bytes
+    size is not known.  ``selection``: an argmax's or argmin's rows, prefetched
+    :attr:`~tecomp.target.machine.CpuModel.selection_prefetch_bytes` ahead where the
+    model gives that distance."""
+    ahead = (selection and info.selection_prefetch_bytes) or info.row_prefetch_bytes
     if not ahead or not row_bytes or input_bytes is None or row_bytes >= ahead or \
             input_bytes <= info.l2_bytes * max(1, info.threads):
         return 0

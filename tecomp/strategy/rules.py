@@ -1277,22 +1277,24 @@ class _Rules(BlockRules):
         # (one reduce axis only: over several, a step of the first partials' outer
         # loop reads more than a row's part)
         ahead = self.k.choose(f"{op.name}.prefetch_rows", [0, 1, 2, 4, 8, 16],
-                              self._row_prefetch_rows(op, K)
+                              self._row_prefetch_rows(
+                                  op, K, bool(selection_reducer(op.bodies[0].combiner)))
                               if len(op.reduce_axis) == 1 else 0)
         if ahead > 0 and len(parts[0].op.reduce_axis) == 1:
             for t in _reads_through_inline(s, parts[0].op):
                 parts[0].prefetch(t, parts[0].op.reduce_axis[0], max(1, ahead // per),
                                   along=row if along is None else along)
 
-    def _row_prefetch_rows(self, op, K: Optional[int]) -> int:
+    def _row_prefetch_rows(self, op, K: Optional[int], selection: bool = False) -> int:
         """The rows ahead a reduction ``op`` along rows of ``K`` elements prefetches as
         the machine model asks (:func:`tecomp.strategy.rows.row_prefetch_rows`; 0 where
-        ``K`` or a size is not known)."""
+        ``K`` or a size is not known; ``selection``: an argmax's, its own distance)."""
         ins = _reads_through_inline(self.s, op)
         sizes = [_elems(t, self.shapes) for t in ins]
         return row_prefetch_rows(
             self.info, K and K * max(_dt.nbytes(t.dtype) for t in ins) if ins else None,
-            None if None in sizes else sum(n * _dt.nbytes(t.dtype) for n, t in zip(sizes, ins)))
+            None if None in sizes else sum(n * _dt.nbytes(t.dtype) for n, t in zip(sizes, ins)),
+            selection)
 
     def _lanes_along_output(self, op) -> bool:
         """Whether reduction ``op`` is better vectorized along its innermost output axis

@@ -80,6 +80,9 @@ class CpuModel:
     row_prefetch_bytes : int, optional
         How far ahead, in bytes, a reduction along short rows read from beyond the L2
         caches prefetches its input (0: not at all, the hardware prefetchers alone).
+    selection_prefetch_bytes : int, optional
+        The same for a selection along short rows (an argmax's, an argmin's), whose
+        rows end in a longer tree (0: ``row_prefetch_bytes``).
     target : str, optional
         The target (its string) these facts are from.
     parallel_region_cycles : int, optional
@@ -145,6 +148,13 @@ class CpuModel:
     #: the hardware prefetchers alone (``tecomp.calibration`` measures it on a host CPU
     #: without a :data:`~tecomp.target.x86.MEASURED` entry; ``strategy.rows.row_reduce_at``)
     row_prefetch_bytes: int = 0
+    #: the same distance for a selection along such rows (an argmax's or argmin's index
+    #: and value pairs, ``strategy.rules``' tuple row reduction), where the tree that
+    #: ends each row is about 120 instructions, not a sum's 20: a CPU whose hardware
+    #: prefetchers keep a row sum fed (no ``row_prefetch_bytes``) may still leave an
+    #: argmax waiting on its next rows.  0: ``row_prefetch_bytes`` (what the
+    #: calibration measures; it times no selection)
+    selection_prefetch_bytes: int = 0
     #: the output of a plain elementwise pass (no other stage reads it) of more than this
     #: many bytes is stored past the cache (``pragma nontemporal``), where a measurement
     #: found a pass of twice that size faster so: on a VM the last-level cache the host

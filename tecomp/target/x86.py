@@ -186,9 +186,19 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   without prefetches, 1 thread: 4 rows 43.0 GB/s, 8 rows 46.8); with the tiles' own
 #:   prefetch of W into L2, 4 and 8 rows at a time ran within the noise at 1 to 3 rows
 #:   of A, 2 rows 1.1x slower (benchmarks/DECISIONS.md, "Zen 5's read_streams stays 4").
+
+#:   benchmarks/history/2026-11-30.md);
+#: * ``selection_prefetch_bytes``: how far ahead an argmax/argmin along short rows
+#:   prefetches its rows (Zen 5 has no ``row_prefetch_bytes``: a row sum over rows of 1
+#:   KiB ran 0.87-1.05x with 1-16 KiB ahead, 1 thread, CPU time): there an int64
+#:   argmax over the last axis of 8x64x128x256 ran 2.2x faster 4 KiB ahead than with
+#:   none (2.23 against 5.01 ms, 71% of the read stream against 32%; argmin 2.1x; an
+#:   int32 argmax 1.9x; 1 thread, CPU time, under load: benchmarks/history/2026-12-02.md,
+#:   session 23).
 MEASURED: Dict[str, Dict[str, object]] = {
     "znver4": {"fma_bits": 256, "gather_cost": 4.0, "transpose_cost": 0.8,
                "split_loads_cheap": True},
     "znver5": {"fma_bits": 512, "gather_cost": 2.1, "transpose_cost": 0.66,
-               "split_loads_cheap": False, "gemm_load_cost": 0.5, "read_streams": 4},
+               "split_loads_cheap": False, "gemm_load_cost": 0.5, "read_streams": 4,
+               "selection_prefetch_bytes": 4096},
 }

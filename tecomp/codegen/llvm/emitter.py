@@ -267,6 +267,9 @@ class _FnEmitter(_MemoryEmitter, _ControlEmitter, _ExprEmitter, _MathEmitter,
         #: count: a masked vector store into one is a blend and a plain store
         #: (:meth:`_MemoryEmitter.store`)
         self.private_bufs: Dict[Buffer, int] = {}
+        #: the private bool buffers whose stores of an ``or`` on the bytes leave any
+        #: non-zero byte for true (emit_memory.BYTE_BOOL_LOGIC)
+        self.loose_bufs: set = set()
         #: the buffers past the budget: one workspace block per call (its pointer in
         #: ``spill_slot``), each buffer at its offset in it
         self.spill_slot = None
