@@ -185,9 +185,7 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   benchmarks/history/2026-11-30.md).  The probe said 8 on 2026-12-02 (a GEMV
 #:   without prefetches, 1 thread: 4 rows 43.0 GB/s, 8 rows 46.8); with the tiles' own
 #:   prefetch of W into L2, 4 and 8 rows at a time ran within the noise at 1 to 3 rows
-#:   of A, 2 rows 1.1x slower (benchmarks/DECISIONS.md, "Zen 5's read_streams stays 4").
-
-#:   benchmarks/history/2026-11-30.md);
+#:   of A, 2 rows 1.1x slower (benchmarks/DECISIONS.md, "Zen 5's read_streams stays 4");
 #: * ``selection_prefetch_bytes``: how far ahead an argmax/argmin along short rows
 #:   prefetches its rows (Zen 5 has no ``row_prefetch_bytes``: a row sum over rows of 1
 #:   KiB ran 0.87-1.05x with 1-16 KiB ahead, 1 thread, CPU time): there an int64
