@@ -53,6 +53,14 @@ SHORT_ROW_VECTORS = 2
 #: ... for a window whose sums go to a local block (average pooling): at least this
 #: many taps (3-d)
 SHORT_ROW_TAPS = 27
+#: max pooling over such short padded rows (:func:`_short_padded_rows`) with a window
+#: of at least SHORT_ROW_TAPS taps: the maxima in a local block copied out, as
+#: :data:`MAX_IN_A_LOCAL` (the row's last, partial vector then stays in a register).
+#: max_pool3d 3^3/2 p1 over 2x32x32x56x56 (rows of 28), Zen 5, one thread, CPU time,
+#: under load: 2.21 -> 1.97 ms (benchmarks/history/2026-12-02.md, "Session 23, helper
+#: tconv").  2-d windows (9 taps) keep their maxima in the output: their A/B under
+#: that load was within its noise.  False: the maxima kept in the output, as before
+SHORT_ROWS_IN_A_LOCAL = True
 #: channels last: a step covers a pixel's channels in up to half the vector registers
 #: (:func:`_channel_vectors`), all the window's loads of the pixel before its stores,
 #: where VECTORS vectors a step stored each part of the output pixel between the
@@ -131,7 +139,14 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         # would be one lane, a scalar add a tap; along the data, a vector a window row
         _window_along_the_data(s, out, pool.output(0), info, small)
         return
+    short = first and _short_padded_rows(pool, out, last, L)
     if _max_in_a_local(pool, out, last is not None and last < L):
+        pool = s.cache_write(out, "local").op
+        # (a row narrower than a vector: its window's taps go to the local block, so
+        # the padding's rules are those of an average's sums)
+        short = first and _short_padded_rows(pool, out, last, L)
+    elif (SHORT_ROWS_IN_A_LOCAL and short and pool is out.op
+          and math.prod(w or 0 for w in window) >= SHORT_ROW_TAPS):
         pool = s.cache_write(out, "local").op
     st = s[out]
     *outer, x = st.op.axis
@@ -166,7 +181,7 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
     st.vectorize(xi)
     if info.threads > 1:
         st.parallel(rows)
-    if first and _short_padded_rows(pool, out, last, L):
+    if short:
         for ax in outer[1:]:
             st.pragma(ax, "partition")
         st.pragma(rows, "masked_wide_loads")
