@@ -54,9 +54,10 @@ MASKED_WIDE_LOADS = False
 #: a strided vector read of the function's own stack buffer at a constant offset as
 #: the whole register-wide pieces stored there and a shuffle
 #: (:meth:`_MemoryEmitter.private_whole_load`), not a gather or a wide load across two
-#: stores.  adaptive_max_pool2d 50 -> 7 over 8x256x50x50, Zen 5, one thread, CPU time,
-#: under load: see benchmarks/history/2026-12-02.md, "Session 23, helper tconv".  False:
-#: as before (an A/B switch)
+#: stores: adaptive_max_pool2d 50 -> 7 1.64x faster on the Zen 5
+#: (measurements: benchmarks/DECISIONS.md, "Max pooling's odd rows: padded min/max
+#: pieces, strided reads of a local row from its registers, 3-d maxima in a local
+#: block").  False: as before (an A/B switch)
 PRIVATE_WHOLE_LOADS = True
 
 

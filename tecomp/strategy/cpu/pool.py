@@ -56,10 +56,11 @@ SHORT_ROW_TAPS = 27
 #: max pooling over such short padded rows (:func:`_short_padded_rows`) with a window
 #: of at least SHORT_ROW_TAPS taps: the maxima in a local block copied out, as
 #: :data:`MAX_IN_A_LOCAL` (the row's last, partial vector then stays in a register).
-#: max_pool3d 3^3/2 p1 over 2x32x32x56x56 (rows of 28), Zen 5, one thread, CPU time,
-#: under load: 2.21 -> 1.97 ms (benchmarks/history/2026-12-02.md, "Session 23, helper
-#: tconv").  2-d windows (9 taps) keep their maxima in the output: their A/B under
-#: that load was within its noise.  False: the maxima kept in the output, as before
+#: max_pool3d 3^3/2 p1 over 2x32x32x56x56 (rows of 28) 2.21 -> 1.97 ms on the Zen 5
+#: (measurements: benchmarks/DECISIONS.md, "Max pooling's odd rows: padded min/max
+#: pieces, strided reads of a local row from its registers, 3-d maxima in a local
+#: block").  2-d windows (9 taps) keep
+#: their maxima in the output (their A/B was within the noise).  False: as before
 SHORT_ROWS_IN_A_LOCAL = True
 #: channels last: a step covers a pixel's channels in up to half the vector registers
 #: (:func:`_channel_vectors`), all the window's loads of the pixel before its stores,
