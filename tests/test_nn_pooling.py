@@ -652,6 +652,9 @@ def test_short_padded_rows(case):
         # the maxima in a local block copied out: a 3-d window's 27 taps over short
         # padded rows (SHORT_ROWS_IN_A_LOCAL); a 2-d window's in the output
         assert (f"{Y.op.name}.local" in text) == (name == "max3d"), text
+    # 2-d max pooling over short padded rows keeping its maxima in the output: the data
+    # rows PREFETCH_ROWS output rows ahead prefetched (the data, not its inlined padding)
+    assert ("prefetch X[" in text) == (name.startswith("max2d") and taken), text
     x = rng.standard_normal(shape).astype("float32")
     if name in ("max2d", "max3d"):
         fn = getattr(F, f"max_pool{len(shape) - 2}d")

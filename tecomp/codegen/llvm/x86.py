@@ -79,8 +79,9 @@ def _open_piece(b, v, start: int, per: int):
 #: (12 float32 lanes, a 28-wide pooling row's tail): the widest register a piece, the
 #: last one padded (one ``vmaxps zmm``), not three ``xmm`` pieces and their shuffles.
 #: Zen 5, one thread, CPU time, under load: max_pool3d 3^3/2 p1 over 2x32x32x56x56
-#: 3.72 -> 2.21 ms, max_pool2d 3x3/2 p1 over 8x64x56x56 0.223 -> 0.156 ms; but from
-#: batch 16 up 0.65-0.81x, not explained
+#: 3.72 -> 2.21 ms, max_pool2d 3x3/2 p1 over 8x64x56x56 0.223 -> 0.156 ms (from batch 16
+#: up 0.65-0.81x until the template prefetched the rows ahead: the shorter loop outran
+#: the hardware prefetcher)
 #: (measurements: benchmarks/DECISIONS.md, "Max pooling's odd rows: padded min/max
 #: pieces, strided reads of a local row from its registers, 3-d maxima in a local
 #: block").  False: as before
