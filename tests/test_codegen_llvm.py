@@ -3428,3 +3428,36 @@ def test_has_load_memo_is_by_identity_not_address():
         assert not mb.has_load(f), k
         del f
     # (without the fix this failed at k = 0: CPython gave ``f`` the address ``e`` had)
+
+
+@pytest.mark.parametrize("step,n", [(8, 7), (3, 5), (5, 12)])
+def test_strided_reads_of_a_local_row_load_its_stored_registers(step, n):
+    """A vector read of every ``step``-th element of this function's own stack buffer
+    at a constant offset (a window's taps from a local row of partial results: adaptive
+    max pooling 50 -> 7 reads every 8th) is a load of the whole register-wide pieces the
+    row was stored in and a shuffle, not a gather (nor a load across two stores); the
+    right values where the row ends inside a register."""
+    import tecomp as tc
+
+    W = step * n
+    A = tc.placeholder((4, W), name="A")
+    R = tc.compute((4, W), lambda r, j: A[r, j] * 2.0, name="R")
+    k = tc.reduce_axis((0, step), name="k")
+    B = tc.compute((4, n), lambda r, j: tc.max(R[r, j * step + k], axis=k), name="B")
+    s = tc.create_schedule(B.op)
+    r, j = s[B].op.axis
+    s[B].reorder(r, s[B].op.reduce_axis[0], j)
+    s[B].unroll(s[B].op.reduce_axis[0])
+    s[B].vectorize(j)
+    s[R].set_scope("local")
+    s[R].compute_at(s[B], r)
+    L = tc.target.cpu_model().lanes
+    jo, ji = s[R].split(s[R].op.axis[-1], factor=L)
+    s[R].unroll(jo)
+    s[R].vectorize(ji)
+    f = tc.build(s, [A, B])
+    assert "llvm.masked.gather" not in f.get_source("llvm-unopt")
+    a = np.random.default_rng(5).standard_normal((4, W)).astype("float32")
+    out = np.zeros((4, n), "float32")
+    f(a, out)
+    np.testing.assert_array_equal(out, (2 * a).reshape(4, n, step).max(-1))

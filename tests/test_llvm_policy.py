@@ -84,3 +84,38 @@ def test_generic_policy_gives_correct_code(monkeypatch, lanes):
         src = g.get_source("llvm-unopt")
         assert "llvm.masked.gather" not in src
         assert not re.search(r"llvm\.maximum\.v\d+f32", src)
+
+
+@x86_host
+@pytest.mark.parametrize("lanes", [12, 20, 6])
+def test_minmax_of_a_partial_register_is_one_padded_piece(monkeypatch, lanes):
+    """``max``/``min`` over vectors that are no whole number of registers (a 28-wide
+    pooling row's 12-lane tail): the same values, NaN and infinities included, with the
+    last piece padded to a whole register (``PAD_MINMAX_PIECES``) as with narrower
+    pieces; with AVX-512, 12 float32 lanes are one zmm ``max``, no ``xmm`` one."""
+    from tecomp.codegen.llvm import x86
+
+    n = lanes * 3
+    A = tc.placeholder((n,), name="A")
+    Bt = tc.placeholder((n,), name="Bt")
+    C = tc.compute((n,), lambda i: tc.maximum(A[i], Bt[i]) - tc.minimum(A[i], Bt[i]),
+                   name="C")
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal(n).astype("float32")
+    b = rng.standard_normal(n).astype("float32")
+    a[::5], b[::7], a[3], b[4] = np.nan, np.nan, np.inf, -np.inf
+    got = {}
+    for pad in (True, False):
+        monkeypatch.setattr(x86, "PAD_MINMAX_PIECES", pad)
+        s = tc.create_schedule(C.op)
+        _, xi = s[C].split(C.op.axis[0], factor=lanes)
+        s[C].vectorize(xi)
+        f = tc.build(s, [A, Bt, C])
+        out = np.zeros(n, "float32")
+        f(a, b, out)
+        got[pad] = out
+        if lanes == 12 and pad:
+            text = tc.build(s, [A, Bt, C], target="llvm -mcpu=skylake-avx512").get_source(
+                "llvm-unopt")
+            assert "llvm.x86.avx512.max.ps.512" in text and "llvm.x86.sse.max.ps" not in text
+    np.testing.assert_array_equal(got[True], got[False])

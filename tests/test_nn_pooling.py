@@ -637,7 +637,7 @@ def test_short_padded_rows(case):
     """Channels first, rows padded at their ends and at most two vectors of output
     (max pooling, or a 3-d window): the outer rows partitioned on the padding's tests
     and the first vector's taps into the padding read by wide masked loads (``pragma
-    masked_wide_loads``); against PyTorch (padding, ceil_mode, dilation,
+    masked_wide_loads``), a 3-d max pooling's maxima in a local block; against PyTorch (padding, ceil_mode, dilation,
     count_include_pad, asymmetric padding by the plain schedule)."""
     name, shape, build, taken = case
     X = tc.placeholder(shape, name="X")
@@ -648,6 +648,13 @@ def test_short_padded_rows(case):
     assert ("pragma_masked_wide_loads" in text) == taken, text
     if taken and len(shape) > 3:   # (the first output row peeled off: its taps tested)
         assert "for (i2, 0," not in text and "for (i2, 1," in text, text
+    if name.startswith("max") and taken:
+        # the maxima in a local block copied out: a 3-d window's 27 taps over short
+        # padded rows (SHORT_ROWS_IN_A_LOCAL); a 2-d window's in the output
+        assert (f"{Y.op.name}.local" in text) == (name == "max3d"), text
+    # 2-d max pooling over short padded rows keeping its maxima in the output: the data
+    # rows PREFETCH_ROWS output rows ahead prefetched (the data, not its inlined padding)
+    assert ("prefetch X[" in text) == (name.startswith("max2d") and taken), text
     x = rng.standard_normal(shape).astype("float32")
     if name in ("max2d", "max3d"):
         fn = getattr(F, f"max_pool{len(shape) - 2}d")

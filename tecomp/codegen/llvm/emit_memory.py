@@ -24,7 +24,7 @@ from ...ir.simplify import simplify
 from ...ir.stmt import (
     Allocate, BufferStore, For, IfThenElse, Prefetch, SeqStmt, Stmt, TensorIntrinCall,
 )
-from ...lower.vectorize import node_text
+from ...lower.vectorize import MAX_WIDEN_LANES, node_text
 from .abi import ERR_BOUNDS, ERR_MALLOC
 from .threadpool import WS_ALLOC, WS_FREE
 from .intrinsics import _VolatileLoad, _bf16_to_f32, _f32_to_bf16
@@ -61,6 +61,15 @@ MASKED_WIDE_LOADS = False
 #: last axis 0.75-1.26x, noise at 0.3 ms (benchmarks/history/2026-12-02.md, session
 #: 23).  Off: the masks.
 BYTE_BOOL_LOGIC = True
+
+#: a strided vector read of the function's own stack buffer at a constant offset as
+#: the whole register-wide pieces stored there and a shuffle
+#: (:meth:`_MemoryEmitter.private_whole_load`), not a gather or a wide load across two
+#: stores: adaptive_max_pool2d 50 -> 7 1.64x faster on the Zen 5
+#: (measurements: benchmarks/DECISIONS.md, "Max pooling's odd rows: padded min/max
+#: pieces, strided reads of a local row from its registers, 3-d maxima in a local
+#: block").  False: as before (an A/B switch)
+PRIVATE_WHOLE_LOADS = True
 
 
 #: a nest's stores bypass the cache (pragma nontemporal) where the buffer starts on a
@@ -518,6 +527,14 @@ class _MemoryEmitter:
                 x = self._tag(self._vector_load(p, vty, align, bi), bi)
             else:
                 x = self.masked_load(p, vty, align, self.mask, bi)
+        elif (off.v is None and self.mask is None and off.step > 1
+              and (x := self.private_whole_load(
+                  bi, off, memty, align, [i * off.step for i in range(self.lanes)]))
+              is not None):
+            # a strided read of this function's own stack buffer at a constant offset
+            # (a window's taps from the row of partial results): the whole registers it
+            # was stored in and a shuffle, which LLVM keeps in registers
+            pass
         elif (off.v is None and self.mask is None
               and self.policy.strided_wide_load(off.step, self.lanes, memty)):
             # a small constant step (x86: a stride-2 convolution's input row): one
@@ -564,6 +581,40 @@ class _MemoryEmitter:
         lanes use, so it reads nothing they would not."""
         return self.pattern_load(bi, off.s, memty, align,
                                  [i * step for i in range(self.lanes)], width)
+
+    def private_whole_load(self, bi, off, memty, align, offsets):
+        """The lanes ``off + offsets[i]`` (``off`` a constant, ``offsets`` constants from
+        0 up) of this function's own stack buffer ``bi`` (:attr:`private_bufs`) as plain
+        loads of the whole register-wide pieces of the buffer that hold them (the last
+        one cut at the buffer's end) and a shuffle; None where ``bi`` is not such a
+        buffer, ``off`` not a constant, or the span wider than ``MAX_WIDEN_LANES``.  The
+        pieces lie where the vector stores that wrote the buffer put them, so that LLVM
+        forwards the stored registers instead of loading across two stores (a
+        store-forwarding stall per load: adaptive_max_pool2d 50 -> 7, a window's 8 taps
+        read as every 8th element of a local row stored as 16-lane vectors) or
+        gathering."""
+        n = self.private_bufs.get(bi.buffer)
+        if n is None or not PRIVATE_WHOLE_LOADS or not _is_const(off.s):
+            return None
+        per = max(1, self.policy.register_bytes // _IR_SIZE[memty])
+        c = off.s.constant
+        start = c - c % per
+        end = c + max(offsets) + 1
+        if c < 0 or end > n or end - start > MAX_WIDEN_LANES:
+            return None
+        b = self.b
+        pieces = []
+        for at in range(start, end, per):
+            k = min(per, n - at)
+            x = self._tag(b.load(self._elem_ptr(bi, ir.Constant(_I64, at), True),
+                                 typ=ir.VectorType(memty, k), align=align), bi)
+            pieces.append(x if k == per else b.shuffle_vector(x, _poison(x.type), ir.Constant(
+                ir.VectorType(_I32, per), [ir.Constant(_I32, min(i, k - 1))
+                                           for i in range(per)])))
+        w = _join_pieces(b, pieces, len(pieces) * per)
+        return b.shuffle_vector(w, _poison(w.type), ir.Constant(
+            ir.VectorType(_I32, len(offsets)), [ir.Constant(_I32, c - start + o)
+                                                for o in offsets]))
 
     def strided_masked_load(self, bi, off, memty, align, step: int):
         """The lanes ``base + i*step`` under ``self.mask`` (lanes off: zero, as a masked

@@ -47,7 +47,7 @@ import llvmlite.ir as ir
 from ...lower.vectorize import MAX_WIDEN_LANES
 from .policy import TargetPolicy
 from .values import (_F32, _F64, _I8, _I16, _I32, _I64, _join_pieces, _lookup_lanes, _piece,
-                     _splat)
+                     _poison, _splat)
 
 #: a vector load of every 2nd, ..., MAX_STRIDED_STEP-th element is a wider load and a
 #: shuffle (``_FnEmitter.wide_load``), a larger step a gather
@@ -60,6 +60,32 @@ X86_ARCHS = ("x86_64", "i386", "i486", "i586", "i686")
 def is_x86(triple: str) -> bool:
     """Whether the LLVM target triple ``triple`` is an x86 one."""
     return triple.split("-", 1)[0] in X86_ARCHS
+
+
+def _open_piece(b, v, start: int, per: int):
+    """Lanes ``start .. start + per - 1`` of vector ``v`` as a vector of ``per`` lanes,
+    those past ``v``'s end poison (a padded last piece: lanes whose results are cut off,
+    left where LLVM's widened register has them, where copies of a lane would cost a
+    permute of every operand, an accumulator's included)."""
+    n = v.type.count
+    if start == 0 and per == n:
+        return v
+    idx = [start + i if start + i < n else n for i in range(per)]
+    return b.shuffle_vector(v, _poison(v.type), ir.Constant(
+        ir.VectorType(_I32, per), [ir.Constant(_I32, i) for i in idx]))
+
+
+#: ``max``/``min`` on float vectors that are no whole number of the widest registers
+#: (12 float32 lanes, a 28-wide pooling row's tail): the widest register a piece, the
+#: last one padded (one ``vmaxps zmm``), not three ``xmm`` pieces and their shuffles.
+#: Zen 5, one thread, CPU time, under load: max_pool3d 3^3/2 p1 over 2x32x32x56x56
+#: 3.72 -> 2.21 ms, max_pool2d 3x3/2 p1 over 8x64x56x56 0.223 -> 0.156 ms (from batch 16
+#: up 0.65-0.81x until the template prefetched the rows ahead: the shorter loop outran
+#: the hardware prefetcher)
+#: (measurements: benchmarks/DECISIONS.md, "Max pooling's odd rows: padded min/max
+#: pieces, strided reads of a local row from its registers, 3-d maxima in a local
+#: block").  False: as before
+PAD_MINMAX_PIECES = True
 
 
 class X86Policy(TargetPolicy):
@@ -90,7 +116,10 @@ class X86Policy(TargetPolicy):
         (``pd``) on float32/float64 vectors of a whole number of
         128-bit pieces, one instruction per register (``zmm`` with AVX-512, ``ymm`` with
         AVX, else ``xmm``; a wider vector is split into registers and joined again by
-        shuffles, which cost nothing after LLVM's type legalisation).  Written as a
+        shuffles, which cost nothing after LLVM's type legalisation).  A vector that is
+        no whole number of the widest registers (:data:`PAD_MINMAX_PIECES`) is cut into
+        the widest ones, its last piece padded with poison lanes (12 float32: one
+        ``zmm``, not three ``xmm`` and their inserts).  Written as a
         compare and a select, LLVM merges ``x > y ? x : y`` with a NaN select around it
         into one compare, a mask ``or`` and a blend: three dependent instructions where
         an accumulator (a max reduction's) needs one."""
@@ -110,10 +139,17 @@ class X86Policy(TargetPolicy):
         ebits = 32 if ty.element == _F32 else 64
         bits = ty.count * ebits
         reg = 512 if self.avx512 else 256 if self.target.has_feature("avx") else 128
-        while reg > 128 and bits % reg:
-            reg //= 2
-        if bits % reg:
+        if bits % 128:
             return None
+        if bits % reg and PAD_MINMAX_PIECES:
+            # (a vector that is no whole number of the widest registers: its last piece
+            # padded with copies of one of its lanes, not cut into narrower registers;
+            # one that fits in less than the widest, in the narrowest that holds it)
+            while reg > 128 and bits <= reg // 2:
+                reg //= 2
+        else:
+            while reg > 128 and bits % reg:
+                reg //= 2
         sfx = "ps" if ebits == 32 else "pd"
         name = {512: f"llvm.x86.avx512.{op}.{sfx}.512", 256: f"llvm.x86.avx.{op}.{sfx}.256",
                 128: f"llvm.x86.sse.{op}.ps" if ebits == 32 else f"llvm.x86.sse2.{op}.pd"}[reg]
@@ -125,9 +161,9 @@ class X86Policy(TargetPolicy):
             f = mb.declare(name, pty, [pty, pty] + [e.type for e in extra])
             if per == ty.count:
                 return b.call(f, [x, y] + extra)
-            return _join_pieces(b, [b.call(f, [_piece(b, x, k, per), _piece(b, y, k, per)]
-                                           + extra) for k in range(0, ty.count, per)],
-                                ty.count)
+            return _join_pieces(b, [b.call(f, [_open_piece(b, x, k, per),
+                                               _open_piece(b, y, k, per)] + extra)
+                                    for k in range(0, ty.count, per)], ty.count)
         return emit
 
     def pad_lanes(self, lanes: int, memty) -> int:

@@ -53,6 +53,19 @@ SHORT_ROW_VECTORS = 2
 #: ... for a window whose sums go to a local block (average pooling): at least this
 #: many taps (3-d)
 SHORT_ROW_TAPS = 27
+#: max pooling over such short padded rows (:func:`_short_padded_rows`) with a window
+#: of at least SHORT_ROW_TAPS taps: the maxima in a local block copied out, as
+#: :data:`MAX_IN_A_LOCAL` (the row's last, partial vector then stays in a register);
+#: 2-d windows (9 taps) keep theirs in the output (their A/B was within the noise).
+#: False: as before (an A/B switch)
+SHORT_ROWS_IN_A_LOCAL = True
+#: 2-d max pooling over short padded rows, its maxima in the output: the data rows of
+#: the output row this many rows ahead prefetched at each output row (x86's padded
+#: min/max pieces halved its loop, which then outran the hardware prefetcher from
+#: batch 16 up); 0: none (an A/B switch).  Both measured in benchmarks/DECISIONS.md,
+#: "Max pooling's odd rows: padded min/max pieces, strided reads of a local row from
+#: its registers, 3-d maxima in a local block"
+PREFETCH_ROWS = 8
 #: channels last: a step covers a pixel's channels in up to half the vector registers
 #: (:func:`_channel_vectors`), all the window's loads of the pixel before its stores,
 #: where VECTORS vectors a step stored each part of the output pixel between the
@@ -131,7 +144,14 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         # would be one lane, a scalar add a tap; along the data, a vector a window row
         _window_along_the_data(s, out, pool.output(0), info, small)
         return
+    short = first and _short_padded_rows(pool, out, last, L)
     if _max_in_a_local(pool, out, last is not None and last < L):
+        pool = s.cache_write(out, "local").op
+        # (a row narrower than a vector: its window's taps go to the local block, so
+        # the padding's rules are those of an average's sums)
+        short = first and _short_padded_rows(pool, out, last, L)
+    elif (SHORT_ROWS_IN_A_LOCAL and short and pool is out.op
+          and math.prod(w or 0 for w in window) >= SHORT_ROW_TAPS):
         pool = s.cache_write(out, "local").op
     st = s[out]
     *outer, x = st.op.axis
@@ -166,10 +186,16 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
     st.vectorize(xi)
     if info.threads > 1:
         st.parallel(rows)
-    if first and _short_padded_rows(pool, out, last, L):
+    if short:
         for ax in outer[1:]:
             st.pragma(ax, "partition")
         st.pragma(rows, "masked_wide_loads")
+    if PREFETCH_ROWS and short and len(window) == 2 and len(outer) > 1 and pool is out.op:
+        # (2-d max pooling over short padded rows, channels first: the data rows
+        # PREFETCH_ROWS output rows ahead, in each output row's loop)
+        data = pool.input_tensors[0]
+        st.prefetch(data.op.input_tensors[0] if _is_padding(data.op) else data, outer[-1],
+                    offset=PREFETCH_ROWS)
     if pool is not out.op:
         ps = s[pool.output(0)]
         ps.set_scope("local")
@@ -398,7 +424,9 @@ def schedule_pool(outs, target: str = "llvm") -> Schedule:
     """Max, average, adaptive and global pooling (1-, 2- and 3-d, channels first or
     last): the padding inlined (a guarded load); the tasks are (batch x channels) with
     the outer spatial loops inside them (channels first: their padded first and last
-    rows partitioned off) or every output row (channels last); the last axis is
+    rows partitioned off; over short padded rows, a 3-d max pooling's maxima in a
+    local block, a 2-d one's data rows prefetched ahead) or every output row (channels
+    last); the last axis is
     vectorized, up to four vectors of it a step, with the window unrolled around them
     (an average's sums computed per step).  Global pooling channels first: the plane
     one contiguous run in whole vectors of partial results, their lanes as a tree
