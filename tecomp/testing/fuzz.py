@@ -102,8 +102,9 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
     them, every ``threads_every``-th seed (``seed % threads_every ==
     threads_family_residue(threads_every)``; 0: none) is a case of the ``threads`` family
     (``concurrency.py``: kernels, pools and caches used from several threads at once);
-    after them, every ``args_every``-th seed (``seed % args_every ==
-    args_family_residue(args_every)``; 0: none) is a case of the ``nnargs`` family
+    before those, every ``args_every``-th seed (``seed % args_every ==
+    args_family_residue(args_every)``; 0: none; the defaults' residues never meet) is a
+    case of the ``nnargs`` family
     (``nnargs.py``: one ``tecomp.nn`` call with arguments a careless user or an attacker
     wrote, which must be refused with a TecompError naming the argument or computed as
     numpy / PyTorch compute it)."""
@@ -114,10 +115,10 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
         raise ValueError(f"gpu_target must be one of {GPU_TARGETS}, not {gpu_target!r}")
     if op_every and seed % op_every == 0:
         return draw_op_case(seed, cpu_target)
-    if threads_every and seed % threads_every == threads_family_residue(threads_every):
-        return draw_threads_case(seed)
     if args_every and seed % args_every == args_family_residue(args_every):
         return draw_nnargs_case(seed, cpu_target)
+    if threads_every and seed % threads_every == threads_family_residue(threads_every):
+        return draw_threads_case(seed)
     if edge_every and seed % edge_every == 1 % edge_every:
         return draw_edge_case(seed)
     if store_root_every and seed % store_root_every == store_root_family_residue(store_root_every):
