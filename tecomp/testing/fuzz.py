@@ -384,7 +384,7 @@ def main(argv=None) -> int:
     if args.only == "ops":
         args.op_every = 1
     elif args.only == "threads":
-        args.threads_every = 1
+        args.threads_every, args.args_every = 1, 0
     elif args.only == "nnargs":
         args.args_every = 1
 
