@@ -67,6 +67,17 @@ def _rounded(dtype: str, f: float) -> float:
         return float(np.float32(f))
 
 
+def real(v) -> Optional[float]:
+    """``v`` as a float where it is a real number (not a bool), else None; an int past
+    float64's range is +-inf (``float(10**400)`` raises OverflowError)."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        return None
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
 def _short(v) -> str:
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -164,11 +175,11 @@ class Args:
 
     def number(self, arg: str, v, low: Optional[float] = None) -> float:
         """``v`` as a finite float (``>= low`` when given)."""
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) \
-                or (low is not None and v < low):
+        f = real(v)
+        if f is None or not math.isfinite(f) or (low is not None and f < low):
             bound = "" if low is None else f" >= {low}"
             self.fail(f"{arg} must be a finite number{bound}, got {_short(v)}")
-        return float(v)
+        return f
 
     def axis(self, arg: str, v, ndim: int, of: str) -> int:
         """``v`` as an axis of an ``ndim``-d tensor (``of`` names it), negative counting
@@ -190,17 +201,20 @@ class Args:
         wrap to 44 in int8)."""
         desc = f"{what} ({t.name}, {t.dtype})"
         kind = "a number" if _dt.is_float(t.dtype) else "an integer"
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or math.isnan(v):
+        f = real(v)
+        if f is None or math.isnan(f):
             self.fail(f"{arg} must be {kind} that {desc} can hold, got {_short(v)}",
                       DTypeError)
         if _dt.is_float(t.dtype):
-            f = float(v)
-            if math.isfinite(f) and not math.isfinite(_rounded(t.dtype, f)):
+            # (an int past float64 is a finite number that overflows it: 10**400)
+            if (math.isfinite(f) or isinstance(v, numbers.Integral)) and \
+                    not math.isfinite(_rounded(t.dtype, f)):
                 self.fail(f"{arg} {_short(v)} overflows {desc} (it would be inf); give a "
                           f"finite number in its range, or inf itself", DTypeError)
             return f
         lo, hi = _dt.int_limits(t.dtype)
-        if not math.isfinite(v) or v != int(v) or not lo <= int(v) <= hi:
+        if not (isinstance(v, numbers.Integral) or (math.isfinite(f) and f == int(f))) or \
+                not lo <= int(v) <= hi:
             self.fail(f"{arg} must be an integer that {desc} can hold (in [{lo}, {hi}]), "
                       f"got {_short(v)}", DTypeError)
         return int(v)

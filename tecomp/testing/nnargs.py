@@ -106,6 +106,15 @@ def _real(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
+def _fl(v) -> float:
+    """A real spec value as a float (an int past float64's range is +-inf)."""
+    v = decode(v)
+    try:
+        return float(v)
+    except OverflowError:
+        return INF if v > 0 else -INF
+
+
 def _is_int(v) -> bool:
     v = decode(v)
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
@@ -121,13 +130,14 @@ def _holds(dtype: str, v) -> bool:
     """Whether a tensor of ``dtype`` holds the scalar ``v`` (``Args.scalar``'s rule)."""
     if not _real(v):
         return False
-    x = decode(v)
-    if math.isnan(x):
+    x, f = decode(v), _fl(v)
+    if math.isnan(f):
         return False
     if dtype.startswith("float"):
-        return not math.isfinite(x) or math.isfinite(_round(dtype, float(x)))
+        return (not math.isfinite(f) and not _is_int(v)) or math.isfinite(_round(dtype, f))
     info = np.iinfo(dtype)
-    return math.isfinite(x) and x == int(x) and info.min <= int(x) <= info.max
+    return (_is_int(v) or (math.isfinite(f) and f == int(f))) and \
+        info.min <= int(x) <= info.max
 
 
 # ---------------------------------------------------------------------------------
@@ -192,7 +202,7 @@ def _illegal(sp, arg: str) -> None:
 # drawing
 
 _SCALARS = (0.5, -1.25, 3, -3, 100, 300, -300, 1e6, _f(1e40), _f(INF), _f(-INF), _f(NAN),
-            True, "1", _np("float32", 0.25), _np("int64", 2), 2**40, 0.0, None)
+            True, "1", _np("float32", 0.25), _np("int64", 2), 2**40, 0.0, None, -10**400)
 
 
 def _draw_scalar(d):
@@ -217,13 +227,13 @@ def _draw_scalar(d):
             _illegal(sp, "value")
     elif op in ("leaky_relu", "elu"):
         kw["alpha"] = d.choice((0.01, 0.2, 1.0, -0.5, 0.0, 3, _np("float32", 0.1), _f(NAN),
-                                _f(INF), _f(-INF), True, "0.1", None))
-        if not (_real(kw["alpha"]) and math.isfinite(decode(kw["alpha"]))):
+                                _f(INF), _f(-INF), True, "0.1", None, 10**400))
+        if not (_real(kw["alpha"]) and math.isfinite(_fl(kw["alpha"]))):
             _illegal(sp, "alpha")
     elif op == "softplus":
         kw["beta"] = d.choice((1.0, 2.0, 0.5, 0.0, -1.0, _f(NAN), _f(INF), True, 2))
         kw["threshold"] = d.choice((20.0, 1.0, -5.0, 3, _f(NAN), _f(INF), "20"))
-        b, t = decode(kw["beta"]), decode(kw["threshold"])
+        b, t = (_fl(kw[a]) if _real(kw[a]) else 0.0 for a in ("beta", "threshold"))
         if not (_real(kw["beta"]) and math.isfinite(b) and b > 0):
             _illegal(sp, "beta")
         if not (_real(kw["threshold"]) and math.isfinite(t)):
@@ -231,7 +241,7 @@ def _draw_scalar(d):
     else:   # hardtanh
         pool = (-1.0, 0.5, 2, -2, 1.0, _f(NAN), _f(INF), True, "x")
         kw["min_val"], kw["max_val"] = d.choice(pool), d.choice(pool)
-        ok = {a: _real(kw[a]) and math.isfinite(decode(kw[a])) for a in ("min_val", "max_val")}
+        ok = {a: _real(kw[a]) and math.isfinite(_fl(kw[a])) for a in ("min_val", "max_val")}
         for a in ("min_val", "max_val"):
             if not ok[a]:
                 _illegal(sp, a)
@@ -397,9 +407,9 @@ def _draw_flag(d):
 def _draw_norm(d):
     op = d.choice(("batch_norm", "batch_norm_train", "layer_norm"))
     eps = d.choice((1e-5, 1e-3, 0.0, -1e-5, _f(NAN), _f(INF), True, "1e-5",
-                    _np("float32", 1e-3), 1))
+                    _np("float32", 1e-3), 1, 10**400))
     sp = {"op": op, "kwargs": {"eps": eps}}
-    e = decode(eps)
+    e = _fl(eps) if _real(eps) else 0.0
     if not (_real(eps) and math.isfinite(e) and e >= 0):
         _illegal(sp, "eps")
     if op == "layer_norm":
@@ -415,7 +425,7 @@ def _draw_norm(d):
         training = d.choice((True, False))
         mom = d.choice((0.1, 0.0, 1.0, -0.1, 1.5, _f(NAN), "0.1", None))
         sp["kwargs"].update(training=training, momentum=mom)
-        m = decode(mom)
+        m = _fl(mom) if _real(mom) else 0.0
         if not (_real(mom) and math.isfinite(m) and 0 <= m <= 1):
             _illegal(sp, "momentum")
         if not training:   # the running statistics (the variance positive)

@@ -678,6 +678,15 @@ CASES = [
      r"a_max 1000000.0 overflows x \(X, float16\)"),
     ("pad", lambda: nn.pad(P(4, dtype="int8", name="I"), (1,), value=300), D,
      r"pad pad: value must be an integer that data \(I, int8\) can hold \(in \[-128, 127\]\)"),
+    # an int past float64's range (10**400) was an OverflowError from float()
+    ("clip", lambda: nn.clip(P(4, name="X"), -10**400), D,
+     r"clip clip: a_min -1000.*\.\.\. overflows x \(X, float32\) \(it would be inf\)"),
+    ("leaky_relu", lambda: nn.leaky_relu(P(4, name="X"), 10**400), S,
+     r"leaky_relu leaky_relu: alpha must be a finite number, got 1000"),
+    ("layer_norm", lambda: nn.layer_norm(M2, P(6, name="G"), P(6, name="B"), eps=10**400), S,
+     r"layer_norm layer_norm: eps must be a finite number >= 0.0, got 1000"),
+    ("quantize", lambda: quant.quantize(P(4, name="X"), 10**400, 0), tc.ComputeError,
+     r"quantize quantize: scale must be a finite number > 0, got 1000"),
     # an adaptive output_size of 2**30 looped over its windows in Python for minutes
     ("adaptive_avg_pool2d", lambda: nn.adaptive_avg_pool2d(X4, 2**30), S,
      r"adaptive_avg_pool2d adaptive_avg_pool2d: output_size 1073741824 over the 8 elements of "
