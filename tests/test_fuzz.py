@@ -280,7 +280,7 @@ def test_a_missing_barrier_is_caught(monkeypatch):
 
 def _run_fuzz(tmp_path, cases, gpu_every, seed, extra=(), env_extra=None):
     """``python -m tecomp.testing.fuzz`` in a subprocess, with this checkout importable
-    (no edge, tensor-core or threads cases unless ``extra`` asks: the seeds pinned here
+    (no edge, tensor-core, threads or nnargs cases unless ``extra`` asks: the seeds pinned here
     are the generator's)."""
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -289,7 +289,8 @@ def _run_fuzz(tmp_path, cases, gpu_every, seed, extra=(), env_extra=None):
     return subprocess.run(
         [sys.executable, "-m", "tecomp.testing.fuzz", "--cases", str(cases), "--jobs", "1",
          "--gpu-every", str(gpu_every), "--seed", str(seed), "--out", str(tmp_path), "--quiet",
-         "--edge-every", "0", "--tensor-core-every", "0", "--threads-every", "0", *extra],
+         "--edge-every", "0", "--tensor-core-every", "0", "--threads-every", "0",
+         "--args-every", "0", *extra],
         capture_output=True, text=True, env=env, timeout=300)
 
 

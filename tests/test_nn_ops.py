@@ -105,6 +105,17 @@ def make_cases():
          lambda x: np.pad(x, ((0, 1), (1, 0), (2, 1)), constant_values=-3.0), [(2, 3, 4)], None),
         ("positive_log_softmax", nn.log_softmax, lambda x: np.log(np_softmax(x)), [(3, 5)],
          [pos]),
+        # over another axis than the last (two transposes around the last-axis stages)
+        ("softmax_axis0", lambda x: nn.softmax(x, axis=0),
+         lambda x: np_softmax(x.swapaxes(0, -1)).swapaxes(0, -1), [(3, 5)], None),
+        ("softmax_axis1_of_3", lambda x: nn.softmax(x, axis=-2),
+         lambda x: np_softmax(x.swapaxes(1, -1)).swapaxes(1, -1), [(2, 3, 4)], None),
+        ("log_softmax_axis0", lambda x: nn.log_softmax(x, axis=0),
+         lambda x: np.log(np_softmax(x.swapaxes(0, -1))).swapaxes(0, -1), [(4, 2, 3)], None),
+        ("mse_loss_0d", nn.mse_loss, lambda a, b: np.array([(a - b) ** 2]), [(), ()], None),
+        ("reshape_0d", lambda x: nn.reshape(x, ()), lambda x: x.reshape(()), [(1, 1)], None),
+        ("reshape_numpy_ints", lambda x: nn.reshape(x, (np.int64(6), np.int32(-1))),
+         lambda x: x.reshape(6, -1), [(3, 4)], None),
     ]
 
 

@@ -209,6 +209,7 @@ ADAPTIVE_CASES = [  # shape, output size
     ((2, 3, 9, 11), (9, 11)), ((2, 3, 10, 7), (3, 7)), ((1, 4, 7, 7), (14, 3)),
     ((2, 3, 17), 5), ((2, 3, 17), 17), ((1, 4, 16), 8),
     ((1, 2, 5, 6, 7), (2, 3, 4)), ((1, 2, 8, 6, 4), (4, 3, 2)), ((1, 2, 5, 6, 7), 1),
+    ((1, 2, 10), 7), ((1, 2, 12), 9), ((1, 2, 7), 300),   # spans q + 2, q + 1, 1 or 2
 ]
 
 
@@ -243,6 +244,22 @@ def test_adaptive_output_size_takes_numpy_integers():
         np.testing.assert_allclose(run([X], Y, [x]), want.numpy(), rtol=1e-5, atol=1e-6)
     with pytest.raises(tc.TecompError, match="output_size must be an int >= 1"):
         nn.adaptive_avg_pool2d(X, np.bool_(True))
+
+
+def test_adaptive_span_is_the_largest_window():
+    """The closed form of the largest adaptive window (it was a loop over the outputs,
+    minutes for output_size=2**30) against that loop."""
+    for n in range(1, 40):
+        for o in range(1, 90):
+            ext = [-(-(i + 1) * n // o) - i * n // o for i in range(o)]
+            assert nn.pooling.adaptive_span(n, o) == (max(ext), n % o == 0), (n, o)
+
+
+def test_adaptive_output_past_int32_windows_is_refused_at_once():
+    X = tc.placeholder((1, 2, 5, 5), name="X")
+    with pytest.raises(tc.ShapeError, match=r"output_size 1073741824 over the 5 elements of "
+                       r"the height: the windows' bounds"):
+        nn.adaptive_avg_pool2d(X, 2**30)
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

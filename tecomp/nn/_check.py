@@ -14,7 +14,7 @@ import math
 import numbers
 from typing import Optional, Sequence, Tuple
 
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, ExprError, ShapeError
 from ..ir import dtype as _dt
 from ..ir.expr import Const
 from ..te.tensor import Tensor
@@ -55,6 +55,29 @@ def same_extent(a, b) -> Optional[bool]:
 INT32_MAX = 2**31 - 1
 
 
+def _rounded(dtype: str, f: float) -> float:
+    """``f`` rounded to the float ``dtype`` (inf where it overflows)."""
+    if dtype == "float64":
+        return f
+    if _dt.is_storage_float(dtype):
+        return _dt.round_storage(dtype, f)
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        return float(np.float32(f))
+
+
+def real(v) -> Optional[float]:
+    """``v`` as a float where it is a real number (not a bool), else None; an int past
+    float64's range is +-inf (``float(10**400)`` raises OverflowError)."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        return None
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
 def _short(v) -> str:
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -64,6 +87,9 @@ class Args:
     """The checks of one call of the operator ``op`` whose stage is called ``name``."""
 
     def __init__(self, op: str, name: str):
+        if not isinstance(name, str):
+            raise ExprError(f"{op} {_short(name)}: name must be a string (the output "
+                            f"stage's name), got {_short(name)}")
         self.where = f"{op} {name}"
 
     def fail(self, msg: str, cls=ShapeError):
@@ -141,21 +167,57 @@ class Args:
             return vals[0]
         return tuple(vals) if many else tuple(vals * count)
 
+    def flag(self, arg: str, v) -> bool:
+        """``v`` as a bool: True or False itself (``1``, ``"yes"`` or None is refused)."""
+        if not isinstance(v, bool):
+            self.fail(f"{arg} must be True or False, got {_short(v)}")
+        return v
+
     def number(self, arg: str, v, low: Optional[float] = None) -> float:
         """``v`` as a finite float (``>= low`` when given)."""
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) \
-                or (low is not None and v < low):
+        f = real(v)
+        if f is None or not math.isfinite(f) or (low is not None and f < low):
             bound = "" if low is None else f" >= {low}"
             self.fail(f"{arg} must be a finite number{bound}, got {_short(v)}")
-        return float(v)
+        return f
 
     def axis(self, arg: str, v, ndim: int, of: str) -> int:
         """``v`` as an axis of an ``ndim``-d tensor (``of`` names it), negative counting
         from the end."""
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not -ndim <= v < ndim:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            self.fail(f"{arg} must be an int (an axis of {of}), got {_short(v)}")
+        if ndim == 0:
+            self.fail(f"{arg} {_short(v)}: {of} is 0-d and has no axis; reshape it to (1,) "
+                      "(tecomp.nn.reshape)")
+        if not -ndim <= v < ndim:
             self.fail(f"{arg} {_short(v)} is out of range for {of} ({ndim}-d); give an int in "
                       f"[{-ndim}, {ndim - 1}]")
         return int(v) % ndim
+
+    def scalar(self, arg: str, v, t, what: str = "x"):
+        """``v`` as a number the dtype of ``t`` (the tensor ``what``) holds: for a float
+        dtype any number but NaN that does not overflow it (+-inf itself is one), as a
+        float; for an integer dtype an integral number in its range, as an int (300 would
+        wrap to 44 in int8)."""
+        desc = f"{what} ({t.name}, {t.dtype})"
+        kind = "a number" if _dt.is_float(t.dtype) else "an integer"
+        f = real(v)
+        if f is None or math.isnan(f):
+            self.fail(f"{arg} must be {kind} that {desc} can hold, got {_short(v)}",
+                      DTypeError)
+        if _dt.is_float(t.dtype):
+            # (an int past float64 is a finite number that overflows it: 10**400)
+            if (math.isfinite(f) or isinstance(v, numbers.Integral)) and \
+                    not math.isfinite(_rounded(t.dtype, f)):
+                self.fail(f"{arg} {_short(v)} overflows {desc} (it would be inf); give a "
+                          f"finite number in its range, or inf itself", DTypeError)
+            return f
+        lo, hi = _dt.int_limits(t.dtype)
+        if not (isinstance(v, numbers.Integral) or (math.isfinite(f) and f == int(f))) or \
+                not lo <= int(v) <= hi:
+            self.fail(f"{arg} must be an integer that {desc} can hold (in [{lo}, {hi}]), "
+                      f"got {_short(v)}", DTypeError)
+        return int(v)
 
     def out_dtype(self, v, operands: Sequence) -> Optional[str]:
         """``out_dtype=`` of a GEMM or convolution: None, or a float dtype (an int or

@@ -408,8 +408,7 @@ def _flash_forward(q, k, v, causal, scale, name, mask=None):
         a.fail(f"q ({q.name}) is {q.dtype}; FlashAttention runs on the tensor cores, which take "
                "float16 or bfloat16 (astype one of them; scaled_dot_product_attention takes "
                "any float)", DTypeError)
-    if not isinstance(causal, bool):
-        a.fail(f"causal must be True or False, got {causal!r:.40}")
+    a.flag("causal", causal)
     dims = {}
     for what, t, ax in (("q", q, 2), ("k", k, 2), ("q", q, 3), ("v", v, 3), ("q", q, 0),
                         ("q", q, 1)):

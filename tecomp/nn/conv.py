@@ -433,7 +433,7 @@ def conv2d_nhwc(data: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
     (the same ``inf``/NaN caveat).
     """
     if kernel_layout != "HWIO":
-        weight = _hwio(weight, kernel_layout, name)
+        weight = _hwio(weight, kernel_layout, name, data, groups)
     return _conv2d(False, data, weight, stride, padding, dilation, name, out_dtype, groups,
                    algorithm)
 
@@ -443,8 +443,10 @@ _KERNEL_LAYOUTS = {"OHWI": lambda h, w, i, o: (o, h, w, i),
                    "HWOI": lambda h, w, i, o: (h, w, o, i)}
 
 
-def _hwio(weight, layout, name: str):
-    """``weight`` in ``layout`` (OHWI or HWOI) as an HWIO stage ``<name>.hwio``."""
+def _hwio(weight, layout, name: str, data, groups):
+    """``weight`` in ``layout`` (OHWI or HWOI) as an HWIO stage ``<name>.hwio``; without
+    groups its input channels are checked against ``data``'s here, where the message can
+    name the weight and its layout (not the stage)."""
     a = Args("conv2d_nhwc", name)
     if not isinstance(layout, str) or layout not in _KERNEL_LAYOUTS:
         a.fail(f"kernel_layout {layout!r:.40} is not one tecomp reads; give \"HWIO\" "
@@ -452,6 +454,9 @@ def _hwio(weight, layout, name: str):
                f"([kh, kw, out, in])")
     a.tensor("weight", weight, 4, {"OHWI": "OHWI [out, kh, kw, in]",
                                    "HWOI": "HWOI [kh, kw, out, in]"}[layout], "number")
+    if groups == 1 and isinstance(data, Tensor) and data.ndim == 4:
+        a.match("weight", weight, 3, "data", data, 3, "input channels",
+                f"the weight is {layout}: its input channels are its last axis")
     at = _KERNEL_LAYOUTS[layout]
     shape = [None] * 4
     for d, e in zip(at(0, 1, 2, 3), weight.shape):

@@ -10,8 +10,6 @@ gradients of the differentiable ones come from :func:`tecomp.gradient`.
 """
 from __future__ import annotations
 
-import math
-import numbers
 from typing import Optional
 
 from .. import te as _te
@@ -120,16 +118,6 @@ selu = _unary("selu", lambda v: SELU_SCALE * _te.if_then_else(
     "with torch's constants", "F.selu")
 
 
-def _number(a: Args, arg: str, v, x: Tensor) -> float:
-    """``v``: a number ``x``'s dtype can hold (an integral one for integer tensors)."""
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or math.isnan(v) or (
-            not _dt.is_float(x.dtype) and (not math.isfinite(v) or v != int(v))):
-        kind = "a number" if _dt.is_float(x.dtype) else "an integer"
-        a.fail(f"{arg} must be {kind} that x ({x.name}, {x.dtype}) can hold, got {v!r:.60}",
-               DTypeError)
-    return float(v) if _dt.is_float(x.dtype) else int(v)
-
-
 def clip(x: Tensor, a_min: Optional[float] = None, a_max: Optional[float] = None,
          name: str = "clip") -> Tensor:
     """``x`` limited to ``[a_min, a_max]``, elementwise (``numpy.clip``, ``torch.clamp``):
@@ -140,8 +128,11 @@ def clip(x: Tensor, a_min: Optional[float] = None, a_max: Optional[float] = None
     x : Tensor
         A float or integer tensor, any shape.
     a_min, a_max : float, optional
-        The bounds (None: no bound on that side; at least one is given).  Integral for an
-        integer tensor.  With ``a_min > a_max`` every element is ``a_max`` (as numpy).
+        The bounds (None: no bound on that side; at least one is given), numbers ``x``'s
+        dtype holds: integers in its range for an integer tensor (``300`` for int8 is
+        refused, as PyTorch refuses it), not NaN and not past a float dtype's largest
+        finite value (``inf`` itself is a bound).  With ``a_min > a_max`` every element
+        is ``a_max`` (as numpy).
     name : str, optional
         The output stage's name.
 
@@ -155,14 +146,14 @@ def clip(x: Tensor, a_min: Optional[float] = None, a_max: Optional[float] = None
     ShapeError
         When both bounds are None.
     DTypeError
-        For a bool tensor, or a bound ``x``'s dtype cannot hold.
+        For a bool tensor, or a bound ``x``'s dtype cannot hold (the message names it).
     """
     a = Args("clip", name)
     a.tensor("x", x, dtype="number")
     if a_min is None and a_max is None:
         a.fail("give a_min, a_max or both (both are None)")
-    lo = None if a_min is None else _number(a, "a_min", a_min, x)
-    hi = None if a_max is None else _number(a, "a_max", a_max, x)
+    lo = None if a_min is None else a.scalar("a_min", a_min, x)
+    hi = None if a_max is None else a.scalar("a_max", a_max, x)
 
     def f(v):
         if lo is not None:

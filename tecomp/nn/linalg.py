@@ -185,12 +185,15 @@ def batch_matmul(A: Tensor, B: Tensor, transpose_a: bool = False, transpose_b: b
     Raises
     ------
     ShapeError, DTypeError
-        For an argument of the wrong rank, dtype or extent (the message names it).
+        For an argument of the wrong rank, dtype or extent, or a ``transpose_a`` /
+        ``transpose_b`` that is not a bool (the message names it).
     """
     a, acc, out = _gemm_args(
         "batch_matmul", name,
         (("A", A, 3, "[batch, k, m]" if transpose_a else "[batch, m, k]"),
          ("B", B, 3, "[batch, n, k]" if transpose_b else "[batch, k, n]")), out_dtype)
+    a.flag("transpose_a", transpose_a)
+    a.flag("transpose_b", transpose_b)
     ka = A.shape[1] if transpose_a else A.shape[2]
     kb = B.shape[2] if transpose_b else B.shape[1]
     if _same(ka, kb) is False:

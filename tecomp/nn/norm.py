@@ -79,7 +79,7 @@ def batch_norm(x: Tensor, gamma: Tensor | None = None, beta: Tensor | None = Non
     momentum : float, optional
         In ``[0, 1]``: the weight of the batch statistics in the running ones.
     eps : float, optional
-        Added to the variance.
+        Added to the variance: ``>= 0``, and ``> 0`` in training (as PyTorch's).
     layout : {"NCHW", "NHWC"}, optional
         Where the channels are.
     relu : bool, optional
@@ -145,6 +145,10 @@ def _batch_norm(op: str, name: str, x, gamma, beta, running_mean, running_var, t
             a.tensor(arg, t, 1, "[channels]")
             a.match(arg, t, 0, "x", x, axis, "channels")
     eps = a.number("eps", eps, 0.0)
+    if training and eps == 0.0:
+        a.fail("eps must be > 0 in training, got 0.0: a channel whose values in the batch "
+               "are all equal has variance 0, and rsqrt(0) makes its outputs NaN "
+               "(PyTorch refuses it too); give a small positive eps such as 1e-5")
     acc = _acc(x.dtype)
     C = x.shape[axis]
 
@@ -344,7 +348,7 @@ def batch_norm_train(x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5,
     beta : Tensor
         ``[C]``.
     eps : float, optional
-        Added to the variance.
+        Added to the variance, ``> 0`` (as PyTorch's in training).
     return_stats : bool, optional
         Also return ``(mean, var)`` (e.g. to update running statistics).
     name : str, optional

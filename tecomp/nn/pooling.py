@@ -19,7 +19,7 @@ from typing import Optional, Sequence, Union
 
 from .. import te as _te
 from ..te.tensor import Tensor
-from ._check import Args
+from ._check import INT32_MAX, Args
 from ._common import _acc
 from .transform import pad
 
@@ -72,8 +72,7 @@ class _Pool:
         k = self.sizes("kernel", kernel, 1)
         s = self.sizes("stride", kernel if stride is None else stride, 1)
         d = self.sizes("dilation", dilation, 1)
-        if not isinstance(ceil_mode, bool):
-            a.fail(f"ceil_mode must be True or False, got {ceil_mode!r:.40}")
+        a.flag("ceil_mode", ceil_mode)
         p = a.padding(padding, self.size, k, s, d)
         out = list(a.window(self.size, k, s, p, d, "data"))
         pads = []
@@ -139,8 +138,7 @@ def _max_pool(op, nd, data, kernel, stride, padding, dilation, ceil_mode, layout
 def _avg_pool(op, nd, data, kernel, stride, padding, ceil_mode, count_include_pad, layout,
               name):
     p = _Pool(op, name, data, nd, layout)
-    if not isinstance(count_include_pad, bool):
-        p.a.fail(f"count_include_pad must be True or False, got {count_include_pad!r:.40}")
+    p.a.flag("count_include_pad", count_include_pad)
     k, s, _, user, pads, out = p.window(kernel, stride, padding, 1, ceil_mode, False)
     acc = _acc(data.dtype)
     src = p.padded(pads, 0.0, name)
@@ -269,6 +267,17 @@ avg_pool1d, avg_pool2d, avg_pool3d = _avg_op(1), _avg_op(2), _avg_op(3)
 # adaptive and global pooling
 
 
+def adaptive_span(n: int, o: int):
+    """``(the largest extent of the windows, whether they are all of it)`` of adaptive
+    pooling of ``n`` elements to ``o`` outputs.  Window ``i`` is ``[i*n // o, ceil((i+1)*n
+    / o))``: with ``q, r = divmod(n, o)`` and ``r > 0`` its extent is ``q + ceil((t + r) /
+    o)`` for ``t = i*r mod o``, which takes every multiple of ``g = gcd(r, o)`` below ``o``;
+    so the largest is ``q + 2`` where ``r > g`` (``t = o - g``), else ``q + 1``.  (A loop
+    over the ``o`` windows took minutes for an output_size of 2**30.)"""
+    q, r = divmod(n, o)
+    return (q, True) if r == 0 else (q + (2 if r > math.gcd(r, o) else 1), False)
+
+
 def _adaptive(kind: str, op: str, nd: int, data, output_size, layout, name):
     """PyTorch's adaptive pooling: output ``i`` of a dimension of ``n`` elements pools
     ``[floor(i * n / out), ceil((i + 1) * n / out))``; where ``out`` divides ``n`` that
@@ -284,13 +293,13 @@ def _adaptive(kind: str, op: str, nd: int, data, output_size, layout, name):
         a.fail(f"output_size must be an int >= 1{many}, got {output_size!r:.60}")
     # (numpy integers, as the kernels and strides take them: plain ints from here on)
     out = tuple(n if v is None else int(v) for n, v in zip(p.size, vals))
+    for n, o, w in zip(p.size, out, p.words):
+        if o * (n + 1) - 1 > INT32_MAX:   # (the largest: (i + 1) * n + o - 1, i = o - 1)
+            a.fail(f"output_size {o} over the {n} elements of the {w}: the windows' bounds "
+                   f"(up to {o} * {n + 1} - 1) pass {INT32_MAX} (the int32 index "
+                   "arithmetic); give a smaller output_size")
     # per dimension: (the window's largest extent, uniform)
-    spans = []
-    for n, o in zip(p.size, out):
-        if n % o == 0:
-            spans.append((n // o, True))
-        else:
-            spans.append((max(-(-(i + 1) * n // o) - i * n // o for i in range(o)), False))
+    spans = [adaptive_span(n, o) for n, o in zip(p.size, out)]
     rk = p.reduce_axes([w for w, _ in spans])
 
     def start(j, o):
@@ -355,7 +364,8 @@ def _adaptive_doc(kind: str, nd: int) -> str:
         be symbolic.
     output_size : int or sequence of (int or None)
         The output's spatial size (one int for every dimension, or one per dimension;
-        None keeps that dimension's size).
+        None keeps that dimension's size), at least 1 (tecomp has no zero-size
+        tensors) and with ``out * (n + 1) - 1`` within int32 (the windows' bounds).
     layout : str, optional
         ``"{first}"`` or ``"{last}"``.
     name : str, optional

@@ -63,7 +63,7 @@ import numpy as np
 from .. import te as _te
 from ..errors import ComputeError, DTypeError
 from ..ir.expr import Const
-from ._check import Args
+from ._check import Args, real
 from .conv import _conv_compute
 from .transform import concatenate, pad as _pad
 
@@ -80,10 +80,11 @@ _SCALE_MIN, _SCALE_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.flo
 
 
 def _scale(v, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
-        raise ComputeError(f"{what} must be a finite number > 0, got {v!r}")
-    _float32_scale(float(v), what)
-    return float(v)
+    f = real(v)     # (None for a bool or a non-number; +-inf for an int past float64)
+    if f is None or not math.isfinite(f) or f <= 0:
+        raise ComputeError(f"{what} must be a finite number > 0, got {v!r:.60}")
+    _float32_scale(f, what)
+    return f
 
 
 def _float32_scale(v: float, what: str) -> None:

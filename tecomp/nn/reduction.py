@@ -80,8 +80,7 @@ def _reduced(x: Tensor, axes, keepdims: bool):
 def _common(op: str, name: str, x, axis, keepdims, kind, allow_empty: bool = True):
     a = Args(op, name)
     a.tensor("x", x, dtype=kind)
-    if not isinstance(keepdims, bool):
-        a.fail(f"keepdims must be True or False, got {keepdims!r:.60}")
+    a.flag("keepdims", keepdims)
     return a, _axes(a, x, axis, allow_empty)
 
 
@@ -191,8 +190,7 @@ def _arg(op: str, x: Tensor, axis: Axis, keepdims: bool, dtype: str, select_last
     if dtype not in ("int32", "int64"):
         a.fail(f"dtype must be 'int32' or 'int64' (the index's dtype), got {dtype!r:.60}",
                DTypeError)
-    if not isinstance(select_last_index, bool):
-        a.fail(f"select_last_index must be True or False, got {select_last_index!r:.60}")
+    a.flag("select_last_index", select_last_index)
     shape, rks, index = _reduced(x, axes, keepdims)
     big = op == "argmax"
     floats = _dt.is_float(x.dtype)

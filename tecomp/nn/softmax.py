@@ -1,4 +1,4 @@
-"""``softmax`` and ``log_softmax`` over the last axis, and the losses ``cross_entropy`` and
+"""``softmax`` and ``log_softmax`` over any axis (the last by default), and the losses ``cross_entropy`` and
 ``mse_loss``."""
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from ..te.tensor import Tensor
 from ..autodiff.reverse import stop_gradient
 from ._check import Args
 from ._common import _acc, _rounded
+from .transform import transpose
 
 __all__ = ["softmax", "log_softmax", "cross_entropy", "mse_loss"]
 
@@ -46,8 +47,24 @@ def _softmax_parts(x, op: str, name: str, exp=_te.exp):
     return acc, m, e, s
 
 
-def softmax(x: Tensor, name: str = "softmax") -> Tensor:
-    """Softmax over the last axis.
+def _along(x, op: str, name: str, axis, f):
+    """``f(t, stage name)`` (an operator over the last axis of ``t``) over ``axis`` of
+    ``x``: itself for the last axis, else between two transposes that swap ``axis`` and
+    the last one (stages ``<name>.in`` and the output ``<name>``; ``f``'s output is
+    ``<name>.last``)."""
+    a = Args(op, name)
+    a.tensor("x", x, (1, None), "[..., classes]")
+    ax = a.axis("axis", axis, x.ndim, f"x ({x.name})")
+    if ax == x.ndim - 1:
+        return f(x, name)
+    perm = list(range(x.ndim))
+    perm[ax], perm[-1] = perm[-1], perm[ax]    # (a swap: its own inverse)
+    y = f(transpose(x, perm, name=f"{name}.in"), f"{name}.last")
+    return transpose(y, perm, name=name)
+
+
+def softmax(x: Tensor, name: str = "softmax", *, axis: int = -1) -> Tensor:
+    """Softmax over ``axis`` (the last by default; ``F.softmax``'s ``dim``).
 
     Stages ``.max`` (the row maximum), ``.exp`` (``exp(x - max)``), ``.sum``, ``.rcp``
     (``1 / sum``, one per row) and the output ``exp * rcp``: one reciprocal per row and
@@ -55,12 +72,18 @@ def softmax(x: Tensor, name: str = "softmax") -> Tensor:
     (6e-8 relative) than ``exp / sum`` (docs/numerics.md).  For float16/bfloat16 ``x``,
     ``.exp``, ``.sum`` and ``.rcp`` are float32 and the output rounds once.
 
+    Over another axis than the last, the stages above compute the softmax of ``x`` with
+    that axis swapped with the last (a transpose ``<name>.in``; the softmax's output is
+    ``<name>.last``), and the output ``<name>`` swaps them back.
+
     Parameters
     ----------
     x : Tensor
-        A float tensor.
+        A float tensor, at least 1-d.
     name : str, optional
         The output stage's name; helper stages are ``<name>.<what>``.
+    axis : int, optional
+        The axis the softmax normalises (keyword only; negative ones count from the end).
 
     Returns
     -------
@@ -70,7 +93,8 @@ def softmax(x: Tensor, name: str = "softmax") -> Tensor:
     Raises
     ------
     ShapeError, DTypeError
-        For an argument of the wrong rank, dtype or extent (the message names it).
+        For an argument of the wrong rank, dtype or extent, or an axis out of range (the
+        message names it).
 
     Examples
     --------
@@ -79,8 +103,10 @@ def softmax(x: Tensor, name: str = "softmax") -> Tensor:
     >>> X = tc.placeholder((4, 10), name="X")
     >>> [t.name for t in nn.softmax(X).op.input_tensors]
     ['softmax.exp', 'softmax.rcp']
+    >>> tc.utils.get_const_tuple(nn.softmax(X, axis=0).shape)
+    (4, 10)
     """
-    return _softmax(x, "softmax", name, _te.exp)
+    return _along(x, "softmax", name, axis, lambda t, nm: _softmax(t, "softmax", nm, _te.exp))
 
 
 def _softmax(x, op: str, name: str, exp):
@@ -91,16 +117,19 @@ def _softmax(x, op: str, name: str, exp):
                        tag="softmax")
 
 
-def log_softmax(x: Tensor, name: str = "log_softmax") -> Tensor:
-    """Log-softmax over the last axis: ``x - max - log(sum(exp(x - max)))`` (in float32
-    for float16/bfloat16 ``x``, rounded once).
+def log_softmax(x: Tensor, name: str = "log_softmax", *, axis: int = -1) -> Tensor:
+    """Log-softmax over ``axis`` (the last by default): ``x - max - log(sum(exp(x -
+    max)))`` (in float32 for float16/bfloat16 ``x``, rounded once); over another axis
+    than the last between two transposes, as :func:`softmax`.
 
     Parameters
     ----------
     x : Tensor
-        A float tensor.
+        A float tensor, at least 1-d.
     name : str, optional
         The output stage's name; helper stages are ``<name>.<what>``.
+    axis : int, optional
+        The axis normalised (keyword only; negative ones count from the end).
 
     Returns
     -------
@@ -110,8 +139,13 @@ def log_softmax(x: Tensor, name: str = "log_softmax") -> Tensor:
     Raises
     ------
     ShapeError, DTypeError
-        For an argument of the wrong rank, dtype or extent (the message names it).
+        For an argument of the wrong rank, dtype or extent, or an axis out of range (the
+        message names it).
     """
+    return _along(x, "log_softmax", name, axis, _log_softmax)
+
+
+def _log_softmax(x, name: str):
     acc, m, e, s = _softmax_parts(x, "log_softmax", name)
     return _te.compute(x.shape, lambda *i: (x[i].astype(acc) - m[i[:-1]].astype(acc) -
                                             _te.log(s[i[:-1]])).astype(x.dtype), name=name,
@@ -163,7 +197,7 @@ def mse_loss(pred: Tensor, target: Tensor, name: str = "mse_loss") -> Tensor:
     Parameters
     ----------
     pred : Tensor
-        The prediction.
+        The prediction, any shape (0-d too).
     target : Tensor
         Of ``pred``'s shape and dtype.
     name : str, optional
@@ -190,6 +224,8 @@ def mse_loss(pred: Tensor, target: Tensor, name: str = "mse_loss") -> Tensor:
     def f(i):
         idx = tuple(ax.var for ax in axes)
         d = pred[idx].astype(acc) - target[idx].astype(acc)
+        if not axes:    # 0-d tensors: the one squared difference (a sum over no axis is none)
+            return d * d
         return _te.sum(d * d * (1.0 / n), axis=axes)
 
     loss = _te.compute((1,), f, name=name if acc == pred.dtype else f"{name}.acc", tag="loss")

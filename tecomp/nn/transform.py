@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import List, Sequence
 
 import numpy as np
@@ -30,7 +31,8 @@ def pad(data: Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None
     pad_after : sequence of int, optional
         Elements added after each dimension (default: ``pad_before``).
     value : float, optional
-        The padding value (0 by default).
+        The padding value (0 by default): a number ``data``'s dtype holds (an integer in
+        its range for an integer tensor, not NaN).
     name : str, optional
         The output stage's name; helper stages are ``<name>.<what>``.
 
@@ -42,7 +44,8 @@ def pad(data: Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None
     Raises
     ------
     ShapeError, DTypeError
-        For an argument of the wrong rank, dtype or extent (the message names it).
+        For an argument of the wrong rank, dtype or extent, or a ``value`` the dtype
+        cannot hold (the message names it).
 
     Examples
     --------
@@ -61,10 +64,7 @@ def pad(data: Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None
                    f"{data.ndim}-d), got {v!r}")
         for d, x in enumerate(v):
             a.ints(f"{arg}[{d}]", x, 0, count=1, high=None)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or \
-            (not _dt.is_float(data.dtype) and (not math.isfinite(value) or value != int(value))):
-        a.fail(f"value must be a number that data ({data.name}, {data.dtype}) can hold, got "
-               f"{value!r}", DTypeError)
+    value = a.scalar("value", value, data, "data")
     # exact (index_add): a constant extent padded past int32 becomes an int64 one, where
     # ``+`` would wrap it (2**31 - 4 rows padded by 3 and 3 made -2**31 + 2 of them)
     shape = [_op.index_add(_op.index_add(e, int(b)), int(a)) if (b or a) else e
@@ -175,7 +175,8 @@ def reshape(x: Tensor, shape: Sequence[int], name: str = "reshape") -> Tensor:
     x : Tensor
         The tensor, with constant extents.
     shape : sequence of int
-        The new extents; one may be -1 (inferred).
+        The new extents; one may be -1 (inferred); ``()`` for a tensor of one element
+        (a 0-d result).
     name : str, optional
         The output stage's name; helper stages are ``<name>.<what>``.
 
@@ -193,13 +194,18 @@ def reshape(x: Tensor, shape: Sequence[int], name: str = "reshape") -> Tensor:
     a.tensor("x", x, dtype=None)
     dims = [a.constant("x", x, d, "extent") for d in range(x.ndim)]
     total = math.prod(dims)
-    shape = (shape,) if isinstance(shape, (int, Const)) else shape
+    def is_int(v):
+        return (isinstance(v, numbers.Integral) and not isinstance(v, bool)) or \
+            (isinstance(v, Const) and _dt.is_int(v.dtype))
+
+    shape = (shape,) if is_int(shape) else shape
+    # (numpy integers too, as the kernels and strides take them; () for one element: 0-d)
     want = [int(v.value) if isinstance(v, Const) else int(v) for v in shape] if \
-        isinstance(shape, (tuple, list)) and shape and all(
-            (isinstance(v, int) and not isinstance(v, bool)) or
-            (isinstance(v, Const) and _dt.is_int(v.dtype)) for v in shape) else None
+        isinstance(shape, (tuple, list)) and (shape or total == 1) and all(
+            is_int(v) for v in shape) else None
     if want is None:
-        a.fail(f"the new shape must be a non-empty tuple of ints, got {shape!r}")
+        a.fail(f"the new shape must be a tuple of ints (() only for a tensor of one "
+               f"element), got {shape!r:.60}")
     if want.count(-1) > 1 or any(v < 1 and v != -1 for v in want):
         a.fail(f"at most one extent may be -1, the others >= 1; got {tuple(want)}")
     if -1 in want:
@@ -259,6 +265,9 @@ def concatenate(tensors: Sequence[Tensor], axis: int = 0, name: str = "concatena
         a.tensor(f"tensors[{k}]", t, None if k == 0 else ts[0].ndim, dtype=None,
                  like=None if k == 0 else ("tensors[0]", ts[0]))
     nd = ts[0].ndim
+    if nd == 0:
+        a.fail("the tensors are 0-d: they have no axis to join along; reshape them to (1,) "
+               "(tecomp.nn.reshape)")
     ax = a.axis("axis", axis, nd, f"{nd}-d tensors")
     for t in ts[1:]:
         for d in range(nd):

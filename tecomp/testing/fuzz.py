@@ -37,7 +37,12 @@ start with exit status 2 and one line saying why.  Every
 case of the ``threads`` family (:mod:`tecomp.testing.concurrency`: modules, pools, the
 workspace cache and ``torch.compile`` used from several threads at once, while the thread
 count changes, kernels are built and exported and the workspace released, or the process
-forks; every result bit for bit against a serial run); ``--only threads`` runs it alone.  Cases run in worker subprocesses, so a
+forks; every result bit for bit against a serial run); ``--only threads`` runs it alone.
+Every ``--args-every``-th seed (default 50) is a case of the ``nnargs`` family
+(:mod:`tecomp.testing.nnargs`: one ``tecomp.nn`` call whose arguments a careless user or
+an attacker wrote -- ``True``, ``1.5``, NaN, ``2**31``, ``300`` for an int8 bound,
+``"SAMEE"`` --, refused with a TecompError naming the argument or computed as numpy and
+PyTorch compute it); ``--only nnargs`` runs it alone.  Cases run in worker subprocesses, so a
 case that kills its process (a segfault in generated code) is recorded as a crash and the
 worker restarts after it; a case that runs longer than ``--case-timeout`` seconds has its
 worker killed and is recorded as a hang.  At the end it prints the cases run, the rejected schedules
@@ -67,6 +72,7 @@ from .diff import (draw_case, draw_gpu_int8_gemm_case, draw_int8_gemm_case,
 from .draw import RandomDraw
 from .edges import EdgeCase, draw_edge_case, run_edge_case
 from .ops import OpCase, draw_op_case, run_op_case
+from .nnargs import ArgsCase, draw_nnargs_case, run_nnargs_case
 from .store_root import StoreRootCase, draw_store_root_case, run_store_root_case
 from .concurrency import ThreadsCase, draw_threads_case, run_threads_case
 
@@ -83,7 +89,7 @@ def _have_cxx() -> bool:
 def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: str = "llvm",
                   tensorize_every: int = 0, gpu_target: str = "cuda-emu", edge_every: int = 0,
                   store_root_every: int = 0, tensor_core_every: int = 0, op_every: int = 0,
-                  threads_every: int = 0):
+                  threads_every: int = 0, args_every: int = 0):
     """Case ``seed``.  Every ``edge_every``-th is an edge case (``edges.py``: the drawn
     case of the same seed, written or called the way a careless user or an attacker
     would); of the others, every ``store_root_every``-th is a case of the ``store_root``
@@ -97,7 +103,13 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
     ``tecomp.nn`` operator call with random parameters, its own random stream); after
     them, every ``threads_every``-th seed (``seed % threads_every ==
     threads_family_residue(threads_every)``; 0: none) is a case of the ``threads`` family
-    (``concurrency.py``: kernels, pools and caches used from several threads at once)."""
+    (``concurrency.py``: kernels, pools and caches used from several threads at once);
+    before those, every ``args_every``-th seed (``seed % args_every ==
+    args_family_residue(args_every)``; 0: none; the defaults' residues never meet) is a
+    case of the ``nnargs`` family
+    (``nnargs.py``: one ``tecomp.nn`` call with arguments a careless user or an attacker
+    wrote, which must be refused with a TecompError naming the argument or computed as
+    numpy / PyTorch compute it)."""
     import dataclasses
 
 
@@ -105,6 +117,8 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
         raise ValueError(f"gpu_target must be one of {GPU_TARGETS}, not {gpu_target!r}")
     if op_every and seed % op_every == 0:
         return draw_op_case(seed, cpu_target)
+    if args_every and seed % args_every == args_family_residue(args_every):
+        return draw_nnargs_case(seed, cpu_target)
     if threads_every and seed % threads_every == threads_family_residue(threads_every):
         return draw_threads_case(seed)
     if edge_every and seed % edge_every == 1 % edge_every:
@@ -162,6 +176,14 @@ def threads_family_residue(every: int) -> int:
     return 9 % every
 
 
+def args_family_residue(every: int) -> int:
+    """The seeds of the ``nnargs`` family are those ``seed % every ==`` this: with the
+    default ``--args-every 50``, 4 (seeds 4, 54, 104, ...: plain drawn cases before, no
+    edge, auto-scheduler, int8, GPU, store_root or threads seed; and 0 with
+    ``--args-every 1``: every seed)."""
+    return 4 % every
+
+
 def cuda_unavailable() -> "str | None":
     """Why ``--gpu-target cuda`` cannot run here (None when it can): its GPU cases run on
     device 0 through pycuda (compiled by nvcc) and in the CUDA emulation (a C++ compiler)."""
@@ -216,7 +238,7 @@ def _worker(args) -> int:
             case = case_for_seed(seed, args.gpu_every, args.auto_every, args.cpu_target,
                                  args.tensorize_every, args.gpu_target, args.edge_every,
                                  args.store_root_every, args.tensor_core_every, args.op_every,
-                                 args.threads_every)
+                                 args.threads_every, args.args_every)
             o = _run(case, seed, args)
         except Exception as e:  # noqa: BLE001 - a bug in the fuzzer itself
             print(json.dumps({"seed": seed, "kind": "crash", "target": "?",
@@ -248,6 +270,8 @@ def _run(case, seed, args):
         return run_store_root_case(case, check_passes=args.check_passes)
     if isinstance(case, OpCase):
         return run_op_case(case)
+    if isinstance(case, ArgsCase):
+        return run_nnargs_case(case)
     if isinstance(case, ThreadsCase):
         return run_threads_case(case)
     return run_case(case, check_passes=args.check_passes, also=also_for_seed(seed, args))
@@ -258,6 +282,8 @@ def _target_label(case) -> str:
     ``store_root`` or ``ops:<kind>``."""
     if isinstance(case, OpCase):
         return f"ops:{case.spec['kind']}"
+    if isinstance(case, ArgsCase):
+        return f"nnargs:{case.spec['kind']}"
     if isinstance(case, ThreadsCase):
         return f"threads:{case.spec['scenario']}"
     if isinstance(case, StoreRootCase):
@@ -274,7 +300,7 @@ def _spawn(args, start, count, step):
            "--tensorize-every", str(args.tensorize_every), "--gpu-target", args.gpu_target,
            "--edge-every", str(args.edge_every), "--store-root-every", str(args.store_root_every),
            "--tensor-core-every", str(args.tensor_core_every), "--op-every", str(args.op_every),
-           "--threads-every", str(args.threads_every),
+           "--threads-every", str(args.threads_every), "--args-every", str(args.args_every),
            "--out", args.out]
     if args.check_passes:
         cmd.append("--check-passes")
@@ -330,9 +356,16 @@ def main(argv=None) -> int:
                          "fork during a parallel region; every result bit for bit against a "
                          "serial run; 0: none).  Its long runs: python -m "
                          "tecomp.testing.concurrency --burners 2 --iterations 40")
-    ap.add_argument("--only", choices=("ops", "threads"), default=None,
+    ap.add_argument("--args-every", type=int, default=50,
+                    help="every k-th seed (those with seed %% k == 4 %% k) is a case of the "
+                         "nnargs family (tecomp.testing.nnargs: one tecomp.nn call whose "
+                         "stride, padding, axis, eps, clip bound, flag or shape a careless "
+                         "user or an attacker wrote -- True, 1.5, NaN, 2**31, 300 for int8, "
+                         "'SAMEE' --: a TecompError naming the argument, or numpy's / "
+                         "PyTorch's answer; 0: none)")
+    ap.add_argument("--only", choices=("ops", "threads", "nnargs"), default=None,
                     help="run one family alone: 'ops' is --op-every 1, 'threads' "
-                         "--threads-every 1")
+                         "--threads-every 1, 'nnargs' --args-every 1")
     ap.add_argument("--check-passes", action="store_true",
                     help="also run the pass-by-pass checker on every case")
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "tecomp-fuzz-reports"),
@@ -357,7 +390,9 @@ def main(argv=None) -> int:
     if args.only == "ops":
         args.op_every = 1
     elif args.only == "threads":
-        args.threads_every = 1
+        args.threads_every, args.args_every = 1, 0
+    elif args.only == "nnargs":
+        args.args_every = 1
 
     if args.worker:
         return _worker(args)
@@ -371,7 +406,7 @@ def main(argv=None) -> int:
         case = case_for_seed(args.replay, args.gpu_every, args.auto_every, args.cpu_target,
                              args.tensorize_every, args.gpu_target, args.edge_every,
                              args.store_root_every, args.tensor_core_every, args.op_every,
-                             args.threads_every)
+                             args.threads_every, args.args_every)
         o = _run(case, args.replay, args)
         if o.kind == "refused":
             print(f"seed {args.replay}: refused as documented in {o.stage}: {o.detail}\n"

@@ -354,7 +354,8 @@ CASES = [
      r"pad P: pad_before must give one padding per dimension of data \(X, 4-d\)"),
     ("pad", lambda: nn.pad(X4, (0, 0, 1, -1)), S, r"pad pad: pad_before\[3\] must be an int >= 0"),
     ("pad", lambda: nn.pad(P(4, dtype="int32", name="I"), (1,), value=0.5), D,
-     r"value must be a number that data \(I, int32\) can hold, got 0.5"),
+     r"value must be an integer that data \(I, int32\) can hold \(in \[-2147483648, "
+     r"2147483647\]\), got 0.5"),
     ("flatten", lambda: nn.flatten(P(6, name="X")), S,
      r"flatten flatten: data \(X\) must be at least 2-d \[batch, d1, d2, ...\], got 1-d"),
     ("flatten", lambda: nn.flatten(P(2, tc.var("n"), name="X")), S,
@@ -367,7 +368,8 @@ CASES = [
     ("reshape", lambda: nn.reshape(M2, (0, -1)), S,
      r"at most one extent may be -1, the others >= 1; got \(0, -1\)"),
     ("reshape", lambda: nn.reshape(M2, "24"), S,
-     r"the new shape must be a non-empty tuple of ints, got '24'"),
+     r"the new shape must be a tuple of ints \(\(\) only for a tensor of one element\), "
+     r"got '24'"),
     ("concatenate", lambda: nn.concatenate([M2, P(4, 6, 1, name="B")]), S,
      r"concatenate concatenate: tensors\[1\] \(B\) must be 2-d, got 3-d"),
     ("concatenate", lambda: nn.concatenate([M2, P(4, 6, dtype="float64", name="B")]), D,
@@ -483,7 +485,8 @@ CASES = [
     ("clip", lambda: nn.clip(P(2, name="X")), S,
      r"clip clip: give a_min, a_max or both \(both are None\)"),
     ("clip", lambda: nn.clip(P(2, dtype="int32", name="X"), 0.5, 3), D,
-     r"clip clip: a_min must be an integer that x \(X, int32\) can hold, got 0.5"),
+     r"clip clip: a_min must be an integer that x \(X, int32\) can hold \(in "
+     r"\[-2147483648, 2147483647\]\), got 0.5"),
     ("clip", lambda: nn.clip(P(2, name="X"), float("nan"), 1.0), D,
      r"clip clip: a_min must be a number that x \(X, float32\) can hold, got nan"),
     ("cast", lambda: nn.cast(P(2, name="X"), "float8"), D,
@@ -661,6 +664,70 @@ CASES = [
     ("winograd_weight_transform", lambda: nn.winograd_weight_transform(W4, tile=4.0), S,
      r"winograd_weight_transform winograd_weight: tile 4.0 is not one tecomp builds; give 2 "
      r"or 4"),
+    # session 23 (the nnargs probe): a bound or padding value past the dtype's range wrapped
+    # (clip(int8, None, 300) clipped to 44); float bounds past the range became inf
+    ("clip", lambda: nn.clip(P(4, dtype="int8", name="X"), None, 300), D,
+     r"clip clip: a_max must be an integer that x \(X, int8\) can hold \(in \[-128, 127\]\), "
+     r"got 300"),
+    ("clip", lambda: nn.clip(P(4, dtype="uint8", name="X"), -1, 3), D,
+     r"a_min must be an integer that x \(X, uint8\) can hold \(in \[0, 255\]\), got -1"),
+    ("clip", lambda: nn.clip(P(4, name="X"), 1e40), D,
+     r"clip clip: a_min 1e\+40 overflows x \(X, float32\) \(it would be inf\); give a finite "
+     r"number in its range, or inf itself"),
+    ("clip", lambda: nn.clip(P(4, dtype="float16", name="X"), None, 1e6), D,
+     r"a_max 1000000.0 overflows x \(X, float16\)"),
+    ("pad", lambda: nn.pad(P(4, dtype="int8", name="I"), (1,), value=300), D,
+     r"pad pad: value must be an integer that data \(I, int8\) can hold \(in \[-128, 127\]\)"),
+    # an int past float64's range (10**400) was an OverflowError from float()
+    ("clip", lambda: nn.clip(P(4, name="X"), -10**400), D,
+     r"clip clip: a_min -1000.*\.\.\. overflows x \(X, float32\) \(it would be inf\)"),
+    ("leaky_relu", lambda: nn.leaky_relu(P(4, name="X"), 10**400), S,
+     r"leaky_relu leaky_relu: alpha must be a finite number, got 1000"),
+    ("layer_norm", lambda: nn.layer_norm(M2, P(6, name="G"), P(6, name="B"), eps=10**400), S,
+     r"layer_norm layer_norm: eps must be a finite number >= 0.0, got 1000"),
+    ("quantize", lambda: quant.quantize(P(4, name="X"), 10**400, 0), tc.ComputeError,
+     r"quantize quantize: scale must be a finite number > 0, got 1000"),
+    # an adaptive output_size of 2**30 looped over its windows in Python for minutes
+    ("adaptive_avg_pool2d", lambda: nn.adaptive_avg_pool2d(X4, 2**30), S,
+     r"adaptive_avg_pool2d adaptive_avg_pool2d: output_size 1073741824 over the 8 elements of "
+     r"the height: the windows' bounds \(up to 1073741824 \* 9 - 1\) pass 2147483647"),
+    # transpose_b="yes" was read as True, None as False
+    ("batch_matmul", lambda: nn.batch_matmul(P(2, 3, 4, name="A"), P(2, 5, 4, name="B"),
+                                             transpose_b="yes"), S,
+     r"batch_matmul batch_matmul: transpose_b must be True or False, got 'yes'"),
+    ("batch_matmul", lambda: nn.batch_matmul(P(2, 4, 3, name="A"), P(2, 4, 5, name="B"),
+                                             transpose_a=1), S,
+     r"transpose_a must be True or False, got 1"),
+    # eps=0 in training: a constant channel is NaN (PyTorch refuses it too)
+    ("batch_norm", lambda: nn.batch_norm(X4, eps=0.0), S,
+     r"batch_norm batch_norm: eps must be > 0 in training, got 0.0"),
+    ("batch_norm_train", lambda: nn.batch_norm_train(X4, P(3, name="G"), P(3, name="B"),
+                                                     eps=0), S,
+     r"batch_norm_train batch_norm: eps must be > 0 in training"),
+    # a kernel_layout's weight of the wrong channels was named by its HWIO stage
+    ("conv2d_nhwc", lambda: nn.conv2d_nhwc(H4, P(3, 3, 3, 4, name="W"), kernel_layout="HWOI"), S,
+     r"conv2d_nhwc conv2d_nhwc: weight \(W\) has 4 input channels \(axis 3\) but data \(X\) "
+     r"has 3 \(axis 3\); they must be equal \(the weight is HWOI"),
+    # softmax over any axis (it had none: a Python TypeError for axis=)
+    ("softmax", lambda: nn.softmax(M2, axis=2), S,
+     r"softmax softmax: axis 2 is out of range for x \(A\) \(2-d\); give an int in \[-2, 1\]"),
+    ("log_softmax", lambda: nn.log_softmax(M2, axis=True), S,
+     r"log_softmax log_softmax: axis must be an int \(an axis of x \(A\)\), got True"),
+    # a bool axis was "out of range"; a 0-d tensor's range was [0, -1]
+    ("sum", lambda: nn.sum(M2, axis=True), S,
+     r"sum sum: axis must be an int \(an axis of x \(A\)\), got True"),
+    ("concatenate", lambda: nn.concatenate([P(name="S"), P(name="T")]), S,
+     r"concatenate concatenate: the tensors are 0-d: they have no axis to join along; "
+     r"reshape them to \(1,\)"),
+    ("prelu", lambda: nn.prelu(P(name="S"), P(1, name="T"), axis=0), S,
+     r"prelu prelu: x \(S\) must be at least 1-d"),
+    ("bias_add", lambda: nn.bias_add(P(name="S"), P(1, name="T"), axis=0), S,
+     r"bias_add bias_add: .*0-d"),
+    # a name that is not a string was refused by tc.compute, naming no operator
+    ("conv2d_nchw", lambda: nn.conv2d_nchw(X4, W4, name=5), tc.ExprError,
+     r"conv2d_nchw 5: name must be a string \(the output stage's name\), got 5"),
+    ("softmax", lambda: nn.softmax(M2, 1), tc.ExprError,
+     r"softmax 1: name must be a string"),
     ("winograd_matrices", lambda: nn.winograd_matrices(2.0), S,
      r"winograd_matrices F\(m x m, 3 x 3\): m=2.0 is not one tecomp builds"),
     ("conv2d_winograd", lambda: nn.conv2d_winograd(

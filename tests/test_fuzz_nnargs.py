@@ -1,0 +1,104 @@
+"""The fuzzer's nnargs family (tecomp.testing.nnargs): one tecomp.nn call whose arguments a
+careless user or an attacker wrote (True, 1.5, NaN, 2**31, 300 for an int8 bound,
+"SAMEE", an axis out of range...): refused with a TecompError that begins with the
+operator and names the argument, or computed as numpy / PyTorch compute it.  One legal and
+one illegal seed of each kind by default; TECOMP_LONG_TESTS=1 runs 300 more.  The
+campaign is ``python -m tecomp.testing.fuzz --only nnargs --cases 2000``."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tecomp.testing.fuzz import args_family_residue, case_for_seed
+from tecomp.testing.nnargs import (KINDS, ArgsCase, decode, draw_nnargs_case,
+                                   run_nnargs_case)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _first_seed(pred, start=0):
+    seed = start
+    while not pred(draw_nnargs_case(seed).spec):
+        seed += 1
+    return seed
+
+
+_DEFAULT = sorted({_first_seed(lambda sp, k=k, bad=bad: sp["kind"] == k
+                               and bool(sp.get("illegal")) == bad)
+                   for k in KINDS for bad in (False, True)})
+
+
+@pytest.mark.parametrize("seed", _DEFAULT)
+def test_one_legal_and_one_illegal_case_of_each_kind(seed):
+    case = draw_nnargs_case(seed)
+    out = run_nnargs_case(case)
+    assert out.kind == ("refused" if case.spec.get("illegal") else "ok"), out.report()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(30_000, 30_300))
+def test_nnargs_campaign(seed):
+    out = run_nnargs_case(draw_nnargs_case(seed))
+    assert out.ok, out.report()
+
+
+def test_the_spec_is_json_and_decodes_hostile_values():
+    """The reproducer holds the spec as JSON; numpy scalars, NaN and tc.var come back."""
+    import numpy as np
+    import tecomp as tc
+
+    for seed in range(40):
+        case = draw_nnargs_case(seed)
+        json.dumps(case.spec)
+        assert "nn." + case.spec["op"] in case.source()
+    assert isinstance(decode({"$": "int64", "v": 2}), np.int64)
+    assert str(decode({"$": "float", "v": "nan"})) == "nan"
+    assert isinstance(decode({"$": "var"}), tc.Var)
+    assert decode({"$": "tuple", "v": [1, {"$": "tuple", "v": [2, 3]}]}) == (1, (2, 3))
+
+
+def test_the_checker_sees_each_kind_of_failure(monkeypatch):
+    """An illegal call accepted, a legal one refused, a refusal that names another
+    argument, a Python exception and a wrong value are each reported."""
+    from tecomp import nn
+    from tecomp.testing import nnargs
+
+    legal = ArgsCase({"op": "clip", "kind": "scalar", "inputs": [[[2, 3], "int8"]],
+                      "kwargs": {"a_min": -3, "a_max": 100}}, seed=1)
+    assert run_nnargs_case(legal).kind == "ok"
+    wraps = ArgsCase(dict(legal.spec, kwargs={"a_min": None, "a_max": 300},
+                          illegal="a_max", illegal_any=["a_max"]), seed=1)
+    assert run_nnargs_case(wraps).kind == "refused"
+    other = ArgsCase(dict(wraps.spec, illegal="a_min", illegal_any=["a_min"]), seed=1)
+    assert run_nnargs_case(other).kind == "mismatch"
+    refused = ArgsCase(dict(legal.spec, kwargs={"a_min": None, "a_max": None}), seed=1)
+    out = run_nnargs_case(refused)
+    assert out.kind == "crash" and "a legal call refused" in out.detail
+    accepted = ArgsCase(dict(legal.spec, illegal="a_min", illegal_any=["a_min"]), seed=1)
+    assert run_nnargs_case(accepted).kind == "mismatch"
+    monkeypatch.setattr(nn, "clip", lambda *a, **k: [][1])
+    assert run_nnargs_case(legal).kind == "crash"
+    monkeypatch.undo()
+    monkeypatch.setattr(nnargs, "_reference", lambda sp, arrays, dtype: (arrays[0] + 1, True))
+    assert run_nnargs_case(legal).kind == "mismatch"
+
+
+def test_the_family_is_in_the_rotation():
+    r = args_family_residue(50)
+    assert r == 4 and args_family_residue(1) == 0
+    assert isinstance(case_for_seed(54, 0, args_every=50), ArgsCase)
+    assert not isinstance(case_for_seed(55, 0, args_every=50), ArgsCase)
+    assert not isinstance(case_for_seed(54, 0), ArgsCase)
+
+
+def test_fuzz_only_nnargs(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               TECOMP_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.run([sys.executable, "-m", "tecomp.testing.fuzz", "--only", "nnargs",
+                        "--cases", "3", "--seed", "0", "--jobs", "1", "--quiet",
+                        "--out", str(tmp_path)], capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "cases run: 3 (nnargs:" in p.stdout and "mismatches: 0" in p.stdout, p.stdout
