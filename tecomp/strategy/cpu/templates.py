@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Dict, Optional
 
 from .. import rules as _rules
-from ...errors import AutoScheduleError, ScheduleError
+from ...errors import AutoScheduleError, InternalError, ScheduleError, TecompError
 from ...lower import lower
 from ...schedule.schedule import Schedule, create_schedule
 from .._common import _walk
@@ -114,8 +114,15 @@ def _template(outs, knobs, info: CpuModel) -> Optional[Schedule]:
             s = fn(outs, knobs, info)
         except AutoScheduleError:
             raise
-        except Exception:  # noqa: BLE001 - a template that does not fit: the generic rules
+        except TecompError:
+            # a template that does not fit (``_NoTemplate``) or whose schedule tecomp's own
+            # checks refuse: the generic rules schedule the DAG
             return None
+        except Exception as exc:  # noqa: BLE001 - re-raised: a template's crash is a bug
+            names = ", ".join(getattr(getattr(t, "op", t), "name", "?") for t in outs)
+            raise InternalError(
+                f"the CPU template {fn.__name__} failed on the outputs [{names}] with "
+                f"{type(exc).__name__}: {exc}") from exc
         if s is not None:
             return s
     for d in (knobs.space, knobs.values, knobs.defaults):
