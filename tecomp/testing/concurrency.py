@@ -57,14 +57,14 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
 import tecomp as tc
 from .. import threads as _threads
-from .diff import Outcome
+from .diff import Outcome, SpecCase
 
 FAMILY = "threads"
 SCENARIOS = ("same_module", "many_modules", "build_while_running", "torch_compile", "fork")
@@ -74,18 +74,11 @@ DEADLINE = 120.0
 
 
 @dataclass
-class ThreadsCase:
+class ThreadsCase(SpecCase):
     """One case: ``spec`` (JSON-able: the scenario, its workloads, thread counts and
     iterations) and the seed of its data."""
 
-    spec: dict
-    seed: int = 0
-    target: str = "llvm"
-    name: str = ""
-    fuzz_seed: int = 0
     family: str = FAMILY
-    n: int = 0
-    twist: dict = field(default_factory=dict)
 
     def source(self) -> str:
         return "\n".join([

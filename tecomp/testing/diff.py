@@ -17,7 +17,7 @@ import dataclasses
 import os
 import tempfile
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -133,6 +133,23 @@ class Case:
             lines.append(f"for g, want in zip(got, [{', '.join(outs)}]):")
             lines.append("    print(np.max(np.abs(g.astype('float64') - want), initial=0))")
         return "\n".join(x for x in lines if x)
+
+
+@dataclass
+class SpecCase:
+    """A case of a family that draws a JSON-able ``spec`` (``ops``, ``nnargs``,
+    ``threads``; each subclasses this with its ``family``): the spec, the seed of its
+    data, the target, its name, the fuzz seed it was drawn from, and the fields the
+    fuzz driver reads of every case (``n``, ``twist``)."""
+
+    spec: dict
+    seed: int = 0
+    target: str = "llvm"
+    name: str = ""
+    fuzz_seed: int = 0
+    family: str = ""
+    n: int = 0
+    twist: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -49,14 +49,14 @@ from __future__ import annotations
 import math
 import numbers
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 import tecomp as tc
 from .. import nn
 from ..errors import TecompError
-from .diff import Outcome
+from .diff import Outcome, SpecCase
 from .draw import RandomDraw
 
 FAMILY = "nnargs"
@@ -144,18 +144,11 @@ def _holds(dtype: str, v) -> bool:
 # the case
 
 @dataclass
-class ArgsCase:
+class ArgsCase(SpecCase):
     """One case: ``spec`` (JSON-able: the operator, its inputs, its arguments as drawn,
     which argument is illegal if one is) and the seed of its data."""
 
-    spec: dict
-    seed: int = 0
-    target: str = "llvm"
-    name: str = ""
-    fuzz_seed: int = 0
     family: str = FAMILY
-    n: int = 0
-    twist: dict = field(default_factory=dict)
 
     def call_source(self) -> str:
         sp = self.spec

@@ -76,14 +76,14 @@ import itertools
 import math
 import numbers
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 import tecomp as tc
 from .. import nn
 from ..errors import TecompError
-from .diff import Outcome
+from .diff import Outcome, SpecCase
 from .draw import RandomDraw
 
 FAMILY = "ops"
@@ -94,18 +94,11 @@ SPECIALS = (float("nan"), float("inf"), float("-inf"), -0.0)
 
 
 @dataclass
-class OpCase:
+class OpCase(SpecCase):
     """One case: ``spec`` (JSON-able: the operator, its arguments, the input shape and how
     the arrays are passed) and the seed of its data."""
 
-    spec: dict
-    seed: int = 0
-    target: str = "llvm"
-    name: str = ""
-    fuzz_seed: int = 0
     family: str = FAMILY
-    n: int = 0
-    twist: dict = field(default_factory=dict)
 
     def call_source(self) -> str:
         """The operator call as Python (``Y = nn.<op>(X, ...)``)."""
