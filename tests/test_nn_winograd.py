@@ -533,3 +533,29 @@ def test_winograd_gradient_keeps_its_stages_where_they_are_asked_for():
     Y2 = nn.conv2d_nchw(X, W, padding=1, algorithm="winograd", name="c2")
     tc.autodiff.stop_gradient(stage(Y2, "winograd_vt"))
     assert _Gradient(Y2, [W], None).equal(Y2) is Y2
+
+
+def test_weights_given_transformed_are_scheduled_by_the_template():
+    """A placeholder for the transformed weights (the weight transform run once, apart):
+    the CPU template reads the placeholder's tags as none (it crashed on them, which the
+    strategy hid by falling back to the generic rules) and computes the convolution."""
+    W = tc.placeholder((3, 3, 16, 32), name="W")
+    U = nn.winograd_weight_transform(W, "NHWC", tile=2)
+    wt = tc.build(tc.auto_schedule([W, U]), [W, U])
+    X = tc.placeholder((1, 6, 6, 16), name="X")
+    Ut = tc.placeholder(U.shape, name="U")
+    Y = nn.conv2d_winograd(X, Ut, "NHWC", padding=1)
+    conv = tc.build(tc.auto_schedule([X, Ut, Y]), [X, Ut, Y])
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((3, 3, 16, 32)).astype("float32")
+    x = rng.standard_normal((1, 6, 6, 16)).astype("float32")
+    u = np.zeros(tc.utils.get_const_tuple(U.shape), "float32")
+    wt(w, u)
+    y = np.zeros((1, 6, 6, 32), "float32")
+    conv(x, u, y)
+    xp = np.pad(x.astype("float64"), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    ref = np.zeros((1, 6, 6, 32))
+    for dy in range(3):
+        for dx in range(3):
+            ref += xp[:, dy:dy + 6, dx:dx + 6, :] @ w[dy, dx].astype("float64")
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)

@@ -64,7 +64,8 @@ def _template_or_rules(into, outs, target) -> Schedule:
 
 
 def _op_tags(op) -> set:
-    return set(t.strip() for t in (op.tag or "").split(",") if t.strip())
+    """The tags of ``op`` (a compute's comma-separated ``tag``; a placeholder has none)."""
+    return set(t.strip() for t in (getattr(op, "tag", None) or "").split(",") if t.strip())
 
 
 def config_fields(config, who: str, names, cls=None) -> dict:
