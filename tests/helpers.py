@@ -1,4 +1,8 @@
 """Shared helpers for the test suite."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -226,3 +230,16 @@ class DLPackWrapper:
 
     def __dlpack_device__(self):
         return self.x.__dlpack_device__()
+
+
+def fuzz_cli(tmp_path, *args, env_extra=None, timeout=300):
+    """``python -m tecomp.testing.fuzz --jobs 1 --quiet --out tmp_path *args`` in a
+    subprocess, with this checkout importable (``env_extra``: more environment)."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(env_extra or {})
+    return subprocess.run(
+        [sys.executable, "-m", "tecomp.testing.fuzz", "--jobs", "1", "--quiet",
+         "--out", str(tmp_path), *args],
+        capture_output=True, text=True, env=env, timeout=timeout)

@@ -7,8 +7,6 @@ the fuzzer found is pinned below as a minimal regression test.
 """
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,7 +17,7 @@ import tecomp as tc
 from tecomp.ir import interp
 from tecomp.testing import HypothesisDraw, RandomDraw, draw_case, run_case
 
-from helpers import build_and_interp
+from helpers import build_and_interp, fuzz_cli
 
 LONG = os.environ.get("TECOMP_LONG_FUZZ", "") not in ("", "0")
 HAVE_CXX = shutil.which(os.environ.get("CXX", "g++")) is not None
@@ -282,16 +280,9 @@ def _run_fuzz(tmp_path, cases, gpu_every, seed, extra=(), env_extra=None):
     """``python -m tecomp.testing.fuzz`` in a subprocess, with this checkout importable
     (no edge, tensor-core, threads or nnargs cases unless ``extra`` asks: the seeds pinned here
     are the generator's)."""
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(env_extra or {})
-    return subprocess.run(
-        [sys.executable, "-m", "tecomp.testing.fuzz", "--cases", str(cases), "--jobs", "1",
-         "--gpu-every", str(gpu_every), "--seed", str(seed), "--out", str(tmp_path), "--quiet",
-         "--edge-every", "0", "--tensor-core-every", "0", "--threads-every", "0",
-         "--args-every", "0", *extra],
-        capture_output=True, text=True, env=env, timeout=300)
+    return fuzz_cli(tmp_path, "--cases", str(cases), "--gpu-every", str(gpu_every),
+                    "--seed", str(seed), "--edge-every", "0", "--tensor-core-every", "0",
+                    "--threads-every", "0", "--args-every", "0", *extra, env_extra=env_extra)
 
 
 def test_fuzz_entry_point_records_a_hang_and_goes_on(tmp_path):

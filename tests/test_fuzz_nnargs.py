@@ -5,9 +5,6 @@ operator and names the argument, or computed as numpy / PyTorch compute it.  One
 one illegal seed of each kind by default; TECOMP_LONG_TESTS=1 runs 300 more.  The
 campaign is ``python -m tecomp.testing.fuzz --only nnargs --cases 2000``."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -15,7 +12,7 @@ from tecomp.testing.fuzz import args_family_residue, case_for_seed
 from tecomp.testing.nnargs import (KINDS, ArgsCase, decode, draw_nnargs_case,
                                    run_nnargs_case)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import fuzz_cli
 
 
 def _first_seed(pred, start=0):
@@ -94,11 +91,7 @@ def test_the_family_is_in_the_rotation():
 
 
 def test_fuzz_only_nnargs(tmp_path):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               TECOMP_CACHE_DIR=str(tmp_path / "cache"))
-    p = subprocess.run([sys.executable, "-m", "tecomp.testing.fuzz", "--only", "nnargs",
-                        "--cases", "3", "--seed", "0", "--jobs", "1", "--quiet",
-                        "--out", str(tmp_path)], capture_output=True, text=True, env=env,
-                       timeout=600)
+    p = fuzz_cli(tmp_path, "--only", "nnargs", "--cases", "3", "--seed", "0",
+                 env_extra={"TECOMP_CACHE_DIR": str(tmp_path / "cache")}, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "cases run: 3 (nnargs:" in p.stdout and "mismatches: 0" in p.stdout, p.stdout

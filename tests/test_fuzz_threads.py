@@ -3,8 +3,6 @@ workspace and torch.compile used from several threads at once, every result comp
 for bit with a serial run.  Short here; the long run (TECOMP_LONG_TESTS=1, or ``python -m
 tecomp.testing.concurrency --burners 2 --iterations 40``) hammers each case longer."""
 import os
-import subprocess
-import sys
 import threading
 
 import numpy as np
@@ -13,9 +11,9 @@ import pytest
 import tecomp as tc
 from tecomp.testing import concurrency as cc
 from tecomp.testing.fuzz import case_for_seed, threads_family_residue
+from helpers import fuzz_cli
 
 LONG = os.environ.get("TECOMP_LONG_TESTS") == "1"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _seed_of(scenario: str, skip: int = 0) -> int:
@@ -94,13 +92,9 @@ def test_threads_family_in_the_fuzzer_rotation():
 
 
 def test_fuzz_only_threads(tmp_path):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               TECOMP_CACHE_DIR=str(tmp_path / "cache"))
     # seeds 5 and 6: a same_module and a fork case (quick: no torch.compile)
-    p = subprocess.run([sys.executable, "-m", "tecomp.testing.fuzz", "--only", "threads",
-                        "--cases", "2", "--seed", "5", "--jobs", "1", "--quiet",
-                        "--out", str(tmp_path)], capture_output=True, text=True, env=env,
-                       timeout=600)
+    p = fuzz_cli(tmp_path, "--only", "threads", "--cases", "2", "--seed", "5",
+                 env_extra={"TECOMP_CACHE_DIR": str(tmp_path / "cache")}, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "cases run: 2 (threads:" in p.stdout and "mismatches: 0" in p.stdout, p.stdout
 

@@ -900,6 +900,23 @@ def test_short_row_reductions_prefetch_the_rows_ahead(op, rows, k, ahead, task):
     np.testing.assert_allclose(got, np_reduce(op, x, -1, False), rtol=1e-5, atol=1e-4)
 
 
+def _selection_rows(op, rows, k, dtype, ramp=False):
+    """An argmax/argmin (``op``) over the last axis of ``5 x rows x k`` floats with a NaN
+    first in one row and last in another, a row all equal (ties) and, with ``ramp``, the
+    row holding the last NaN rising before it: ``(x, X, Y, the selection's stage name,
+    numpy's answer)``."""
+    x = _block_rows(op, 5 * rows, k).reshape(5, rows, k)
+    if ramp:
+        x[1, 1, :] = np.arange(k)
+    x[0, 0, 0] = x[1, 1, -1] = np.nan
+    x[2, 2, :] = 3.0
+    X = tc.placeholder(x.shape, "float32", name="X")
+    Y = getattr(nn, op)(X, axis=-1, dtype=dtype)
+    name = f"{op}.acc" if dtype == "int64" else op
+    want = np.argmax(x, axis=-1) if op == "argmax" else np.argmin(x, axis=-1)
+    return x, X, Y, name, want
+
+
 @pytest.mark.parametrize("op", ["argmax", "argmin"])
 @pytest.mark.parametrize("rows,k,dtype,ahead", [
     (64, 256, "int64", 4), (48, 256, "int32", 4), (40, 100, "int64", 8),
@@ -912,14 +929,7 @@ def test_row_argmax_prefetches_the_rows_ahead(op, rows, k, dtype, ahead):
     vector of rows); numpy's answers with and without it: a NaN first, a NaN last, the first of
     ties, rows all equal, rows all of the identity's value, odd row lengths (tails of
     vectors)."""
-    x = _block_rows(op, 5 * rows, k).reshape(5, rows, k)
-    x[1, 1, :] = np.arange(k)
-    x[0, 0, 0] = x[1, 1, -1] = np.nan
-    x[2, 2, :] = 3.0
-    X = tc.placeholder(x.shape, "float32", name="X")
-    Y = getattr(nn, op)(X, axis=-1, dtype=dtype)
-    name = f"{op}.acc" if dtype == "int64" else op
-    want = np.argmax(x, axis=-1) if op == "argmax" else np.argmin(x, axis=-1)
+    x, X, Y, name, want = _selection_rows(op, rows, k, dtype, ramp=True)
     assert want[0, 0] == 0 and want[1, 1] == k - 1 and want[2, 2] == 0
     for knob in (None, 0):
         knobs = Knobs({} if knob is None else {f"{name}.prefetch_rows": knob})
@@ -948,13 +958,7 @@ def test_selections_prefetch_their_own_distance(op, rows, k, dtype, ahead):
     ``row_prefetch_bytes`` 0, but whose argmax does: Zen 5's table entry) prefetches an
     argmax's rows that far ahead and a sum's not at all; one with both distances gives
     the argmax its own.  numpy's answers: a NaN first, a NaN last, ties, odd rows."""
-    x = _block_rows(op, 5 * rows, k).reshape(5, rows, k)
-    x[0, 0, 0] = x[1, 1, -1] = np.nan
-    x[2, 2, :] = 3.0
-    X = tc.placeholder(x.shape, "float32", name="X")
-    Y = getattr(nn, op)(X, axis=-1, dtype=dtype)
-    name = f"{op}.acc" if dtype == "int64" else op
-    want = np.argmax(x, axis=-1) if op == "argmax" else np.argmin(x, axis=-1)
+    x, X, Y, name, want = _selection_rows(op, rows, k, dtype)
     for model in (_prefetching(0, selection_prefetch_bytes=4096),
                   _prefetching(256, selection_prefetch_bytes=4096)):
         knobs = Knobs()
