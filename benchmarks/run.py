@@ -5,6 +5,7 @@
     python3 benchmarks/run.py --quick         # fewer repetitions, no 2048^3
     python3 benchmarks/run.py --threads 1     # everything pinned to one thread
     python3 benchmarks/run.py --only gemm     # workloads whose name contains "gemm"
+    python3 benchmarks/run.py --threads 1 --cpu-time   # calls timed in CPU time (loaded machine)
     python3 benchmarks/run.py --odd           # odd shapes (benchmarks/odd.py) instead
 
 Workloads: GEMM 512^3 / 1024^3 / 2048^3 (float32), conv2d 3x3 stride 1 pad 1 (N=1,
@@ -15,7 +16,9 @@ TVM and Halide where installed (hand-written schedules in ``benchmarks/others.py
 
 Method: every tool's kernel is built first and checked against a float64 reference;
 then the tools run interleaved in one process (each round, every tool runs three calls
-back to back, the first untimed; the order rotates), and the table reports medians.  Output arrays are preallocated
+back to back, the first untimed; the order rotates), and the table reports medians (``--cpu-time``: of the process's CPU
+time per call, with ``--threads 1``: on a loaded machine, the time slices the call ran, not
+those other processes took; the FMA peak in the GEMM lines stays a wall-time best).  Output arrays are preallocated
 (destination passing) wherever the tool allows it.  The machine's load (``uptime``) is
 printed before and after.  Also reported: compile times (tecomp's lowering vs LLVM, and
 TVM's and Halide's for the same kernels) and the thread pool's dispatch overhead per
@@ -37,10 +40,15 @@ def _parse():
     p.add_argument("--only", default="", help="run the workloads whose name contains this")
     p.add_argument("--tools", default="", help="comma-separated subset of tools")
     p.add_argument("--no-compile", action="store_true", help="skip the compile-time table")
+    p.add_argument("--cpu-time", action="store_true",
+                   help="time the calls in the process's CPU time (needs --threads 1)")
     p.add_argument("--odd", action="store_true",
                    help="odd shapes (benchmarks/odd.py: primes, batch-1 dense, strided and "
                         "dilated convs, odd channel counts) against numpy and PyTorch")
-    return p.parse_args()
+    args = p.parse_args()
+    if args.cpu_time and args.threads != 1:
+        p.error("--cpu-time times one thread's calls: use it with --threads 1")
+    return args
 
 
 ARGS = _parse() if __name__ == "__main__" else None
@@ -125,7 +133,8 @@ def main():
     tools = W.available_tools(args.tools.split(",") if args.tools else None)
     if args.odd:  # TVM's and Halide's schedules in others.py are for the main shapes
         tools = [t for t in tools if t in ("tecomp", "numpy", "torch")]
-    print(f"tecomp benchmarks: {threads} thread(s); tools: {', '.join(tools)}")
+    print(f"tecomp benchmarks: {threads} thread(s); tools: {', '.join(tools)}"
+          + ("; calls timed in CPU time" if args.cpu_time else ""))
     print(f"machine: {W.machine()}")
     print(f"load before: {uptime()}")
     if args.odd:
@@ -159,7 +168,8 @@ def main():
             built[tool] = fn
             notes.append(f"{tool}: max rel err {err:.1e}")
         rounds = w.rounds(args.quick)
-        med = interleaved({k: f.run for k, f in built.items()}, rounds)
+        med = interleaved({k: f.run for k, f in built.items()}, rounds,
+                          clock=time.process_time if args.cpu_time else time.perf_counter)
         rows.append((w, med, notes))
         line = "  ".join(f"{k} {w.metric(v)}" for k, v in med.items())
         print(f"  {w.name:<28} {line}", flush=True)
