@@ -426,6 +426,66 @@ def test_conv2d_nhwc_blocks_leave_no_sliver(hw, lanes):
         assert (yb, xb) == (1, 14)
 
 
+@pytest.mark.parametrize("cores", [1, 2])
+@pytest.mark.parametrize("c,hw", [(64, 56), (256, 14)])
+def test_conv2d_nhwc_zen4_block_is_two_channel_vectors(c, hw, cores):
+    """On Zen 4's machine model (16-lane registers, 8-lane FMAs: ``fma_lanes`` 8) the
+    NHWC 3x3 template keeps two channel vectors x 14 pixels (28 accumulators), weights
+    read in place: on the benchmark's layers, 1 thread, blocks of four channel vectors
+    ran at most 1.03x its speed on 64x56x56 (the quartiles of the paired ratios around
+    1) and 0.88-0.99x on 256x14x14 (benchmarks/DECISIONS.md, "Conv NHWC: two channel
+    vectors on Zen 4").  An explicit target: the same on any host."""
+    d = tc.placeholder((1, hw, hw, c), name="data")
+    w = tc.placeholder((3, 3, c, c), name="weight")
+    out = ops.conv2d_nhwc(d, w, padding=1)
+    info = sc.cpu_model(f"llvm -mcpu=znver4 -num-cores={cores}")
+    assert (info.lanes, info.fma_lanes, info.vregs) == (16, 8, 32)
+    p = sc.conv2d_nhwc_params(out, info)
+    assert (p.ob, p.yb, p.xb, p.weight_copy) == (32, 1, 14, False)
+
+
+def test_conv2d_nhwc_four_channel_vectors_knob():
+    """``conv2d_nhwc.channel_vectors``: where the heuristic's two channel vectors could
+    be four (whole blocks of four vectors), the search may take four, whose blocks are
+    then the block model's best for four vectors (the 4x4-pixel block among them); the
+    default stays two.  Not offered where four vectors do not divide the channels.
+    Every offered block computes the convolution (odd plane: edge blocks)."""
+    info = sc.cpu_model("llvm -mcpu=znver4 -num-cores=1")
+
+    def conv(c, k, h, w):
+        d = tc.placeholder((1, h, w, c), name="data")
+        wt = tc.placeholder((3, 3, c, k), name="weight")
+        return d, wt, ops.conv2d_nhwc(d, wt, padding=1)
+
+    _, _, big = conv(64, 64, 56, 56)
+    knobs = Knobs()
+    assert sc.conv2d_knobs(big.op, knobs, info) == sc.conv2d_nhwc_params(big, info)
+    assert knobs.space["conv2d_nhwc.channel_vectors"] == [2, 4]
+    four = [sc.conv2d_knobs(big.op, Knobs({"conv2d_nhwc.channel_vectors": 4,
+                                           "conv2d_nhwc.block": r}), info)
+            for r in range(len(knobs.space["conv2d_nhwc.block"]))]
+    assert {p.ob for p in four} == {64} and (1, 4) in {(p.yb, p.xb) for p in four}
+    assert all(p.yb * p.xb * 4 <= info.vregs - 4 - 2 for p in four)
+    for k in (32, 96):
+        knobs = Knobs({"conv2d_nhwc.channel_vectors": 4})
+        _, _, other = conv(64, k, 56, 56)
+        assert sc.conv2d_knobs(other.op, knobs, info).ob == sc.conv2d_nhwc_params(
+            other, info).ob
+        assert "conv2d_nhwc.channel_vectors" not in knobs.space
+    # run on the host, with its own lanes
+    host = sc.cpu_model()
+    d, wt, out = conv(24, 4 * host.lanes, 9, 11)
+    dn, wn = _arr((1, 9, 11, 24)), _arr((3, 3, 24, 4 * host.lanes))
+    ref = _conv_ref(dn.transpose(0, 3, 1, 2), wn.transpose(3, 2, 0, 1), 1, 1, 1)
+    ref = ref.transpose(0, 2, 3, 1)
+    for r in (0, 3):
+        p = sc.conv2d_knobs(out.op, Knobs({"conv2d_nhwc.channel_vectors": 4,
+                                           "conv2d_nhwc.block": r}), host)
+        assert p.ob == 4 * host.lanes
+        _close(_run(sc.schedule_conv2d_nhwc(out, config=p), [d, wt, out], [dn, wn]), ref,
+               5e-5)
+
+
 @pytest.mark.parametrize("oh", [5, 7, 11, 13, 49])
 def test_conv2d_nchw_block_leaves_no_row_tail_in_the_parallel_loop(oh, lanes):
     """A row block that does not divide the rows is only chosen where the row blocks are a

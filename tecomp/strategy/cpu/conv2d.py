@@ -758,20 +758,24 @@ def conv2d_knobs(conv, knobs, info: CpuModel) -> ConvParams:
     ``conv``, its knobs chosen through ``knobs``: ``conv2d_nchw.by_channels`` (where the
     heuristic takes channel vectors) and ``conv2d_nchw.block`` / ``conv2d_nhwc.block``,
     the rank of the register block among the block model's best
-    (:data:`CONV_BLOCK_CHOICES`; 0, the default, is the heuristic's), and
-    ``conv2d_nhwc.weight_copy`` (:class:`ConvParams`; the heuristic's first).  Applied by
-    ``schedule_conv2d_*(outs, target, config)``."""
+    (:data:`CONV_BLOCK_CHOICES`; 0, the default, is the heuristic's),
+    ``conv2d_nhwc.channel_vectors`` (the block's output-channel vectors: the heuristic's
+    2, or 4 where they divide the channels; its blocks are then the model's best for 4)
+    and ``conv2d_nhwc.weight_copy`` (:class:`ConvParams`; the heuristic's first).  Applied
+    by ``schedule_conv2d_*(outs, target, config)``."""
     out = conv.output(0)
     if "conv2d_nhwc" in _op_tags(conv):
         default = conv2d_nhwc_params(out, info)
-        blocks = [(default.yb, default.xb)] + [
-            b for b in _nhwc_blocks(out, info, default.ob, CONV_BLOCK_CHOICES)
-            if b != (default.yb, default.xb)][:CONV_BLOCK_CHOICES - 1]
+        ob = _nhwc_channel_block(out, default.ob, knobs, info)
+        first = [(default.yb, default.xb)] if ob == default.ob else []
+        blocks = first + [b for b in _nhwc_blocks(out, info, ob, CONV_BLOCK_CHOICES)
+                          if b not in first][:CONV_BLOCK_CHOICES - len(first)]
         r = knobs.choose("conv2d_nhwc.block", list(range(len(blocks))), 0)
         wc = knobs.choose("conv2d_nhwc.weight_copy", [default.weight_copy,
                                                       not default.weight_copy],
                           default.weight_copy)
-        return dataclasses.replace(default, yb=blocks[r][0], xb=blocks[r][1], weight_copy=wc)
+        return dataclasses.replace(default, ob=ob, yb=blocks[r][0], xb=blocks[r][1],
+                                   weight_copy=wc)
     default = conv2d_nchw_params(out, info)
     chan = _nchw_channel_block(out, info)
     if chan is not None and knobs.choose("conv2d_nchw.by_channels", [True, False],
@@ -780,6 +784,23 @@ def conv2d_knobs(conv, knobs, info: CpuModel) -> ConvParams:
     blocks = _nchw_blocks(out, info, CONV_BLOCK_CHOICES)
     r = knobs.choose("conv2d_nchw.block", list(range(len(blocks))), 0)
     return ConvParams(*blocks[r])
+
+
+def _nhwc_channel_block(conv: Tensor, ob: int, knobs, info: CpuModel) -> int:
+    """The output channels of an NHWC register block whose heuristic has ``ob``: the
+    knob ``conv2d_nhwc.channel_vectors`` where the heuristic's two vectors
+    could be four (whole blocks of ``4 * lanes`` channels), with 2 its default.  Four
+    vectors take fewer loads per FMA (a 4 x 4-pixel block: 8 loads for 16 FMAs, the
+    heuristic's 2 x 14: 16 for 28) and stream their block's weights again for every 4
+    pixels: on Zen 4 (1 thread, CPU time, under load) 1.03x the heuristic's block on 3x3
+    64->64 56x56 in the paired medians, as fast in the best calls, 0.84-0.93x on 256->256
+    14x14 (measurements: benchmarks/DECISIONS.md, "Conv NHWC: two channel vectors on Zen
+    4"): a choice for the search, not the default."""
+    L = info.lanes
+    _, OH, OW, K = (_cint(e) for e in conv.shape)
+    if ob != 2 * L or None in (OH, OW, K) or K % (4 * L):
+        return ob
+    return knobs.choose("conv2d_nhwc.channel_vectors", [2, 4], 2) * L
 
 
 def _nhwc_blocks(conv: Tensor, info: CpuModel, ob: int, count: int) -> List[Tuple[int, int]]:
