@@ -16,10 +16,11 @@ TVM and Halide where installed (hand-written schedules in ``benchmarks/others.py
 
 Method: every tool's kernel is built first and checked against a float64 reference;
 then the tools run interleaved in one process (each round, every tool runs three calls
-back to back, the first untimed; the order rotates), and the table reports medians (``--cpu-time``: of the process's CPU
-time per call, with ``--threads 1``: on a loaded machine, the time slices the call ran, not
-those other processes took; the FMA peak in the GEMM lines stays a wall-time best).  Output arrays are preallocated
-(destination passing) wherever the tool allows it.  The machine's load (``uptime``) is
+back to back, the first untimed; the order rotates), and the table reports medians
+(``--cpu-time``: of the process's CPU time per call, with ``--threads 1``: on a loaded
+machine, the time slices the call ran, not those other processes took; the FMA peak in
+the GEMM lines stays a wall-time best).  Output arrays are preallocated (destination
+passing) wherever the tool allows it.  The machine's load (``uptime``) is
 printed before and after.  Also reported: compile times (tecomp's lowering vs LLVM, and
 TVM's and Halide's for the same kernels) and the thread pool's dispatch overhead per
 parallel region.
