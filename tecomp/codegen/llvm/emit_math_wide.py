@@ -1,6 +1,7 @@
 """Float32 math functions that tecomp evaluates in float64 lanes (:class:`_WideMathEmitter`,
-a part of :class:`~tecomp.codegen.llvm.emit_math._MathEmitter`): ``atan2``, ``cbrt``,
-and ``pow`` and ``erfc`` where the target has no table instruction or no FMA (see
+a part of :class:`~tecomp.codegen.llvm.emit_math._MathEmitter`): ``atan2``, ``cbrt``
+where the target has no FMA (see
+:meth:`~tecomp.codegen.llvm.emit_math_f32._F32MathEmitter.cbrt_f32`), and ``pow`` and ``erfc`` where the target has no table instruction or no FMA (see
 :meth:`~tecomp.codegen.llvm.emit_math_f32._F32MathEmitter.erfc_f32` and ``pow_f32``), and
 ``tan``'s lanes of large ``|x|``.
 
@@ -175,8 +176,10 @@ class _WideMathEmitter:
         res = b.call(self._fn1("llvm.copysign", ty, 2), [self._narrow(r, ty), y])
         return b.select(b.fcmp_unordered("uno", x, y), b.fadd(x, y), res)
 
-    def cbrt_f32(self, x):
-        """cbrt(x) for float32: a first guess from the bits of ``|x|`` (their third plus
+    def cbrt_f64_lanes(self, x):
+        """cbrt(x) for float32 in float64 lanes (where the target has no FMA, or
+        ``emit_math_f32.CBRT_F32_LANES`` is off; else
+        :meth:`~tecomp.codegen.llvm.emit_math_f32._F32MathEmitter.cbrt_f32`): a first guess from the bits of ``|x|`` (their third plus
         a constant, fdlibm's ``cbrtf``; subnormals scaled by 2^24 first), two Halley
         steps ``y (y^3 + 2a) / (2y^3 + a)`` in float64 (about 1e-12 relative), rounded
         once, the sign of ``x``.  ``cbrt(+-0) = +-0``, ``cbrt(+-inf) = +-inf``, NaN stays
