@@ -27,8 +27,9 @@ new's); ``--math21-ab`` the same for session 21's (erfc in float64 lanes,
 ``emit_math.QUADRANT_MAGIC`` off, and sin and cos reduced by pi/2 with two polynomials,
 ``SINCOS_BY_PI`` off; the column ``tecomp NAME_s20``); ``--math23-ab`` for session 23's
 (pow in float64 lanes, ``emit_math_f32.POW_F32_LANES`` off; ``tecomp pow_s22``); ``--math24-ab``
-for session 24's (cbrt in float64 lanes, ``emit_math_f32.CBRT_F32_LANES`` off; ``tecomp
-cbrt_s23``); ``--cpu-time``
+for session 24's (cbrt in float64 lanes, ``emit_math_f32.CBRT_F32_LANES`` off; atan2 with
+``llvm.maxnum``/``minnum``, ``emit_math_wide.ATAN2_SELECTS`` off; ``tecomp cbrt_s23``,
+``tecomp atan2_s23``); ``--cpu-time``
 (with ``--threads 1``) times each call by the process's CPU time (a shared machine).
 
     python3 benchmarks/elementwise_math.py [--threads 2] [--rounds 15] [--only gelu,tanh]
@@ -57,7 +58,8 @@ MATH21 = {"erfc": ("emit_math_f32", ("ERFC_SEGMENTS",)),
 #: session 23's (``--math23-ab``)
 MATH23 = {"pow": ("emit_math_f32", ("POW_F32_LANES",))}
 #: session 24's (``--math24-ab``)
-MATH24 = {"cbrt": ("emit_math_f32", ("CBRT_F32_LANES",))}
+MATH24 = {"cbrt": ("emit_math_f32", ("CBRT_F32_LANES",)),
+          "atan2": ("emit_math_wide", ("ATAN2_SELECTS",))}
 #: each session's switches, the tag of its A/B column and its flag's name
 AB = ((MATH20, "s19", "math20_ab"), (MATH21, "s20", "math21_ab"), (MATH23, "s22", "math23_ab"),
       (MATH24, "s23", "math24_ab"))

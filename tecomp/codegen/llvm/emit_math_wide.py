@@ -22,6 +22,13 @@ import llvmlite.ir as ir
 from .values import _F64, _I64, _join_pieces, _piece, _splat, _with_lanes
 
 
+#: whether float32 ``atan2`` takes ``max(|x|, |y|)`` and ``min`` by one compare and two
+#: selects (:meth:`_WideMathEmitter.atan2_f32`); off: ``llvm.maxnum`` and ``llvm.minnum``,
+#: as in session 23 (the same bits; an A/B switch for timing it:
+#: ``benchmarks/elementwise_math.py --math24-ab``)
+ATAN2_SELECTS = True
+
+
 def _taylor(fn_k, n):
     return tuple(fn_k(k) for k in range(n))
 
@@ -158,8 +165,13 @@ class _WideMathEmitter:
         _, dty, _, C, _, _ = kit
         ax = b.call(self._fn1("llvm.fabs", dty), [xd])
         ay = b.call(self._fn1("llvm.fabs", dty), [yd])
-        mx = b.call(self._fn1("llvm.maxnum", dty, 2), [ax, ay])
-        mn = b.call(self._fn1("llvm.minnum", dty, 2), [ax, ay])
+        # (a compare and selects, not maxnum/minnum: their NaN rule costs a compare and a
+        # blend each, and a NaN operand's result is the final select's)
+        ygt = b.fcmp_ordered(">", ay, ax)
+        mx = b.select(ygt, ay, ax) if ATAN2_SELECTS else \
+            b.call(self._fn1("llvm.maxnum", dty, 2), [ax, ay])
+        mn = b.select(ygt, ax, ay) if ATAN2_SELECTS else \
+            b.call(self._fn1("llvm.minnum", dty, 2), [ax, ay])
         # atan(mn/mx), mn/mx reduced as atan's argument: (mn - mx)/(mn + mx) + pi/4
         # above tan(pi/8) (exact differences: the operands are float32s), one division
         mid = b.fcmp_ordered(">", mn, b.fmul(mx, C(self._TAN_PI8)))
@@ -169,7 +181,7 @@ class _WideMathEmitter:
         r = b.select(mid, b.fadd(r, C(math.pi / 4)), r)
         r = b.select(b.fcmp_ordered("==", mx, C(0.0)), C(0.0), r)       # both 0
         r = b.select(b.fcmp_ordered("==", mn, C(math.inf)), C(math.pi / 4), r)  # both inf
-        r = b.select(b.fcmp_ordered(">", ay, ax), b.fsub(C(math.pi / 2), r), r)
+        r = b.select(ygt, b.fsub(C(math.pi / 2), r), r)
         ity = _with_lanes(ir.IntType(32), ty)
         xneg = b.icmp_signed("<", b.bitcast(x, ity), _splat(ity, 0))
         r = b.select(xneg, b.fsub(C(math.pi), r), r)
