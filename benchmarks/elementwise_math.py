@@ -26,12 +26,16 @@ new's); ``--math21-ab`` the same for session 21's (erfc in float64 lanes,
 ``emit_math_f32.ERFC_SEGMENTS`` off; sin, cos and tan with ``roundeven`` for their quadrant,
 ``emit_math.QUADRANT_MAGIC`` off, and sin and cos reduced by pi/2 with two polynomials,
 ``SINCOS_BY_PI`` off; the column ``tecomp NAME_s20``); ``--math23-ab`` for session 23's
-(pow in float64 lanes, ``emit_math_f32.POW_F32_LANES`` off; ``tecomp pow_s22``); ``--cpu-time``
+(pow in float64 lanes, ``emit_math_f32.POW_F32_LANES`` off; ``tecomp pow_s22``); ``--math24-ab``
+for session 24's (cbrt in float64 lanes, ``emit_math_f32.CBRT_F32_LANES`` off; atan2 with
+``llvm.maxnum``/``minnum``, ``emit_math_wide.ATAN2_SELECTS`` off; ``tecomp cbrt_s23``,
+``tecomp atan2_s23``); ``--cpu-time``
 (with ``--threads 1``) times each call by the process's CPU time (a shared machine).
 
     python3 benchmarks/elementwise_math.py [--threads 2] [--rounds 15] [--only gelu,tanh]
                                            [--rows 4096] [--ulps] [--softplus-ab]
                                            [--math20-ab] [--math21-ab] [--math23-ab]
+                                           [--math24-ab]
                                            [--cpu-time]
 """
 from __future__ import annotations
@@ -53,8 +57,12 @@ MATH21 = {"erfc": ("emit_math_f32", ("ERFC_SEGMENTS",)),
           "tan": ("emit_math", ("QUADRANT_MAGIC",))}
 #: session 23's (``--math23-ab``)
 MATH23 = {"pow": ("emit_math_f32", ("POW_F32_LANES",))}
+#: session 24's (``--math24-ab``)
+MATH24 = {"cbrt": ("emit_math_f32", ("CBRT_F32_LANES",)),
+          "atan2": ("emit_math_wide", ("ATAN2_SELECTS",))}
 #: each session's switches, the tag of its A/B column and its flag's name
-AB = ((MATH20, "s19", "math20_ab"), (MATH21, "s20", "math21_ab"), (MATH23, "s22", "math23_ab"))
+AB = ((MATH20, "s19", "math20_ab"), (MATH21, "s20", "math21_ab"), (MATH23, "s22", "math23_ab"),
+      (MATH24, "s23", "math24_ab"))
 
 
 def main() -> None:
@@ -67,15 +75,11 @@ def main() -> None:
                     "spread evenly over all 2^32, one per array element")
     ap.add_argument("--softplus-ab", action="store_true", help="also time softplus with "
                     "its log1p in one polynomial (SOFTPLUS_SEGMENTS off), in the same turns")
-    ap.add_argument("--math20-ab", action="store_true", help="also time " + ", ".join(MATH20)
-                    + " built without session 20's changes (their flags off), in the same "
-                    "turns")
-    ap.add_argument("--math21-ab", action="store_true", help="also time " + ", ".join(MATH21)
-                    + " built without session 21's changes (their flags off), in the same "
-                    "turns")
-    ap.add_argument("--math23-ab", action="store_true", help="also time " + ", ".join(MATH23)
-                    + " built without session 23's changes (their flags off), in the same "
-                    "turns")
+    for ab, _, opt in AB:
+        n = opt[4:6]
+        ap.add_argument("--" + opt.replace("_", "-"), action="store_true", help="also time "
+                        + ", ".join(ab) + f" built without session {n}'s changes (their "
+                        "flags off), in the same turns")
     add_cpu_time(ap)
     args = ap.parse_args()
     clock = clock_of(ap, args)

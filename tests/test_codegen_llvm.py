@@ -2147,8 +2147,12 @@ _MORE_F32 = {
              (1.5, 1.6),
              [np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e30, 1.0],
              [np.pi / 2, -np.pi / 2, 0, -0.0, 1e-45, -np.pi / 2, np.pi / 4]),
-    # computed in float64 lanes and rounded once (codegen/llvm/emit_math_wide.py)
-    "cbrt": (np.cbrt, (1.0, 8.0, 1.1754944e-38, 2.0, 4.0, -1.0), (0.51, 0.51),
+    # FMA: float32 lanes, the exponent divided by 3 (codegen/llvm/emit_math_f32.py; the
+    # edges: where k = floor(e/3) steps, for normal and scaled subnormal inputs); without
+    # FMA: float64 lanes, rounded once (codegen/llvm/emit_math_wide.py)
+    "cbrt": (np.cbrt, (1.0, 8.0, 1.1754944e-38, 2.0, 4.0, -1.0, 0.125, 64.0, 2.0 ** 126,
+                       2.0 ** 125, 2.0 ** -129, 2.0 ** -147, 16777216.0, 3.4028235e38),
+             (0.51, 0.51),
              [np.inf, -np.inf, 0.0, -0.0, 8.0, -27.0, 2.0 ** -149, 2.0 ** 126],
              [np.inf, -np.inf, 0, -0.0, 2, -3, np.float32(np.cbrt(2.0 ** -149)), 2.0 ** 42]),
     # FMA and a table instruction (x86 with AVX2 or AVX-512): float32 lanes, one polynomial
@@ -2276,6 +2280,11 @@ def test_more_float32_functions(fn, exp_variant):
 #: more special inputs, with their float32 results, for the check at every vector width
 #: (NaN: a NaN; None: a subnormal result within the bound, the same bits at every width)
 _MORE_SPECIALS = {
+    "cbrt": ([np.nan, -0.0, 1e-40, -1e-40, 3.4028235e38, -3.4028235e38, 2.0 ** -129,
+              -2.0 ** -147, -1e-45, 2.0 ** 126, 2.0 ** -126],
+             [np.nan, -0.0] + [np.float32(np.cbrt(np.float64(np.float32(v)))) for v in
+                               (1e-40, -1e-40, 3.4028235e38, -3.4028235e38, 2.0 ** -129,
+                                -2.0 ** -147, -1e-45)] + [2.0 ** 42, 2.0 ** -42]),
     "fast_erfc": ([np.nan, -0.0, 1e-40, -1e-40, 3.4028235e38, -3.4028235e38, 9.2, 9.5, 10.0,
                    10.05, 10.06, -9.0, -1e-30, 1e-45],
                   [np.nan, 1, 1, 1, 0, 2, None, None, None, None, 0, 2, 1, 1]),

@@ -724,6 +724,29 @@ def test_pow_with_a_tensor_exponent(caplog):
         torch.testing.assert_close(g, w, rtol=2e-6, atol=1e-6)
 
 
+def test_atan2_and_a_number_base_pow(caplog):
+    """``torch.atan2`` (``aten.atan2.default``, broadcast; an integer operand promoted) and
+    ``2 ** x`` (``aten.pow.Scalar``) are tecomp kernels, not eager fallbacks, and agree
+    with eager (within their float32 bounds, docs/numerics.md), special values included."""
+    def f(y, x, k):
+        return torch.atan2(y, x), torch.atan2(y[0], x), 2.0 ** x, torch.atan2(k, x[0])
+    torch.manual_seed(0)
+    y = torch.randn(3, 6, 40)
+    x = torch.randn(6, 40) * 4
+    y[0, 0, :6] = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1.0])
+    x[0, :6] = torch.tensor([-0.0, 0.0, -float("inf"), 3.0, 1.0, float("nan")])
+    k = torch.arange(40, dtype=torch.int64) - 20
+    with caplog.at_level(logging.INFO, logger="tecomp.dynamo"):
+        with torch.no_grad():
+            got = torch.compile(f, backend="tecomp")(y, x, k)
+    msgs = [r.getMessage() for r in caplog.records]
+    assert not [m for m in msgs if ("aten.atan2" in m or "aten.pow" in m)
+                and "runs eagerly" in m], msgs
+    for g, w in zip(got, f(y, x, k)):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=2e-6, atol=1e-6, equal_nan=True)
+
+
 def test_float64_and_integer_ops():
     def f(x, idx):
         e = torch.nn.functional.embedding(idx, x)

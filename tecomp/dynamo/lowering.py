@@ -449,9 +449,15 @@ def _pow(lw, node):
     return _elementwise(lw, node, lambda x: _te.pow(x, _te.const(float(e), dt)), node.args[:1])
 
 
-@rule(aten.pow.Tensor_Tensor, check=_float_only)
+@rule(aten.pow.Tensor_Tensor, aten.pow.Scalar, check=_float_only)
 def _pow_tensors(lw, node):
+    # pow.Scalar: a number base, a tensor exponent (``2 ** x``)
     return _elementwise(lw, node, _te.pow, node.args[:2])
+
+
+@rule(aten.atan2.default, check=_float_only)
+def _atan2(lw, node):
+    return _elementwise(lw, node, _te.atan2, node.args[:2])
 
 
 _CMP = {"eq": lambda x, y: _te.eq(x, y), "ne": lambda x, y: _te.ne(x, y),

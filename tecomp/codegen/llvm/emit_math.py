@@ -3,9 +3,9 @@
 (``sqrt``, ``floor``, ``fma``, ...), libm calls per lane (float64 ``tanh``, ``erf``,
 ``atan`` ...), and tecomp's own vector code for float32 ``exp`` (also ``fast_exp`` and
 ``sigmoid``), ``log`` (and ``fast_log``), ``erf``, ``tanh``, ``sin`` ..., ``tan``, ``atan``,
-``erfc``, ``fast_erfc`` and ``pow`` (:mod:`~tecomp.codegen.llvm.emit_math_f32`) and,
-computed in float64 lanes, ``atan2``, ``cbrt``, and ``pow`` and ``erfc`` where the target
-has no table instruction
+``erfc``, ``fast_erfc``, ``pow`` and (with FMA) ``cbrt``
+(:mod:`~tecomp.codegen.llvm.emit_math_f32`) and, computed in float64 lanes, ``atan2``,
+``cbrt`` without FMA, and ``pow`` and ``erfc`` where the target has no table instruction
 (:mod:`~tecomp.codegen.llvm.emit_math_wide`, which also holds float64 ``exp``, ``log``
 and, where the target has FMA, ``tan``), with explicit FMA where the target has it (``policy.has_fma``).  Their accuracy: "Numerics" in the docstring of
 :mod:`tecomp.codegen.llvm.emitter`, and docs/numerics.md.

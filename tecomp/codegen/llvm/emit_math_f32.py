@@ -1,4 +1,4 @@
-"""Float32 ``tan``, ``atan``, ``erfc``, ``fast_erfc`` and ``pow`` in float32 lanes
+"""Float32 ``tan``, ``atan``, ``erfc``, ``fast_erfc``, ``pow`` and ``cbrt`` in float32 lanes
 (:class:`_F32MathEmitter`, a part of :class:`~tecomp.codegen.llvm.emit_math._MathEmitter`).
 
 Range reduction and polynomials fitted for tecomp (weighted least squares towards the
@@ -6,9 +6,8 @@ minimax relative error, against mpmath, coefficients rounded to float32 one at a
 with the others refitted), evaluated in float32 with explicit FMAs where the target has
 them (:meth:`_madd`): one float32 register per float32 register, where the float64 code
 of :mod:`~tecomp.codegen.llvm.emit_math_wide` (0.5 ulp) takes two and a float64
-division.  Errors of 1-3 ulp, ``erfc`` and ``pow`` below 1 (docs/numerics.md gives the
-measured figures).  No step is
-contracted: scalar, vectorized and unrolled evaluations give the same bits.
+division.  Errors of 1-3 ulp, ``erfc`` and ``pow`` below 1, ``cbrt`` correctly rounded
+(docs/numerics.md gives the measured figures).  No step is contracted: scalar, vectorized and unrolled evaluations give the same bits.
 """
 from __future__ import annotations
 
@@ -28,10 +27,18 @@ ERFC_SEGMENTS = True
 #: the A/B switch of ``benchmarks/elementwise_math.py --math23-ab``)
 POW_F32_LANES = True
 
+#: whether float32 ``cbrt`` is computed in float32 lanes (the exponent divided by 3, a
+#: polynomial guess on ``[1, 8)``, two division-free Halley-order steps, the second on an
+#: exact residual: :meth:`_F32MathEmitter.cbrt_f32`) where the target has FMA; off: in
+#: float64 lanes everywhere (two Halley steps, each a float64 division), as in session 23
+#: (:meth:`~tecomp.codegen.llvm.emit_math_wide._WideMathEmitter.cbrt_f64_lanes`; the A/B
+#: switch of ``benchmarks/elementwise_math.py --math24-ab``)
+CBRT_F32_LANES = True
+
 
 class _F32MathEmitter:
-    """The float32-lane ``tan``, ``atan``, ``erfc``, ``fast_erfc`` and ``pow`` (see the
-    module's docstring)."""
+    """The float32-lane ``tan``, ``atan``, ``erfc``, ``fast_erfc``, ``pow`` and ``cbrt``
+    (see the module's docstring)."""
 
     #: tan(r) = r + r z P(z), z = r^2, |r| <= pi/4 (fitted: 1.3e-9 relative)
     _TAN32_P = (0.33333349227905273, 0.13332675397396088, 0.05405890569090843,
@@ -114,6 +121,77 @@ class _F32MathEmitter:
     #: 2^r - 1 = r (ln2 + r ln2^2/2 + r^2 ln2^3/6 + r^3 ln2^4/24), |r| <= 1/32 (2^-34)
     _POW_EXP2_T = (0.6931471824645996, 0.24022650718688965, 0.05550410971045494,
                    0.009618128649890423)
+
+    #: cbrt(m) on [1, 8): a degree-3 polynomial (relative minimax, 0.53% at most), the
+    #: first guess of :meth:`cbrt_f32`
+    _CBRT_GUESS = (0.6817084550857544, 0.36451026797294617, -0.04330705478787422,
+                   0.0023131060879677534)
+
+    def cbrt_f32(self, x):
+        """cbrt(x) for float32 in float32 lanes where the target has FMA (and
+        :data:`CBRT_F32_LANES` is on), else in float64 lanes
+        (:meth:`~tecomp.codegen.llvm.emit_math_wide._WideMathEmitter.cbrt_f64_lanes`).
+
+        ``a = |x|`` (a subnormal scaled by 2^24 first, 8 taken off the result's exponent),
+        ``a = m 2^(3k)`` with ``k = floor(e/3)`` of its exponent ``e`` (in float32:
+        ``floor(e/3 + 1/6)``) and ``m`` in ``[1, 8)`` (exponent bits), ``cbrt(a) =
+        cbrt(m) 2^k``.  ``y0`` a degree-3 polynomial in ``m`` (0.53%); then, with
+        ``inv = 1/m`` (the one division) and ``d = (y^3 - m) inv`` (``y^3 = m (1 + d)``),
+        ``y (1 + d)^(-1/3) = y (1 - c)``, ``c = d (1/3 - 2d/9)`` (the series to ``d^2``:
+        an error of ``14/81 d^3``): once from ``y0`` with ``y0^3`` rounded (``d < 0.016``,
+        ``y1`` within 1e-6), once from ``y1`` with ``y1^3 - m`` exact (``y1^2 = s + sl``
+        and ``s y1 = t + tl`` by FMAs, ``t - m`` exact by Sterbenz: ``r = (t - m) + tl
+        + sl y1``), ``y2 = y1 - y1 c`` rounded once by an FMA (the sum within about 1e-13
+        of ``cbrt(m)``), times ``2^k`` by the exponent bits (the result is a normal
+        float).  The sign of ``x``; ``cbrt(+-0) = +-0``, ``cbrt(+-inf) = +-inf``, NaN
+        stays NaN.  Lanes that are not a normal float take a branch, once per vector
+        that has one, which computes the whole vector with the scaling and the special
+        values (the same bits for the other lanes)."""
+        if not (self.policy.has_fma and CBRT_F32_LANES):
+            return self.cbrt_f64_lanes(x)
+        b, ty, _, C, _, _ = self._kit(x)
+        ax = b.call(self._fn1("llvm.fabs", ty), [x])
+        odd = b.or_(b.fcmp_unordered("<", ax, C(1.1754943508222875e-38)),
+                    b.fcmp_unordered("==", ax, C(float("inf"))))
+        return self._slow_where(odd, "cbrt.special", lambda x: self._cbrt_f32_lanes(x, True),
+                                x, self._cbrt_f32_lanes(x, False))
+
+    def _cbrt_f32_lanes(self, x, general: bool):
+        """:meth:`cbrt_f32` in float32 lanes; ``general``: with subnormal inputs' scaling
+        and the special values (else for normal ``x`` only)."""
+        b, ty, ity, C, I, madd = self._kit(x)
+        ax = b.call(self._fn1("llvm.fabs", ty), [x])
+        if general:
+            tiny = b.fcmp_ordered("<", ax, C(1.1754943508222875e-38))
+            xs = b.select(tiny, b.fmul(ax, C(16777216.0)), ax)
+        else:
+            xs = ax
+        bits = b.bitcast(xs, ity)
+        e = b.fsub(b.sitofp(b.lshr(bits, I(23)), ty), C(127.0))
+        k = b.call(self._fn1("llvm.floor", ty), [madd(e, C(1.0 / 3.0), C(1.0 / 6.0))])
+        m = b.bitcast(b.sub(bits, b.fptosi(b.fmul(k, C(3.0 * 2 ** 23)), ity)), ty)
+        inv = b.fdiv(C(1.0), m)
+        y = self._horner(self._CBRT_GUESS, m, madd)
+
+        def corrected(y, r, terms):
+            d = b.fmul(r, inv)
+            c = b.fmul(d, self._horner(terms, d, madd))
+            return madd(b.fneg(y), c, y)
+
+        y = corrected(y, b.fsub(b.fmul(b.fmul(y, y), y), m),
+                      (1.0 / 3.0, -2.0 / 9.0, 14.0 / 81.0))
+        s = b.fmul(y, y)
+        sl = madd(y, y, b.fneg(s))
+        t = b.fmul(s, y)
+        tl = madd(s, y, b.fneg(t))
+        y = corrected(y, madd(sl, y, b.fadd(b.fsub(t, m), tl)), (1.0 / 3.0, -2.0 / 9.0))
+        kr = b.fsub(k, b.select(tiny, C(8.0), C(0.0))) if general else k
+        res = b.bitcast(b.add(b.bitcast(y, ity), b.fptosi(b.fmul(kr, C(2.0 ** 23)), ity)), ty)
+        res = b.call(self._fn1("llvm.copysign", ty, 2), [res, x])
+        if not general:
+            return res
+        regular = b.and_(b.fcmp_ordered(">", ax, C(0.0)), b.fcmp_ordered("<", ax, C(float("inf"))))
+        return b.select(regular, res, x)
 
     def pow_f32(self, x, y):
         """x**y for float32: :meth:`_pow_f32_lanes` where the target has FMA and a

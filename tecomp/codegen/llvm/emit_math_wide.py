@@ -1,6 +1,7 @@
 """Float32 math functions that tecomp evaluates in float64 lanes (:class:`_WideMathEmitter`,
-a part of :class:`~tecomp.codegen.llvm.emit_math._MathEmitter`): ``atan2``, ``cbrt``,
-and ``pow`` and ``erfc`` where the target has no table instruction or no FMA (see
+a part of :class:`~tecomp.codegen.llvm.emit_math._MathEmitter`): ``atan2``, ``cbrt``
+where the target has no FMA (see
+:meth:`~tecomp.codegen.llvm.emit_math_f32._F32MathEmitter.cbrt_f32`), and ``pow`` and ``erfc`` where the target has no table instruction or no FMA (see
 :meth:`~tecomp.codegen.llvm.emit_math_f32._F32MathEmitter.erfc_f32` and ``pow_f32``), and
 ``tan``'s lanes of large ``|x|``.
 
@@ -19,6 +20,13 @@ import math
 import llvmlite.ir as ir
 
 from .values import _F64, _I64, _join_pieces, _piece, _splat, _with_lanes
+
+
+#: whether float32 ``atan2`` takes ``max(|x|, |y|)`` and ``min`` by one compare and two
+#: selects (:meth:`_WideMathEmitter.atan2_f32`); off: ``llvm.maxnum`` and ``llvm.minnum``,
+#: as in session 23 (the same bits; an A/B switch for timing it:
+#: ``benchmarks/elementwise_math.py --math24-ab``)
+ATAN2_SELECTS = True
 
 
 def _taylor(fn_k, n):
@@ -157,8 +165,13 @@ class _WideMathEmitter:
         _, dty, _, C, _, _ = kit
         ax = b.call(self._fn1("llvm.fabs", dty), [xd])
         ay = b.call(self._fn1("llvm.fabs", dty), [yd])
-        mx = b.call(self._fn1("llvm.maxnum", dty, 2), [ax, ay])
-        mn = b.call(self._fn1("llvm.minnum", dty, 2), [ax, ay])
+        # (a compare and selects, not maxnum/minnum: their NaN rule costs a compare and a
+        # blend each, and a NaN operand's result is the final select's)
+        ygt = b.fcmp_ordered(">", ay, ax)
+        mx = b.select(ygt, ay, ax) if ATAN2_SELECTS else \
+            b.call(self._fn1("llvm.maxnum", dty, 2), [ax, ay])
+        mn = b.select(ygt, ax, ay) if ATAN2_SELECTS else \
+            b.call(self._fn1("llvm.minnum", dty, 2), [ax, ay])
         # atan(mn/mx), mn/mx reduced as atan's argument: (mn - mx)/(mn + mx) + pi/4
         # above tan(pi/8) (exact differences: the operands are float32s), one division
         mid = b.fcmp_ordered(">", mn, b.fmul(mx, C(self._TAN_PI8)))
@@ -168,15 +181,17 @@ class _WideMathEmitter:
         r = b.select(mid, b.fadd(r, C(math.pi / 4)), r)
         r = b.select(b.fcmp_ordered("==", mx, C(0.0)), C(0.0), r)       # both 0
         r = b.select(b.fcmp_ordered("==", mn, C(math.inf)), C(math.pi / 4), r)  # both inf
-        r = b.select(b.fcmp_ordered(">", ay, ax), b.fsub(C(math.pi / 2), r), r)
+        r = b.select(ygt, b.fsub(C(math.pi / 2), r), r)
         ity = _with_lanes(ir.IntType(32), ty)
         xneg = b.icmp_signed("<", b.bitcast(x, ity), _splat(ity, 0))
         r = b.select(xneg, b.fsub(C(math.pi), r), r)
         res = b.call(self._fn1("llvm.copysign", ty, 2), [self._narrow(r, ty), y])
         return b.select(b.fcmp_unordered("uno", x, y), b.fadd(x, y), res)
 
-    def cbrt_f32(self, x):
-        """cbrt(x) for float32: a first guess from the bits of ``|x|`` (their third plus
+    def cbrt_f64_lanes(self, x):
+        """cbrt(x) for float32 in float64 lanes (where the target has no FMA, or
+        ``emit_math_f32.CBRT_F32_LANES`` is off; else
+        :meth:`~tecomp.codegen.llvm.emit_math_f32._F32MathEmitter.cbrt_f32`): a first guess from the bits of ``|x|`` (their third plus
         a constant, fdlibm's ``cbrtf``; subnormals scaled by 2^24 first), two Halley
         steps ``y (y^3 + 2a) / (2y^3 + a)`` in float64 (about 1e-12 relative), rounded
         once, the sign of ``x``.  ``cbrt(+-0) = +-0``, ``cbrt(+-inf) = +-inf``, NaN stays
