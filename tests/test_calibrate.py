@@ -71,7 +71,8 @@ def test_off_never_measures_and_the_table_wins(fresh, monkeypatch):
     assert tc.Target("llvm").machine.gemm_load_cost == 0.0          # the defaults
     monkeypatch.setenv("TECOMP_CALIBRATE", "auto")
     monkeypatch.setattr(tgt, "MEASURED", {host.cpu: {"gemm_load_cost": 0.5,
-                                                     "read_streams": 3}})
+                                                     "read_streams": 3,
+                                                     "prefetch_burst_lines": 40}})
     # (a host whose LLVM name describes it: a masked one's name is another CPU's, whose
     # entry it never takes, see test_target.py's test_a_masked_host_...)
     monkeypatch.setattr(tgt, "names_host", lambda cpu: cpu == host.cpu)
@@ -81,6 +82,7 @@ def test_off_never_measures_and_the_table_wins(fresh, monkeypatch):
     m = tc.Target("llvm").machine
     assert m.gemm_load_cost == 0.37                                 # the measurement,
     assert m.read_streams == 3                  # with what a calibration does not measure
+    assert m.prefetch_burst_lines == 40
 
 
 def test_other_cpus_are_never_measured(fresh, monkeypatch):

@@ -338,12 +338,13 @@ def test_rows_of_w_read_in_one_run_per_thread():
     of K where it is shorter), and each thread has one task, its share of the tiles of
     columns (a run of each row of W), fewer tiles where C's strip (M rows by the task's
     columns) would fill more than half of the machine model's L2; batched GEMMs share
-    their tiles out the same way.  Whatever the CPU."""
+    their tiles out the same way.  Whatever the CPU (its ``prefetch_burst_lines`` set to
+    0, unmeasured: :func:`test_a_at_w_row_block_by_prefetch_burst_lines`)."""
     import dataclasses
 
     from tecomp.strategy.cpu.skinny import K_BLOCK
 
-    base = cpu_model()
+    base = dataclasses.replace(cpu_model(), prefetch_burst_lines=0)
     for l2 in (64 << 10, 256 << 10, 2 << 20):
         for threads in (1, 2, 8):
             info = dataclasses.replace(base, l2_bytes=l2, threads=threads)
@@ -368,6 +369,52 @@ def test_rows_of_w_read_in_one_run_per_thread():
     plan = skinny_plan(nn.batch_matmul(A, W).op, info)
     tiles = -(-100 // (plan.nb * info.lanes))
     assert plan.batch == 3 and plan.task_tiles == min(tiles, -(-3 * tiles // 4)), plan
+
+
+def test_a_at_w_row_block_by_prefetch_burst_lines():
+    """``A @ W`` (W is K x N) on a machine model with ``prefetch_burst_lines``: the block
+    of rows of W (``skinny.kblock``) is the largest power of two whose lines (rows by
+    the tile's vectors of columns) fit in it, at most K_BLOCK and K, and no fewer than
+    the power of two at or above 2 M (AMD Zen 4's 48 lines, ``-mcpu=znver4``, 16 lanes: 4
+    rows at 1 and 2 rows of A (8 vectors of columns), 8 at 3 (7) and 4 (6), 16 from 5);
+    0 (unmeasured, ``-mcpu=znver5``): K_BLOCK rows; numpy's results with a block of 4
+    rows and K = 37 (its last block one row); the knob ``skinny.kblock`` still chooses
+    any block; ``A @ W^T`` unchanged."""
+    import dataclasses
+
+    from tecomp.strategy.cpu.skinny import K_BLOCK, row_block
+
+    zen4 = dataclasses.replace(tc.Target("llvm -mcpu=znver4 -num-cores=2").machine,
+                               threads=1)
+    zen5 = tc.Target("llvm -mcpu=znver5 -num-cores=2").machine
+    assert zen4.prefetch_burst_lines == 48 and zen5.prefetch_burst_lines == 0
+    want = {1: 4, 2: 4, 3: 8, 4: 8, 5: 16, 6: 16, 8: 16, 12: 16, 16: 16}
+    for M, kb in want.items():
+        plan = skinny_plan(_plain(M, 11008, 4096, "w")[2].op, zen4)
+        assert (plan.kb, row_block(M, 4096, plan.nb, zen4)) == (kb, kb), (M, plan)
+        assert skinny_plan(_plain(M, 11008, 4096, "w")[2].op, zen5).kb == K_BLOCK
+        assert skinny_plan(_plain(M, 11008, 4096, "wt")[2].op, zen4) == \
+            skinny_plan(_plain(M, 11008, 4096, "wt")[2].op,
+                        dataclasses.replace(zen4, prefetch_burst_lines=0))
+    for lines, nb, M, kb in ((48, 1, 1, 16), (1, 8, 1, 2), (64, 4, 3, 16), (32, 3, 2, 8),
+                             (32, 3, 5, 16), (48, 8, 1, 4), (48, 7, 3, 8)):
+        assert row_block(M, 4096, nb, dataclasses.replace(zen4, prefetch_burst_lines=lines)) \
+            == kb, (lines, nb, M)
+    assert row_block(1, 3, 8, zen4) == 3
+    model = zen4     # (its schedule built for the host)
+    args = _plain(1, 203, 37, "w")
+    knobs = Knobs()
+    s = apply_rules(args, knobs, model)
+    nb = knobs.values["skinny.cols"]
+    assert knobs.values["skinny.kblock"] == row_block(1, 37, nb, model) < K_BLOCK
+    ir = _no_copy_of(s, args, args[1])
+    assert re.search(rf"for \(k\.inner, 0, {knobs.values['skinny.kblock']}\)", ir), ir
+    c, want = _run(s, args, "w")
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+    s = apply_rules(args, Knobs({"skinny.kblock": 16}), model)
+    assert re.search(r"for \(k\.inner, 0, 16\)", str(tc.lower(s, args)))
+    c, want = _run(s, args, "w")
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
 
 
 # (M, threads, L2 bytes): A @ W with odd sizes for every row count; 1 and 2 threads, and
@@ -395,7 +442,8 @@ def test_a_at_w_streams_each_thread_s_columns(M, threads, l2):
 
     if not LONG and (M, threads, l2) not in ROWS_W_DEFAULT:
         pytest.skip("the full matrix: set TECOMP_LONG_TESTS=1")
-    info = dataclasses.replace(cpu_model(), threads=threads, memory_operands=True)
+    info = dataclasses.replace(cpu_model(), threads=threads, memory_operands=True,
+                               prefetch_burst_lines=0)
     if l2 is not None:
         info = dataclasses.replace(info, l2_bytes=l2)
     N, K = 203, 37

@@ -71,6 +71,10 @@ class CpuModel:
     stream_bytes : int, optional
         Bytes one core reads and writes per cycle in a pass over arrays that stay in its
         L2 cache.
+    prefetch_burst_lines : int, optional
+        The most lines of a matrix streamed from memory that one burst of software
+        prefetches (a skinny ``A @ W`` tile's, of the next tile's block of rows) asks for
+        (0: not measured).
     memory_operands : bool, optional
         Whether an arithmetic instruction may read one of its operands from memory (x86).
     stream_output_bytes : int, optional
@@ -133,6 +137,13 @@ class CpuModel:
     #: its L2 (a Winograd convolution's transforms, ``nn.winograd.winograd_tile``): 32
     #: where unmeasured (half a 64-byte line each way)
     stream_bytes: int = 32
+    #: the most lines of a matrix streamed from memory that one burst of software
+    #: prefetches should ask for: a skinny ``A @ W`` (``W[k, j]``) tile prefetches, as it
+    #: starts, the next tile's block of rows of W (its rows by its vectors of columns),
+    #: and its block of rows is the largest power of two of rows whose lines fit in this
+    #: (``strategy.cpu.skinny.row_block``; 48 on AMD Zen 4: 4 rows at 1 and 2 rows of A,
+    #: 8 at 3 and 4, 16 from 5 on).  0 where unmeasured: blocks of ``skinny.K_BLOCK`` (16) rows
+    prefetch_burst_lines: int = 0
     #: whether an arithmetic instruction may read one of its operands straight from
     #: memory (x86: an FMA's memory operand; not AArch64, whose arithmetic reads
     #: registers only): a vector that several FMAs read may then be loaded by each of

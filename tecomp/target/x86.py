@@ -186,6 +186,14 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   without prefetches, 1 thread: 4 rows 43.0 GB/s, 8 rows 46.8); with the tiles' own
 #:   prefetch of W into L2, 4 and 8 rows at a time ran within the noise at 1 to 3 rows
 #:   of A, 2 rows 1.1x slower (benchmarks/DECISIONS.md, "Zen 5's read_streams stays 4");
+#: * ``prefetch_burst_lines``: the lines of W a skinny ``A @ W`` tile's block of rows
+#:   (which the tile before it prefetches at once) may hold: on Zen 4, 1 thread, CPU
+#:   time, under load, 4096 x 11008 W, blocks of 4 rows at 1 row of A (8 vectors of
+#:   columns a tile: 32 lines), 8 at 4 (6 vectors: 48), 16 at 8 and 16 (3 vectors: 48)
+#:   ran fastest of 4, 8 and 16 rows, 5 and 6 rows fastest at 16 (``row_block``: at
+#:   least 2 M rows) (benchmarks/DECISIONS.md, "Skinny GEMM: A @ W's
+#:   block of rows by the lines a tile prefetches (Zen 4)"); unmeasured elsewhere (the
+#:   Xeon's blocks of 16 rows kept);
 #: * ``selection_prefetch_bytes``: how far ahead an argmax/argmin along short rows
 #:   prefetches its rows (Zen 5 has no ``row_prefetch_bytes``: a row sum over rows of 1
 #:   KiB ran 0.87-1.05x with 1-16 KiB ahead, 1 thread, CPU time): there an int64
@@ -195,7 +203,7 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   session 23).
 MEASURED: Dict[str, Dict[str, object]] = {
     "znver4": {"fma_bits": 256, "gather_cost": 4.0, "transpose_cost": 0.8,
-               "split_loads_cheap": True},
+               "split_loads_cheap": True, "prefetch_burst_lines": 48},
     "znver5": {"fma_bits": 512, "gather_cost": 2.1, "transpose_cost": 0.66,
                "split_loads_cheap": False, "gemm_load_cost": 0.5, "read_streams": 4,
                "selection_prefetch_bytes": 4096},

@@ -123,7 +123,8 @@ SKINNY_MAX_ROWS = 16
 #: hardware prefetchers follow (1 to 16 rows of A, 1 thread, Xeon, under load: blocks
 #: of 8 rows 0.92-1.03x the time of 16, of 32 rows 0.99-1.12x, of 64 rows 2.1-2.3x;
 #: measurements: benchmarks/DECISIONS.md, "Skinny GEMM: A @ W in blocks of 16 rows, one
-#: task a thread")
+#: task a thread"); fewer where the machine model's ``prefetch_burst_lines`` says so
+#: (:func:`row_block`: AMD Zen 4)
 K_BLOCK = 16
 
 #: the bytes of one way of L1d (48 KiB in 12 ways on Zen 5, 32 in 8 on Intel cores):
@@ -224,7 +225,7 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
     batch = math.prod(bs)
     mb, nb = skinny_tile(M, N, not w_kfirst, info, batch)
     if w_kfirst:
-        kb = min(K, K_BLOCK)
+        kb = row_block(M, K, nb, info)
     elif M < A_IN_L2_MIN_ROWS and 4 * M * K <= info.l1_bytes:
         kb = K  # few rows of A: the rows of W read whole, A kept in L1
     elif 4 * M * K <= info.l2_bytes // 4:
@@ -260,6 +261,27 @@ def _row_task_tiles(M: int, N: int, nb: int, batch: int, info: CpuModel) -> int:
     tiles = _ceil(N, cols)
     fit = max(1, info.l2_bytes // 2 // (4 * M * cols))
     return max(1, min(tiles, fit, _ceil(tiles * batch, info.threads)))
+
+
+def row_block(M: int, K: int, nb: int, info: CpuModel) -> int:
+    """``W[k, j]``: the rows of W a register block of ``nb`` vectors of columns
+    accumulates over before it is added into C: :data:`K_BLOCK`, or where the machine
+    model has a ``prefetch_burst_lines``, the largest power of two of rows (at most
+    :data:`K_BLOCK`) whose lines (``nb`` vectors of the model's lanes in each row) fit
+    in it: the tile before prefetches the block at once (``skinny.stream`` ``"tile"``);
+    but no fewer rows than the power of two at or above ``2 * M`` (C's strip, ``M`` rows
+    loaded and stored once per block, would otherwise move more than the rows of W the
+    block adds: 5 and 6 rows in blocks of 8 ran 0.90-0.94x the speed of 16, 12 rows
+    0.67-0.88x).  (1 thread, Zen 4, under load: blocks of 16 rows held 61-68% of the
+    read stream at 1 row of A against 71-77% with 4, 4 rows 49-54% against 52-57% with
+    8; benchmarks/DECISIONS.md, "Skinny GEMM: A @ W's block of rows by the lines a tile
+    prefetches (Zen 4)".)  At most ``K``."""
+    kb = K_BLOCK
+    if info.prefetch_burst_lines:
+        per_row = max(1, nb * info.lanes * 4 // 64)   # lines of one row of the block
+        fit = max(1, info.prefetch_burst_lines // per_row)
+        kb = min(kb, max(1 << (fit.bit_length() - 1), 1 << (2 * M - 1).bit_length()))
+    return max(1, min(K, kb))
 
 
 def _stream_prefetch(kb: int, w_kfirst: bool, info: CpuModel) -> str:
@@ -323,8 +345,9 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     mb = knobs.choose("skinny.rows", rows, plan.mb)
     nb = knobs.choose("skinny.cols", sorted({plan.nb, 1, 2, 3, 4, 6, 8}), plan.nb)
     blocks = (4, 8, 16, 32, 64, 256, 1024) if not plan.rows_of_w else (256, 1024, plan.K)
-    kb = knobs.choose("skinny.kblock", sorted({plan.kb} | {b for b in blocks if b <= plan.K}),
-                      plan.kb)
+    # (W[k, j]: the block of rows for the chosen tile)
+    kb = plan.kb if plan.rows_of_w else row_block(plan.M, plan.K, nb, info)
+    kb = knobs.choose("skinny.kblock", sorted({kb} | {b for b in blocks if b <= plan.K}), kb)
     copy_a = plan.rows_of_w and knobs.choose("skinny.copy_a", [False, True], plan.copy_a)
     pf = knobs.choose("skinny.prefetch", [0, 1, 2], plan.prefetch) if plan.rows_of_w else 0
     stream = knobs.choose("skinny.stream", ["off", "rows", "tile"] if plan.rows_of_w
