@@ -560,6 +560,23 @@ def test_a_host_named_truly_is_the_host_by_name(monkeypatch):
     assert t.l2_bytes == H.host_cache(2, 512 << 10) and "avx512fp16" not in t.features
 
 
+def test_a_host_whose_features_llvm_cannot_list_is_named_truly(monkeypatch):
+    """LLVM may name the host yet fail to report its features (``read_host`` then knows
+    no feature names, and ``llvm_cpu_features`` gives None): ``names_host`` has nothing to
+    compare and keeps the name the host's, where it used to subtract None from a set
+    (a TypeError in every build that asked; the fuzzer's workers hit it)."""
+    import tecomp.target as T
+    from tecomp.target import host as H
+
+    H.read_host()
+    monkeypatch.setitem(H._HOST_INFO, "names", None)
+    monkeypatch.setattr(T, "_NAMES_HOST", {})
+    monkeypatch.setattr(H, "_FEATURES_OF", {})
+    assert H.llvm_cpu_features(H.host_cpu(), "") is None
+    assert T.names_host(H.host_cpu()) is (T.host_isa() is not None)
+    assert not T.names_host("not-this-cpu")
+
+
 def test_features_llvm_emits_only_for_intrinsics_are_not_compared(monkeypatch):
     """A hypervisor may hide PKU or RDRAND: code for a CPU with them still runs (LLVM
     never emits their instructions for a kernel); one a tensor intrinsic requires counts."""

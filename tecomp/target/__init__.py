@@ -150,15 +150,19 @@ def names_host(cpu: str) -> bool:
     Returns
     -------
     bool
-        False for any name but the host's; True without LLVM (nothing to compare)."""
+        False for any name but the host's; True without LLVM, or where LLVM names the
+        host but cannot list its features (nothing to compare)."""
     if cpu != host_cpu() or host_isa() is None:
         return False
     got = _NAMES_HOST.get(cpu)
     if got is None:
         named = llvm_cpu_features(cpu, "")
-        facts = ISAS[host_isa()]
-        extra = host_features() - named - getattr(facts, "INTRINSIC_ONLY", frozenset())
-        got = named is None or not any(f.startswith("avx") for f in extra)
+        if named is None:   # LLVM names the CPU but cannot list features: nothing to compare
+            got = True
+        else:
+            facts = ISAS[host_isa()]
+            extra = host_features() - named - getattr(facts, "INTRINSIC_ONLY", frozenset())
+            got = not any(f.startswith("avx") for f in extra)
         _NAMES_HOST[cpu] = got
     return got
 
