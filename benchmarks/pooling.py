@@ -32,11 +32,13 @@ GB/s on the Zen 5, neither the DRAM stream nor the cache's read rate.)  Each row
 gives its share of the DRAM stream.
 
     python3 benchmarks/pooling.py [--threads 2] [--rounds 7] [--only max2d_nchw,...] [--ab]
-        [--threads 1 --cpu-time]
+        [--ab SEPARABLE] [--threads 1 --cpu-time]
 
 ``--ab``: each row also built with the template's switches of :data:`BEFORE` (the
 template before this session's changes), timed in the same turns ("before", and the
-speed-up over it).  ``--cpu-time`` (one thread): each call timed by the process's CPU
+speed-up over it); ``--ab NAME[,NAME...]``: only those switches off (their values in
+:data:`BEFORE`, else False: ``--ab SEPARABLE`` the windows in one step, as before
+2026-12-02's session 24).  ``--cpu-time`` (one thread): each call timed by the process's CPU
 time, which leaves out the time other processes run on a loaded machine.
 """
 from __future__ import annotations
@@ -55,7 +57,8 @@ CACHED = 1.5
 #: rows with their tests and gathers), and channels last 4 vectors a step (as before
 #: 2026-12-01's ``WHOLE_PIXELS``)
 BEFORE = {"ROWS_THEN_WINDOWS": False, "HALF_VECTOR_ROWS": True, "MAX_IN_A_LOCAL": False,
-          "WHOLE_PLANES": False, "SHORT_ROW_VECTORS": 0, "WHOLE_PIXELS": False}
+          "WHOLE_PLANES": False, "SHORT_ROW_VECTORS": 0, "WHOLE_PIXELS": False,
+          "SEPARABLE": False}
 
 
 def workloads(nn):
@@ -115,8 +118,10 @@ def main() -> None:
     ap = base_parser(__doc__, rounds=7)
     ap.add_argument("--only", default="", help="comma-separated workload names (a prefix "
                     "each); default: all")
-    ap.add_argument("--ab", action="store_true", help="also time each row built with "
-                    "the switches of BEFORE (the template of 2026-11-30 morning)")
+    ap.add_argument("--ab", nargs="?", const="", default=None, metavar="NAMES",
+                    help="also time each row built with the switches of BEFORE (the "
+                    "template of 2026-11-30 morning), or only the comma-separated switches "
+                    "named, off")
     ap.add_argument("--cpu-time", action="store_true",
                     help="time by the process's CPU time (with --threads 1)")
     args = ap.parse_args()
@@ -140,6 +145,12 @@ def main() -> None:
     _, dram = tc.viz.host_peaks(args.threads)
     print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds, float32; "
           f"L3 {l3} MiB, DRAM read stream {dram:.1f} GB/s")
+    if args.ab is not None:
+        names = [n for n in args.ab.split(",") if n]
+        unknown = [n for n in names if not hasattr(pool_template, n)]
+        if unknown:
+            ap.error(f"--ab: no switch {unknown[0]!r} in tecomp.strategy.cpu.pool")
+        off = {n: BEFORE.get(n, False) for n in names} if names else dict(BEFORE)
     picked = [p for p in args.only.split(",") if p]
     for name, (shape, layout, op, tfn) in workloads(nn).items():
         if picked and not any(name.startswith(p) for p in picked):
@@ -159,10 +170,10 @@ def main() -> None:
         out = tc.empty(tuple(int(e.value) for e in Y.shape), "float32")
         want = tfn(tx)
         fns = {"tecomp": lambda: f(xl, out), "torch": lambda: tfn(tx)}
-        if args.ab:
-            now = {k: getattr(pool_template, k) for k in BEFORE}
+        if args.ab is not None:
+            now = {k: getattr(pool_template, k) for k in off}
             try:
-                for k, v in BEFORE.items():
+                for k, v in off.items():
                     setattr(pool_template, k, v)
                 fb = tc.build(tc.auto_schedule([X, Y]), [X, Y])
             finally:
@@ -195,7 +206,7 @@ def main() -> None:
               f" | {alone * 1e3:7.3f} ms {gbs:6.1f} GB/s ({100 * gbs / stream:4.0f}% of the "
               f"{where:5s} stream {stream:5.1f}; {100 * gbs / dram:4.0f}% of DRAM's)"
               + (f" | before {t['before'] * 1e3:7.3f} ms ({t['before'] / t['tecomp']:4.2f}x)"
-                 if args.ab else ""))
+                 if args.ab is not None else ""))
 
 if __name__ == "__main__":
     main()

@@ -650,12 +650,14 @@ def _short_row_cases():
 
 
 @pytest.mark.parametrize("case", _short_row_cases(), ids=lambda c: c[0])
-def test_short_padded_rows(case):
+def test_short_padded_rows(case, monkeypatch):
     """Channels first, rows padded at their ends and at most two vectors of output
     (max pooling, or a 3-d window): the outer rows partitioned on the padding's tests
     and the first vector's taps into the padding read by wide masked loads (``pragma
     masked_wide_loads``), a 3-d max pooling's maxima in a local block; against PyTorch (padding, ceil_mode, dilation,
-    count_include_pad, asymmetric padding by the plain schedule)."""
+    count_include_pad, asymmetric padding by the plain schedule).  (Windows in two
+    steps, ``SEPARABLE``, off: they take the overlapping ones.)"""
+    monkeypatch.setattr(pool, "SEPARABLE", False)
     name, shape, build, taken = case
     X = tc.placeholder(shape, name="X")
     Y = build(X)
@@ -670,8 +672,12 @@ def test_short_padded_rows(case):
         # padded rows (SHORT_ROWS_IN_A_LOCAL); a 2-d window's in the output
         assert (f"{Y.op.name}.local" in text) == (name == "max3d"), text
     # 2-d max pooling over short padded rows keeping its maxima in the output: the data
-    # rows PREFETCH_ROWS output rows ahead prefetched (the data, not its inlined padding)
-    assert ("prefetch X[" in text) == (name.startswith("max2d") and taken), text
+    # rows of the output rows the machine model's window_prefetch_bytes ahead
+    # prefetched (the data, not its inlined padding): on Zen 5, not on Zen 4
+    for cpu, ahead in (("znver5", True), ("znver4", False)):
+        other = str(tc.lower(sc.schedule_pool(Y, f"llvm -mcpu={cpu}"), [X, Y]))
+        assert ("prefetch X[" in other) == (name.startswith("max2d") and taken and ahead), \
+            (cpu, other)
     x = rng.standard_normal(shape).astype("float32")
     if name in ("max2d", "max3d"):
         fn = getattr(F, f"max_pool{len(shape) - 2}d")
@@ -679,6 +685,126 @@ def test_short_padded_rows(case):
     else:
         ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
     np.testing.assert_allclose(run([X], Y, [x], schedule=s), ref, rtol=1e-5, atol=1e-6)
+
+
+def _separable_cases():
+    """Pooling whose windows overlap along strided rows (channels first, 2-d and 3-d,
+    an output row of a vector or more of this machine), and some that are not."""
+    L = tc.target.cpu_model().lanes
+    w = 4 * L + 3   # odd: a partial vector at the ends of the row and of the local row
+    return [
+        ("max2d", (2, 3, 9, w), lambda X: nn.max_pool2d(X, 3, 2, 1), True),
+        ("max2d_ceil", (1, 2, 8, w + 1),
+         lambda X: nn.max_pool2d(X, 3, 2, 1, ceil_mode=True), True),
+        ("max2d_dilated", (1, 2, 9, w), lambda X: nn.max_pool2d(X, 3, 2, 1, dilation=2),
+         True),
+        ("max2d_k35_s23", (1, 2, 11, w), lambda X: nn.max_pool2d(X, (3, 5), (2, 3), (1, 2)),
+         True),
+        ("max2d_unpadded", (1, 2, 9, w), lambda X: nn.max_pool2d(X, 3, 2), True),
+        ("max2d_asym", (1, 2, 7, w), lambda X: nn.max_pool2d(X, 3, 2, ((1, 0), (2, 0))),
+         True),
+        ("max3d", (1, 2, 5, 7, 2 * L + 5), lambda X: nn.max_pool3d(X, 3, 2, 1), True),
+        ("max3d_ceil", (1, 2, 6, 6, 2 * L + 6),
+         lambda X: nn.max_pool3d(X, 3, 2, 1, ceil_mode=True), True),
+        ("avg2d", (1, 2, 9, w), lambda X: nn.avg_pool2d(X, 3, 2, 1), True),
+        ("avg2d_excl_ceil", (1, 2, 8, w + 1),
+         lambda X: nn.avg_pool2d(X, 3, 2, 1, ceil_mode=True, count_include_pad=False), True),
+        ("avg3d_excl", (1, 2, 5, 7, 2 * L + 5),
+         lambda X: nn.avg_pool3d(X, 3, 2, 1, count_include_pad=False), True),
+        # not taken: a stride of 1, windows apart, 1-d, channels last, a narrow row
+        ("avg2d_stride1", (1, 2, 9, w), lambda X: nn.avg_pool2d(X, 3, 1, 1), False),
+        ("max2d_stride3", (1, 2, 13, 3 * L + 1), lambda X: nn.max_pool2d(X, 3, 3, 1), False),
+        ("max1d", (2, 3, w), lambda X: nn.max_pool1d(X, 3, 2, 1), False),
+        ("max2d_nhwc", (1, 9, w, 3), lambda X: nn.max_pool2d(X, 3, 2, 1, layout="NHWC"),
+         False),
+        ("max2d_narrow", (1, 2, 9, L), lambda X: nn.max_pool2d(X, 3, 2, 1), False),
+    ]
+
+
+@pytest.mark.parametrize("case", _separable_cases(), ids=lambda c: c[0])
+def test_separable_windows(case, monkeypatch):
+    """Windows overlapping along strided rows, channels first: the window in two steps
+    (``Schedule.separate``): per output row, the window's rows reduced into a local row
+    over the data's columns (``.sep``), then each output from its taps of it.  Max
+    pooling exactly PyTorch's (NaN and infinities in the windows); average pooling
+    within float32 rounding (the sums in another order); the same values with the A/B
+    switch ``SEPARABLE`` off; the trace replays."""
+    from tecomp.schedule.trace import replay
+
+    name, shape, build, taken = case
+    X = tc.placeholder(shape, name="X")
+    Y = build(X)
+    s = sc.schedule_pool(Y)
+    text = str(tc.lower(s, [X, Y]))
+    assert str(tc.lower(tc.auto_schedule([X, Y], trials=0), [X, Y])) == text
+    assert (f"{Y.op.input_tensors[0].op.name if name.startswith('avg') else Y.op.name}"
+            ".sep[" in text) == taken, text
+    if taken:
+        assert ".sep: float32" in text and "(local)" in text, text
+        again = replay(s.trace.to_json(), [Y])
+        assert str(tc.lower(again, [X, Y])) == text
+    x = rng.standard_normal(shape).astype("float32")
+    if name.startswith("max"):
+        flat = x.reshape(-1)
+        flat[rng.choice(flat.size, 7, replace=False)] = np.nan
+        flat[rng.choice(flat.size, 5, replace=False)] = np.inf
+        flat[rng.choice(flat.size, 5, replace=False)] = -np.inf
+    got = run([X], Y, [x], schedule=s)
+    monkeypatch.setattr(pool, "SEPARABLE", False)
+    before = run([X], Y, [x])
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    if name.startswith("max"):
+        np.testing.assert_array_equal(got, ref)
+        np.testing.assert_array_equal(got, before)
+        if name in ("max2d", "max2d_dilated", "max3d"):
+            nd, d = len(shape) - 2, 2 if "dilated" in name else 1
+            fn = getattr(F, f"max_pool{nd}d")
+            want = fn(torch.from_numpy(x), 3, 2, 1, dilation=d).numpy()
+            np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, before, rtol=1e-5, atol=1e-6)
+
+
+def test_separate_a_window_sum():
+    """``s.separate`` on a plain TE window (not an operator's): ``C[i, j] = sum(A[i + r,
+    j * 2 + k])`` as ``C.sep[i, w] = sum(A[i + r, w])``, then ``C`` over ``k``; the same
+    sums, and its trace printed as the Python a user would write."""
+    A = tc.placeholder((10, 41), name="A")
+    r, k = tc.reduce_axis((0, 3), name="r"), tc.reduce_axis((0, 5), name="k")
+    C = tc.compute((8, 19), lambda i, j: tc.sum(A[i + r, j * 2 + k], axis=[r, k]), name="C")
+    s = tc.create_schedule(C.op)
+    sep = s.separate(C, k)
+    assert sep.name == "C.sep" and [int(e.value) for e in sep.shape] == [8, 41]
+    assert len(sep.op.reduce_axis) == 1 and len(s[C].op.reduce_axis) == 1
+    s[sep].compute_at(s[C], C.op.axis[0])
+    text = str(tc.lower(s, [A, C]))
+    assert "C.sep[" in text, text
+    a = rng.standard_normal((10, 41)).astype("float32")
+    want = np.array([[a[i:i + 3, 2 * j:2 * j + 5].sum() for j in range(19)]
+                     for i in range(8)])
+    np.testing.assert_allclose(run([A], C, [a], schedule=s), want, rtol=1e-5, atol=1e-5)
+    assert "s.separate(" in s.trace.python(), s.trace.python()
+
+
+def test_rows_ahead_from_the_machine_model():
+    """The 2-d max pooling's data rows prefetched ``window_prefetch_bytes`` ahead, in
+    output rows: that over the data rows an output row moves on by (stride x a data
+    row's bytes), at least one; none where the model has none."""
+    from dataclasses import replace
+    from tecomp.strategy.cpu.pool import _rows_ahead
+
+    z5 = tc.target.cpu_model("llvm -mcpu=znver5")
+    assert z5.window_prefetch_bytes == 3584
+    assert tc.target.cpu_model("llvm -mcpu=znver4").window_prefetch_bytes == 0
+    for shape, k, s, want in [((8, 64, 56, 56), 3, 2, 8),      # 2 rows of 224 B: 8
+                              ((8, 64, 56, 112), 3, 2, 4),
+                              ((8, 64, 56, 57), 3, 1, 15),     # (the data's 57, not 59)
+                              ((1, 1, 8, 4096), 3, 2, 1)]:     # at least one
+        X = tc.placeholder(shape, name="X")
+        Y = nn.max_pool2d(X, k, s, 1)
+        assert _rows_ahead(Y.op, z5) == want, (shape, s)
+        assert _rows_ahead(Y.op, replace(z5, window_prefetch_bytes=0)) == 0
 
 
 def test_channel_vectors_per_step(monkeypatch):

@@ -33,6 +33,7 @@ from .relations import (  # noqa: F401  (re-exported)
 )
 from . import trace as _trace
 from .rfactor import rfactor
+from .separate import separate
 from .trace import SCHEDULE_PRIMITIVES, STAGE_PRIMITIVES, Trace, TracedStage, traced
 
 SCOPES = ("global", "shared", "local") + FRAGMENT_SCOPES
@@ -1462,6 +1463,16 @@ class Schedule:
         factored whole, into one stage with as many outputs: the first is returned,
         ``.op.output(k)`` gives the others."""
         return rfactor(self, tensor, axis, factor_axis)
+
+    def separate(self, tensor: Tensor, axis) -> Tensor:
+        """Reduce the window of ``tensor`` in two steps: every reduce axis but ``axis``
+        first, into a new tensor ``<name>.sep`` over the data's whole dimension that
+        ``axis`` steps along (a pooling's rows reduced over each element of the data
+        row, once), then ``tensor`` over ``axis`` from it (the window's taps along the
+        row).  Returns the new tensor; ``tensor``'s stage is reset.  The stage must not
+        be transformed yet.  Max and min give the same values; a sum adds in another
+        order (see :mod:`tecomp.schedule.separate`)."""
+        return separate(self, tensor, axis)
 
     def normalize(self) -> "Schedule":
         """For TVM compatibility: tecomp's loops always start at 0 (a reduce axis over

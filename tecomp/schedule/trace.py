@@ -10,7 +10,7 @@ How objects are named in a step (all positions, so names never matter):
 * ``{"t": n}`` a tensor: the tensors of the DAG at ``create_schedule`` time in a fixed
   order (the outputs in the order given, then every tensor reachable from them, each
   after its consumer in a depth-first walk), then the tensors returned by
-  ``cache_read`` / ``cache_write`` / ``rfactor`` in the order they were made;
+  ``cache_read`` / ``cache_write`` / ``rfactor`` / ``separate`` in the order they were made;
 * ``{"s": n}`` the stage at position ``n`` of ``s.stages`` when the step ran;
 * ``{"ax": [n, p]}`` the axis at position ``p`` of ``s.stages[n].all_iter_vars``;
 * ``{"thread": tag}`` a ``tc.thread_axis(tag)``;
@@ -46,8 +46,8 @@ STAGE_PRIMITIVES = (
     "storage_align", "storage_order", "align_bounds", "tensorize", "double_buffer",
     "store_root",
 )
-SCHEDULE_PRIMITIVES = ("cache_read", "cache_write", "rfactor")
-_MAKES_TENSOR = ("cache_read", "cache_write", "rfactor")
+SCHEDULE_PRIMITIVES = ("cache_read", "cache_write", "rfactor", "separate")
+_MAKES_TENSOR = ("cache_read", "cache_write", "rfactor", "separate")
 
 
 #: ``tecomp.schedule.schedule.create_schedule``, set when that module is imported (it
@@ -247,6 +247,7 @@ _ARGS: Dict[str, Dict[str, str]] = {
                    "pad": "number?", "blocks": "blocks?"},
     "cache_write": {"tensor": "tensor", "scope": "string", "blocks": "blocks?"},
     "rfactor": {"tensor": "tensor", "axis": "axis", "factor_axis": "int32"},
+    "separate": {"tensor": "tensor", "axis": "axis"},
 }
 #: the factor arguments and the axis each one splits (checked against its extent)
 _FACTORS = {"split": (("factor", "parent"), ("nparts", "parent")),

@@ -87,6 +87,9 @@ class CpuModel:
     selection_prefetch_bytes : int, optional
         The same for a selection along short rows (an argmax's, an argmin's), whose
         rows end in a longer tree (0: ``row_prefetch_bytes``).
+    window_prefetch_bytes : int, optional
+        How far ahead, in bytes of the data's rows, a 2-d max pooling over short padded
+        rows prefetches the rows of the output rows ahead (0: not at all).
     target : str, optional
         The target (its string) these facts are from.
     parallel_region_cycles : int, optional
@@ -166,6 +169,12 @@ class CpuModel:
     #: argmax waiting on its next rows.  0: ``row_prefetch_bytes`` (what the
     #: calibration measures; it times no selection)
     selection_prefetch_bytes: int = 0
+    #: how far ahead, in bytes of the data's rows, a 2-d max pooling over short padded
+    #: rows (channels first, its maxima kept in the output: ``strategy.cpu.pool``)
+    #: prefetches the data rows of the output rows ahead: ``window_prefetch_bytes //
+    #: (stride x row bytes)`` output rows, at least one.  0 where unmeasured: none, the
+    #: hardware prefetchers alone (the calibration does not time it)
+    window_prefetch_bytes: int = 0
     #: the output of a plain elementwise pass (no other stage reads it) of more than this
     #: many bytes is stored past the cache (``pragma nontemporal``), where a measurement
     #: found a pass of twice that size faster so: on a VM the last-level cache the host

@@ -201,10 +201,16 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   none (2.23 against 5.01 ms, 71% of the read stream against 32%; argmin 2.1x; an
 #:   int32 argmax 1.9x; 1 thread, CPU time, under load: benchmarks/history/2026-12-02.md,
 #:   session 23).
+#: * ``window_prefetch_bytes``: how far ahead a 2-d max pooling over short padded rows
+#:   prefetches its data rows: on Zen 5 (session 23), max_pool2d 3x3/2 p1 over
+#:   16x64x56x56 and 32x64x56x56 ran 1.4x faster 8 output rows (of 2 data rows of 224
+#:   B: 3584 B) ahead than with none, 4 rows 1.15x slower than 8; on Zen 4 (session 24)
+#:   the same kernel over 32x64x56x56 ran 0.79x as fast 8 rows ahead: none (1 thread,
+#:   CPU time, under load: benchmarks/history/2026-12-02.md).
 MEASURED: Dict[str, Dict[str, object]] = {
     "znver4": {"fma_bits": 256, "gather_cost": 4.0, "transpose_cost": 0.8,
                "split_loads_cheap": True, "prefetch_burst_lines": 48},
     "znver5": {"fma_bits": 512, "gather_cost": 2.1, "transpose_cost": 0.66,
                "split_loads_cheap": False, "gemm_load_cost": 0.5, "read_streams": 4,
-               "selection_prefetch_bytes": 4096},
+               "selection_prefetch_bytes": 4096, "window_prefetch_bytes": 3584},
 }

@@ -1876,3 +1876,38 @@ def test_prefetch_carry_needs_a_positive_offset_without_along(offset, along):
                                                r"j.outer's loop into the next iteration of i, so "
                                                r"it needs a positive offset and no along="):
         s[B].prefetch(A, jo, offset, along=i if along else None, carry=i)
+
+
+def test_separate_errors():
+    A = tc.placeholder((10, 41), name="A")
+    r, k = tc.reduce_axis((0, 3), name="r"), tc.reduce_axis((0, 5), name="k")
+    C = tc.compute((8, 19), lambda i, j: tc.sum(A[i + r, j * 2 + k], axis=[r, k]), name="C")
+    D = tc.compute((8, 19), lambda i, j: C[i, j] * 2.0, name="D")
+    s = tc.create_schedule(D.op)
+    with pytest.raises(tc.ScheduleError, match=r"separate on stage D: it is not a single "
+                                               r"reduction"):
+        s.separate(D, k)
+    with pytest.raises(tc.ScheduleError, match=r"separate on stage C: axis 'i' is not one "
+                                               r"of its reduce axes \(r, k\)"):
+        s.separate(C, C.op.axis[0])
+    s[C].split(C.op.axis[1], factor=4)
+    with pytest.raises(tc.ScheduleError, match=r"separate on stage C: its loops are already "
+                                               r"transformed; call separate first"):
+        s.separate(C, k)
+    r2, k2 = tc.reduce_axis((0, 3), name="r"), tc.reduce_axis((0, 3), name="k")
+    E = tc.compute((8, 19), lambda i, j: tc.sum(A[i + k2, j * 2 + k2 + r2], axis=[r2, k2]),
+                   name="E")
+    with pytest.raises(tc.ScheduleError, match=r"separate on stage E: k must step along one "
+                                               r"dimension of one tensor read"):
+        tc.create_schedule(E.op).separate(E, k2)
+    k3 = tc.reduce_axis((0, 3), name="k")
+    G = tc.compute((19,), lambda j: tc.sum(A[0, j * 2 + k3], axis=k3), name="G")
+    with pytest.raises(tc.ScheduleError, match=r"separate on stage G: it reduces over one "
+                                               r"axis only"):
+        tc.create_schedule(G.op).separate(G, k3)
+    r4, k4 = tc.reduce_axis((0, 3), name="r"), tc.reduce_axis((0, 5), name="k")
+    H = tc.compute((8, 19), lambda i, j: tc.max(A[i + r4, j * 2 + k4], axis=[r4, k4],
+                                               where=k4 <= j), name="H")
+    with pytest.raises(tc.ScheduleError, match=r"separate on stage H: its reduction has a "
+                                               r"where= condition"):
+        tc.create_schedule(H.op).separate(H, k4)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import math
 
 from ...schedule.schedule import Schedule
+from ...schedule.separate import _separable_load
+from ...ir.dtype import bits
 from ...ir.expr import Const
 from ...ir.simplify import simplify
-from ...ir.functor import uses_var
+from ...ir.functor import substitute, uses_var
 from .._common import _cint, _is_injective, _is_padding, _loads, _walk
 from .common import _NoTemplate, _find, _op_tags, _template_or_rules
 from ...target import CpuModel
@@ -60,12 +62,26 @@ SHORT_ROW_TAPS = 27
 #: False: as before (an A/B switch)
 SHORT_ROWS_IN_A_LOCAL = True
 #: 2-d max pooling over short padded rows, its maxima in the output: the data rows of
-#: the output row this many rows ahead prefetched at each output row (x86's padded
-#: min/max pieces halved its loop, which then outran the hardware prefetcher from
-#: batch 16 up); 0: none (an A/B switch).  Both measured in benchmarks/DECISIONS.md,
-#: "Max pooling's odd rows: padded min/max pieces, strided reads of a local row from
-#: its registers, 3-d maxima in a local block"
-PREFETCH_ROWS = 8
+#: the output rows ahead prefetched at each output row, as far ahead as the machine
+#: model's ``window_prefetch_bytes`` (:func:`_rows_ahead`: on Zen 5 8 output rows of
+#: 56-wide data, where x86's padded min/max pieces halved the loop, which then outran
+#: the hardware prefetcher from batch 16 up; none on Zen 4, where it lost); False: none
+#: (an A/B switch).  Measured in benchmarks/DECISIONS.md, "Max pooling's odd rows:
+#: padded min/max pieces, strided reads of a local row from its registers, 3-d maxima
+#: in a local block"
+PREFETCH_ROWS = True
+#: windows that overlap along the rows (a stride below the kernel: 3x3/2, 3^3/2),
+#: channels first, 2-d and 3-d: the window reduced in two steps (``Schedule.separate``,
+#: :func:`_separated`): per output row, the window's rows reduced into a local row over
+#: the data's columns (each column's taps contiguous vectors, each data element once),
+#: then each output the reduction of its K taps of that row; False: the output row
+#: vectorized over the window's R x K taps (strided loads of the data), as before (an
+#: A/B switch; benchmarks/DECISIONS.md, "Pooling windows in two steps")
+SEPARABLE = True
+#: ... the outer spatial loops partitioned on the padding's tests (``pragma
+#: partition``: the inner rows' local rows read the data with no row test); False: not
+#: (an A/B switch)
+SEPARATE_PARTITION = True
 #: channels last: a step covers a pixel's channels in up to half the vector registers
 #: (:func:`_channel_vectors`), all the window's loads of the pixel before its stores,
 #: where VECTORS vectors a step stored each part of the output pixel between the
@@ -144,6 +160,9 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         # would be one lane, a scalar add a tap; along the data, a vector a window row
         _window_along_the_data(s, out, pool.output(0), info, small)
         return
+    if _separable(pool, first, small, last, L):
+        _separated(s, out, pool.output(0), info, small)
+        return
     short = first and _short_padded_rows(pool, out, last, L)
     if _max_in_a_local(pool, out, last is not None and last < L):
         pool = s.cache_write(out, "local").op
@@ -190,12 +209,13 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         for ax in outer[1:]:
             st.pragma(ax, "partition")
         st.pragma(rows, "masked_wide_loads")
-    if PREFETCH_ROWS and short and len(window) == 2 and len(outer) > 1 and pool is out.op:
+    ahead = _rows_ahead(pool, info) if PREFETCH_ROWS else 0
+    if ahead and short and len(window) == 2 and len(outer) > 1 and pool is out.op:
         # (2-d max pooling over short padded rows, channels first: the data rows
-        # PREFETCH_ROWS output rows ahead, in each output row's loop)
+        # of the output rows ``ahead``, in each output row's loop)
         data = pool.input_tensors[0]
         st.prefetch(data.op.input_tensors[0] if _is_padding(data.op) else data, outer[-1],
-                    offset=PREFETCH_ROWS)
+                    offset=ahead)
     if pool is not out.op:
         ps = s[pool.output(0)]
         ps.set_scope("local")
@@ -211,6 +231,26 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         if U > 1:
             ps.unroll(pxo)
         ps.vectorize(pxi)
+
+
+def _rows_ahead(pool, info: CpuModel) -> int:
+    """Output rows of ``pool`` (channels first) whose data rows are the machine model's
+    ``window_prefetch_bytes`` ahead: that over the bytes of data rows an output row
+    moves on by (its stride along the rows times a data row), at least 1; 0 where the
+    model has none or the rows' sizes are not constants."""
+    want = info.window_prefetch_bytes
+    lds = _loads(pool.body.source)
+    if not want or len(lds) != 1 or len(pool.axis) < 2:
+        return 0
+    src, y = lds[0].producer, pool.axis[-2]
+    e = lds[0].indices[-2]
+    ranges = {iv.var: iv.dom for iv in list(pool.axis) + list(pool.reduce_axis)}
+    step = simplify(substitute(e, {y.var: y.var + 1}) - e, ranges)
+    width = _cint((src.op.input_tensors[0] if _is_padding(src.op) else src).shape[-1])
+    if not isinstance(step, Const) or width is None:
+        return 0
+    row = max(1, int(step.value)) * width * (bits(src.dtype) // 8)
+    return max(1, want // row)
 
 
 def _short_padded_rows(pool, out, last, lanes: int) -> bool:
@@ -315,8 +355,14 @@ def _rows_then_windows(s: Schedule, out, red, info: CpuModel, small: bool) -> No
     if width <= 2 * VECTORS * L:
         rf.unroll(ro)
     rf.vectorize(ri)
-    # each output: its K elements of the row (a strided load from the local row)
-    stages = [(st, [rows] + outer)]
+    _windows_from_the_row(s, out, red, st, [rows] + outer, at, L)
+
+
+def _windows_from_the_row(s: Schedule, out, red, st, lead, at, L: int) -> None:
+    """Each output of ``red`` (and of ``out``, its division where it is not ``red``):
+    its K elements of the local row (a strided load from it), vectorized along the
+    outputs, inside the loop ``at`` of ``st`` (the output's stage, loops ``lead``)."""
+    stages = [(st, lead)]
     if red.op is not out.op:
         s[red].set_scope("local")
         s[red].compute_at(st, at)
@@ -328,6 +374,62 @@ def _rows_then_windows(s: Schedule, out, red, info: CpuModel, small: bool) -> No
             if (_cint(k.dom.extent) or UNROLL_WINDOW + 1) <= UNROLL_WINDOW:
                 sg.unroll(k)
         sg.vectorize(xi)
+
+
+def _separable(pool, first: bool, small: bool, last, lanes: int) -> bool:
+    """Whether the window of ``pool`` (channels first, 2-d or 3-d, unrolled, an output
+    row of a vector or more) overlaps along the rows and strides them: its load's last
+    index steps by more than 1 and less than the kernel per output (:data:`SEPARABLE`).
+    A stride of 1 reads each tap as a contiguous vector already (avg_pool2d 3x3/1 p1
+    over 8x64x56x56 ran 0.74-0.93x in two steps: not taken)."""
+    if not (SEPARABLE and first and small and len(pool.reduce_axis) > 1
+            and last is not None and last >= lanes):
+        return False
+    lds = _loads(pool.body.source)
+    kx, x = pool.reduce_axis[-1], pool.axis[-1]
+    ranges = {iv.var: iv.dom for iv in list(pool.axis) + list(pool.reduce_axis)}
+    cond = simplify(pool.body.condition, ranges)
+    others = [r for r in pool.reduce_axis if r is not kx]
+    if (len(lds) != 1 or not (isinstance(cond, Const) and bool(cond.value))
+            or _separable_load(lds, kx, [a.var for a in pool.axis], others) is None):
+        return False   # (Schedule.separate's own conditions: no where=, one load)
+    e = lds[0].indices[-1]
+    step = simplify(substitute(e, {x.var: x.var + 1}) - e, ranges)
+    K = _cint(kx.dom.extent)
+    return isinstance(step, Const) and K is not None and 1 < int(step.value) < K
+
+
+def _separated(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
+    """Overlapping windows, channels first (:func:`_separable`): ``Schedule.separate``
+    of the window's last axis; per output row, the window's other axes reduced into a
+    local row over the data's columns (``red.sep``: contiguous vectors, each element
+    once, the padding's tests inlined), then each output from its K taps of that row
+    (:func:`_windows_from_the_row`).  The tasks are (batch x channels), the outer
+    spatial loops inside."""
+    L = info.lanes
+    sep = s.separate(red, red.op.reduce_axis[-1])
+    st = s[out]
+    n, c, *outer, x = st.op.axis
+    rows = st.fuse(n, c)
+    if info.threads > 1:
+        st.parallel(rows)
+    at = outer[-1] if outer else rows
+    ts = s[sep]
+    ts.set_scope("local")
+    ts.compute_at(st, at)
+    *ta, tw = ts.op.axis
+    wo, wi = ts.split(tw, factor=L)
+    ts.reorder(*(ta + [wo] + list(ts.op.reduce_axis) + [wi]))
+    if small:
+        for k in ts.op.reduce_axis:
+            ts.unroll(k)
+    if (_cint(tw.dom.extent) or UNROLL_WINDOW * L) <= 2 * VECTORS * L:
+        ts.unroll(wo)
+    ts.vectorize(wi)
+    if SEPARATE_PARTITION:
+        for ax in outer:
+            st.pragma(ax, "partition")
+    _windows_from_the_row(s, out, red, st, [rows] + outer, at, L)
 
 
 def _window_along_the_data(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
@@ -439,6 +541,9 @@ def schedule_pool(outs, target: str = "llvm") -> Schedule:
     pooling by a divisor, or to a size whose windows are all as wide and overlap a
     little: 50 -> 7), 2-d and 3-d: per output row, the window's rows reduced in
     contiguous vectors into a local row, then each output from its part of that row
-    (a strided load from the cache, not one per tap from the data).  Otherwise, and for
-    any other DAG, the auto-scheduler's rules."""
+    (a strided load from the cache, not one per tap from the data).  Channels first,
+    windows that overlap along strided rows (3x3/2, 3^3/2), 2-d and 3-d: the window in
+    two steps (``Schedule.separate``, :func:`_separated`), per output row a local row of
+    the window's rows reduced over the data's columns, then each output from its taps
+    of it.  Otherwise, and for any other DAG, the auto-scheduler's rules."""
     return _template_or_rules(pool_into, outs, target)
