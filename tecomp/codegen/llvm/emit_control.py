@@ -9,6 +9,7 @@ parallel (outlined into a task that the thread pool runs).  The rules: "Loops",
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Optional
 
 import llvmlite.ir as ir
@@ -17,8 +18,8 @@ from ...errors import BuildError, InternalError
 from ...ir import dtype as _dt
 from ...ir.arith import Analyzer
 from ...ir.expr import BufferLoad, Const, Expr, Max, Min, Var
-from ...ir.functor import collect
-from ...ir.stmt import AssertStmt, BufferStore, For, IfThenElse, LetStmt, SeqStmt
+from ...ir.functor import collect, substitute, uses_var
+from ...ir.stmt import AssertStmt, AttrStmt, BufferStore, For, IfThenElse, LetStmt, SeqStmt
 from ...lower import parallel as _par
 from ...lower import vectorize as _vec
 from ...lower.passes import MAX_FULL_UNROLL  # (the unroll budget counts with it)
@@ -40,6 +41,14 @@ MAX_GUARDED_COPIES = 64
 #: trip count it does not know, LLVM does nothing and prints "loop not unrolled" to the
 #: process's stderr (the tail of ``split(x, factor=32)`` of a symbolic ``x``: issue 49).
 RUNTIME_UNROLL_COUNT = 4
+
+#: an unrolled loop of float ``max``/``min`` updates of one accumulator (a column
+#: reduction's rows, ``acc[j] = max(acc[j], x[k, j])`` for the copies' ``k``) is one
+#: update of the accumulator by every copy's value (``max(max(acc, x0), x1)``, the same
+#: order), whose pairs of values get one NaN test each (``_ExprEmitter._minmax_pair``)
+#: where the policy says so (``paired_nan_tests``: AVX-512, the test a compare into a
+#: mask register)
+PAIRED_NAN_TESTS = True
 
 
 def guarded_unroll_count(extent: Expr) -> Optional[int]:
@@ -264,6 +273,9 @@ class _ControlEmitter:
         copies, LLVM's unroller made functions it took minutes to optimise (a symbolic
         product reduction, fuzz seed 10022977: 224 such loops)."""
         outer = self._unroll_copies
+        if isinstance(s.extent, Const) and s.extent.value <= MAX_FULL_UNROLL and \
+                self._minmax_chain(s):
+            return
         if isinstance(s.extent, Const) and s.extent.value <= MAX_FULL_UNROLL:
             lo = self.scalar_index(s.min)
             self._unroll_copies = outer * max(int(s.extent.value), 1)
@@ -285,6 +297,40 @@ class _ControlEmitter:
                                                 lambda: self.stmt(s.body)),
                      name=f"{_sanitize(s.var.name)}.{k}")
         self._unroll_copies = outer
+
+    def _minmax_chain(self, s: For) -> bool:
+        """Emit the unrolled loop ``s`` (a constant extent of at least 2) as one update
+        ``acc = max(max(acc, v(k0)), v(k0 + 1)) ...`` of its copies' values where its
+        body, under at most one vectorized loop, is ``acc = max(acc, v(k))`` (or ``min``)
+        of a float accumulator at an index and in a buffer that no ``v`` reads, and the
+        policy pairs NaN tests (:data:`PAIRED_NAN_TESTS`); the chain's nodes are marked
+        for :meth:`_ExprEmitter._minmax_pair`.  False (nothing emitted) otherwise."""
+        if not (PAIRED_NAN_TESTS and self.policy.paired_nan_tests) or s.extent.value < 2:
+            return False
+        body, wrap = s.body, None
+        if isinstance(body, AttrStmt) and body.key == _vec.KEY and \
+                isinstance(body.body, For) and body.body.kind == "vectorized":
+            wrap, body = body, body.body.body
+        if not isinstance(body, BufferStore) or not isinstance(body.value, (Max, Min)):
+            return False
+        op, acc, v = type(body.value), body.value.a, body.value.b
+        if not (_dt.is_float(body.value.dtype) and isinstance(acc, BufferLoad) and
+                acc.buffer is body.buffer and acc.indices == body.indices and
+                not any(uses_var(i, s.var) for i in body.indices) and
+                not collect(v, lambda n: isinstance(n, BufferLoad) and
+                            n.buffer is body.buffer)):
+            return False
+        chain = acc
+        for k in range(int(s.extent.value)):
+            chain = op(chain, substitute(v, {s.var: s.var + k}) if k else v, v.dtype)
+            if k % 2:
+                self._minmax_pairs.add(id(chain))
+        store = BufferStore(body.buffer, chain, body.indices)
+        if wrap is not None:
+            store = replace(wrap, body=replace(wrap.body, body=store))
+        lo = self.scalar_index(s.min)
+        self.with_loop_var(s.var, Val(lo), lambda: self.stmt(store))
+        return True
 
     def _llvm_unroll_md(self, extent: Expr):
         """The unroll request to LLVM for an unrolled loop that stays a loop: a long
