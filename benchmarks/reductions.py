@@ -246,11 +246,13 @@ def minmax_off(tc, sig, ins):
 
 
 def pairs_off(tc, sig, ins):
-    """A call of the kernel of ``sig`` built with a float max or min over an unrolled run
-    of rows into one accumulator tested for NaN row by row, as before session 24 (not
-    once per two rows: ``tecomp.codegen.llvm.emit_control.PAIRED_NAN_TESTS`` False)."""
+    """A call of the kernel of ``sig`` built with a float max, min, argmax or argmin over
+    an unrolled run of rows into one accumulator tested for NaN row by row, as before
+    session 24 (not once per two rows: ``tecomp.codegen.llvm.emit_control.
+    PAIRED_NAN_TESTS`` and ``PAIRED_SELECTION_TESTS`` False)."""
     from tecomp.codegen.llvm import emit_control
-    return flags_off(tc, sig, ins, [(emit_control, "PAIRED_NAN_TESTS")])
+    return flags_off(tc, sig, ins, [(emit_control, "PAIRED_NAN_TESTS"),
+                                    (emit_control, "PAIRED_SELECTION_TESTS")])
 
 
 def rowblock_off(tc, sig, ins):
@@ -357,9 +359,9 @@ def main() -> None:
                     "reduction scheduled without the rows ahead prefetched (the machine "
                     "model's row_prefetch_bytes), in the same turns")
     ap.add_argument("--pairs-off", action="store_true", help="also time each reduction "
-                    "built with a float max or min over an unrolled run of rows tested for "
-                    "NaN row by row (not one unordered compare per two rows), in the same "
-                    "turns")
+                    "built with a float max, min, argmax or argmin over an unrolled run of "
+                    "rows tested for NaN row by row (not one unordered compare per two "
+                    "rows), in the same turns")
     ap.add_argument("--stream-off", action="store_true", help="also time each elementwise "
                     "operator scheduled with its output stored through the cache (no "
                     "non-temporal stores), in the same turns")

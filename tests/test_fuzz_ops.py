@@ -199,16 +199,17 @@ def test_strides_past_int32_are_refused_naming_them(monkeypatch):
 
 
 def test_max_min_lines_with_one_nan_each():
-    """The max/min cases' data with one NaN a line along the first reduced axis (first,
-    second, middle, second-to-last, last element or anywhere; the column max's NaN test
-    of rows in pairs must catch either row): drawn among the first seeds, every such
-    line finite but for its one NaN or infinity, and a column max over such data (rows
-    read in pairs on AVX-512) agrees with PyTorch."""
+    """The max/min/argmax/argmin cases' data with one NaN a line along the first
+    reduced axis (first, second, middle, second-to-last, last element or anywhere; a
+    column max's NaN test of rows in pairs must catch either row): drawn among the
+    first seeds, every such line finite but for its one NaN or infinity, and a column
+    max over such data (rows read in pairs on AVX-512) agrees with PyTorch."""
     placed = []
     for seed in range(4000):
         case = draw_op_case(seed)
         sp = case.spec
-        if sp["op"] not in ("max", "min") or not sp.get("specials") or sp.get("illegal"):
+        if sp["op"] not in ("max", "min", "argmax", "argmin") or not sp.get("specials") \
+                or sp.get("illegal"):
             continue
         x, _ = ops._data(case)
         axes = ops._norm_axes(sp["kwargs"]["axis"], x.ndim) if x.ndim else ()

@@ -30,9 +30,9 @@ is drawn from its own random stream (``RandomDraw(seed * 7919 + 41)``) and is on
 The float inputs of pools and reductions hold NaN, +-inf and -0.0 among normal values
 in half the cases (and small integers, so that windows and rows hold ties, in a quarter);
 in 30% of those, also a whole row (or leading slice) of one of NaN, +inf, -inf; in
-30% of those of ``max``/``min``, the lines along the first reduced axis finite but for
-one NaN in half of them (first, second, middle, second-to-last or last element, or
-anywhere) and an infinity in an eighth.
+30% of those of ``max``, ``min``, ``argmax`` and ``argmin``, the lines along the first
+reduced axis finite but for one NaN in half of them (first, second, middle,
+second-to-last or last element, or anywhere) and an infinity in an eighth.
 A stream of its own (``RandomDraw(seed * 7919 + 42)``) makes the batch symbolic (a
 ``tc.var`` passed last; a reduction's first axis) in 15% of the cases, the float32 data
 of pools and reductions float64 in 15% (float16 in 10% of the rest, compared within a
@@ -583,7 +583,8 @@ def _data(case: OpCase):
             x.reshape(-1, x.shape[-1])[0] = v
         else:
             x[0] = v
-    if sp.get("specials") and sp.get("op") in ("max", "min") and x.size and \
+    if sp.get("specials") and sp.get("op") in ("max", "min", "argmax", "argmin") and \
+            x.size and \
             rng.random() < 0.3:
         x = _one_nan_a_line(rng, x, sp["kwargs"].get("axis"))
     x = x.astype(sp["dtype"])
@@ -596,10 +597,10 @@ def _one_nan_a_line(rng, x: np.ndarray, axis) -> np.ndarray:
     """``x`` (drawn last: a seed's other values stay what they were) with its lines
     along the first reduced axis of ``axis`` made finite, then half of them given one NaN
     each: at the line's first, second, middle, second-to-last or last element or
-    anywhere, and a quarter of the others an ``inf`` or ``-inf``: a column max's NaN
-    test of its rows in pairs (``codegen.llvm.emit_control.PAIRED_NAN_TESTS``) must
-    find a NaN in either row of a pair, and in the accumulator.  ``x`` unchanged for an
-    axis a case refuses."""
+    anywhere, and a quarter of the others an ``inf`` or ``-inf``: a column max's (an
+    argmax's) NaN test of its rows in pairs (``codegen.llvm.emit_control.
+    PAIRED_NAN_TESTS``, ``PAIRED_SELECTION_TESTS``) must find a NaN in either row of a
+    pair, and in the accumulator.  ``x`` unchanged for an axis a case refuses."""
     try:
         axes = _norm_axes(axis, x.ndim)
     except (TypeError, ValueError, ZeroDivisionError):

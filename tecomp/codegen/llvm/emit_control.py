@@ -17,7 +17,7 @@ import llvmlite.ir as ir
 from ...errors import BuildError, InternalError
 from ...ir import dtype as _dt
 from ...ir.arith import Analyzer
-from ...ir.expr import BufferLoad, Const, Expr, Max, Min, Var
+from ...ir.expr import GE, GT, LE, LT, NE, BufferLoad, Const, Expr, Max, Min, Not, Or, Select, Var
 from ...ir.functor import collect, substitute, uses_var
 from ...ir.stmt import AssertStmt, AttrStmt, BufferStore, For, IfThenElse, LetStmt, SeqStmt
 from ...lower import parallel as _par
@@ -49,6 +49,14 @@ RUNTIME_UNROLL_COUNT = 4
 #: where the policy says so (``paired_nan_tests``: AVX-512, the test a compare into a
 #: mask register)
 PAIRED_NAN_TESTS = True
+
+#: an unrolled loop of a float argmax's (argmin's) updates of one accumulator pair (a
+#: column argmax's rows: keep the value where ``acc >= x || acc != acc``) runs two rows
+#: a step under one NaN test of them: where neither row holds a NaN in any lane, each
+#: row's update is one ordered compare (keep where ``!(x > acc)``: a NaN accumulator
+#: stays), else the exact update (``_ControlEmitter._selection_pairs``); where the
+#: policy says so (``paired_nan_tests``)
+PAIRED_SELECTION_TESTS = True
 
 
 def guarded_unroll_count(extent: Expr) -> Optional[int]:
@@ -185,6 +193,11 @@ class _ControlEmitter:
         cond = self.expr(s.cond)
         then_fn = lambda: self.stmt(s.then_case)  # noqa: E731
         else_fn = (lambda: self.stmt(s.else_case)) if s.else_case is not None else None
+        if id(s) in self._any_lane_ifs and not cond.uniform:
+            # (_selection_pairs) a branch on any lane of the condition, not a mask
+            self.if_(self.any_lane(self.and_mask(self.vec(cond))), then_fn, else_fn,
+                     name="nan")
+            return
         if cond.uniform:
             if isinstance(cond.s, ir.Constant):
                 if cond.s.constant:
@@ -274,7 +287,7 @@ class _ControlEmitter:
         product reduction, fuzz seed 10022977: 224 such loops)."""
         outer = self._unroll_copies
         if isinstance(s.extent, Const) and s.extent.value <= MAX_FULL_UNROLL and \
-                self._minmax_chain(s):
+                (self._minmax_chain(s) or self._selection_pairs(s)):
             return
         if isinstance(s.extent, Const) and s.extent.value <= MAX_FULL_UNROLL:
             lo = self.scalar_index(s.min)
@@ -330,6 +343,60 @@ class _ControlEmitter:
             store = replace(wrap, body=replace(wrap.body, body=store))
         lo = self.scalar_index(s.min)
         self.with_loop_var(s.var, Val(lo), lambda: self.stmt(store))
+        return True
+
+    def _selection_pairs(self, s: For) -> bool:
+        """Emit the unrolled loop ``s`` (a constant even extent) two copies a step, each
+        step's two under one any-lane NaN test of their new values: the copies as they
+        are where a lane holds a NaN, else with the keep condition ``acc >= x || acc !=
+        acc`` (``<=``: argmin) as ``!(x > acc)`` (``<``), one ordered compare.  Where the
+        body, under at most one vectorized loop, is a selection's update (two lets of
+        selects on that condition, then stores) of a float value at an index without
+        ``s``'s counter; the policy pairs NaN tests (:data:`PAIRED_SELECTION_TESTS`).
+        False (nothing emitted) otherwise."""
+        if not (PAIRED_SELECTION_TESTS and self.policy.paired_nan_tests) or \
+                s.extent.value < 2 or s.extent.value % 2:
+            return False
+        body, wrap = s.body, None
+        if isinstance(body, AttrStmt) and body.key == _vec.KEY and \
+                isinstance(body.body, For) and body.body.kind == "vectorized":
+            wrap, body = body, body.body.body
+        if not (isinstance(body, LetStmt) and isinstance(body.body, LetStmt)):
+            return False
+        l0, l1 = body, body.body
+        if not (isinstance(l0.value, Select) and isinstance(l1.value, Select)):
+            return False
+        cond = l0.value.cond
+        if l1.value.cond != cond or not isinstance(cond, Or) or \
+                not isinstance(cond.a, (GE, LE)) or not isinstance(cond.b, NE):
+            return False
+        acc, x = cond.a.a, cond.a.b
+        if not (isinstance(acc, BufferLoad) and _dt.is_float(acc.dtype) and
+                cond.b.a == acc and cond.b.b == acc and uses_var(x, s.var) and
+                not any(uses_var(i, s.var) for i in acc.indices)):
+            return False
+        fast = Not(GT(x, acc) if isinstance(cond.a, GE) else LT(x, acc))
+
+        def fast_copy(st):
+            return replace(st, value=replace(st.value, cond=fast))
+
+        fast_body = replace(fast_copy(l0), body=fast_copy(l1))
+        nxt = {s.var: s.var + 1}
+        x1 = substitute(x, nxt)
+        test = IfThenElse(Or(NE(x, x), NE(x1, x1)),
+                          SeqStmt((body, substitute(body, nxt))),
+                          SeqStmt((fast_body, substitute(fast_body, nxt))))
+        self._any_lane_ifs.add(id(test))
+        step = test
+        if wrap is not None:
+            step = replace(wrap, body=replace(wrap.body, body=test))
+        lo = self.scalar_index(s.min)
+        outer = self._unroll_copies
+        self._unroll_copies = outer * max(int(s.extent.value), 1)
+        for k in range(0, int(s.extent.value), 2):
+            self.with_loop_var(s.var, Val(self.iadd(lo, ir.Constant(_I64, k))),
+                               lambda: self.stmt(step))
+        self._unroll_copies = outer
         return True
 
     def _llvm_unroll_md(self, extent: Expr):

@@ -37,7 +37,8 @@ class TargetPolicy:
       gives is unspecified either way).
     * ``paired_nan_tests``: an unrolled run of float ``max``/``min`` updates of one
       accumulator is one chain whose values get one NaN test a pair
-      (``emit_control.PAIRED_NAN_TESTS``); False here.
+      (``emit_control.PAIRED_NAN_TESTS``), an argmax's two rows a step under one
+      (``PAIRED_SELECTION_TESTS``); False here.
     * ``function_attributes``: LLVM function attributes every generated function gets
       besides the CPU and its features (AArch64's ``vscale_range`` of a fixed SVE
       vector length); none here.  ``unconstrained``: the names of functions that get

@@ -32,7 +32,10 @@ measured or forced by LLVM's x86 backend:
   into one accumulator (a column max) is one chain: ``vmaxps`` of each row into the
   accumulator (a NaN accumulator stays), then per two rows one ``vcmpunordps`` of the
   pair and a masked ``vaddps`` of the two (a NaN) where either is NaN: half the mask
-  writes (``paired_nan_tests``, ``emit_control.PAIRED_NAN_TESTS``).
+  writes (``paired_nan_tests``, ``emit_control.PAIRED_NAN_TESTS``).  An argmax's
+  (argmin's) unrolled rows go two a step under one ``vcmpunordps`` of the two and a
+  branch on any lane: without a NaN, each row's update is one ordered compare
+  (``emit_control.PAIRED_SELECTION_TESTS``).
 * **Tables of 16 coefficients** (AVX2, AVX-512): the float32 ``erf`` reads each of its
   per-segment coefficients with one ``vpermps`` per 16 lanes (AVX2: two of 8 entries and
   a blend per 8 lanes) (:meth:`X86Policy.vector_op`, ``"lookup16"``), where a gather
