@@ -3209,6 +3209,20 @@ def test_float_max_min_reductions_propagate_nan_on_every_width(target):
                 and "llvm.minimum" not in src, target
 
 
+def _paired_target(monkeypatch, flag: str, paired: bool) -> str:
+    """An AVX-512 target with ``emit_control``'s ``flag`` (a pairing of NaN tests) set to
+    ``paired``; the test skipped where this CPU cannot run AVX-512 x86 code."""
+    import tecomp as tc
+    from tecomp.codegen.llvm import emit_control
+    from tecomp.codegen.llvm.jit import host
+    from tecomp.codegen.llvm.x86 import is_x86
+
+    if not is_x86(host().triple) or not tc.Target("llvm").has_feature("avx512f"):
+        pytest.skip("an AVX-512 x86 CPU runs the paired form")
+    monkeypatch.setattr(emit_control, flag, paired)
+    return "llvm -mcpu=skylake-avx512"
+
+
 @pytest.mark.parametrize("paired", [True, False])
 @pytest.mark.parametrize("shape,axis", [((256, 256), 0), ((4, 64, 96), 1), ((1024, 64), 0)])
 def test_column_max_min_nan_tests_in_pairs(monkeypatch, paired, shape, axis):
@@ -3223,14 +3237,8 @@ def test_column_max_min_nan_tests_in_pairs(monkeypatch, paired, shape, axis):
     import re
 
     import tecomp as tc
-    from tecomp.codegen.llvm import emit_control
-    from tecomp.codegen.llvm.jit import host
-    from tecomp.codegen.llvm.x86 import is_x86
 
-    if not is_x86(host().triple) or not tc.Target("llvm").has_feature("avx512f"):
-        pytest.skip("an AVX-512 x86 CPU runs the paired form")
-    monkeypatch.setattr(emit_control, "PAIRED_NAN_TESTS", paired)
-    target = "llvm -mcpu=skylake-avx512"
+    target = _paired_target(monkeypatch, "PAIRED_NAN_TESTS", paired)
     rng = np.random.default_rng(3)
     n = shape[axis]
     for dtype in ("float32", "float64", "int32"):
@@ -3276,14 +3284,8 @@ def test_column_argmax_nan_tests_in_pairs(monkeypatch, paired, shape, axis):
     beside inf, a column of -inf, zeros of both signs (equal), float32 and float64,
     exactly numpy's; int32 columns exact.  The branch is in the code exactly when on."""
     import tecomp as tc
-    from tecomp.codegen.llvm import emit_control
-    from tecomp.codegen.llvm.jit import host
-    from tecomp.codegen.llvm.x86 import is_x86
 
-    if not is_x86(host().triple) or not tc.Target("llvm").has_feature("avx512f"):
-        pytest.skip("an AVX-512 x86 CPU runs the paired form")
-    monkeypatch.setattr(emit_control, "PAIRED_SELECTION_TESTS", paired)
-    target = "llvm -mcpu=skylake-avx512"
+    target = _paired_target(monkeypatch, "PAIRED_SELECTION_TESTS", paired)
     rng = np.random.default_rng(5)
     n = shape[axis]
     for dtype in ("float32", "float64", "int32"):
