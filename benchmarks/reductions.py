@@ -20,8 +20,8 @@ counting its read and its write).  Every result is checked against PyTorch's fir
     python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...]
         [--threads 1 --cpu-time] [--rules-off]
         [--new-off] [--select-off] [--seed-off] [--steps-off]
-        [--minmax-off] [--rowblock-off] [--prefetch-off] [--stream-off] [--math-off]
-        [--math20-off]
+        [--minmax-off] [--rowblock-off] [--prefetch-off] [--pairs-off] [--stream-off]
+        [--math-off] [--math20-off]
 """
 from __future__ import annotations
 
@@ -245,6 +245,16 @@ def minmax_off(tc, sig, ins):
     return flags_off(tc, sig, ins, [(vectorize, "FLOAT_MINMAX_REDUCTIONS")])
 
 
+def pairs_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` built with a float max, min, argmax or argmin over
+    an unrolled run of rows into one accumulator tested for NaN row by row, as before
+    session 24 (not once per two rows: ``tecomp.codegen.llvm.emit_control.
+    PAIRED_NAN_TESTS`` and ``PAIRED_SELECTION_TESTS`` False)."""
+    from tecomp.codegen.llvm import emit_control
+    return flags_off(tc, sig, ins, [(emit_control, "PAIRED_NAN_TESTS"),
+                                    (emit_control, "PAIRED_SELECTION_TESTS")])
+
+
 def rowblock_off(tc, sig, ins):
     """A call of the kernel of ``sig`` scheduled and built as before session 20: a
     selection along rows one row a step (``tecomp.strategy.rules.SELECTION_ROW_BLOCK``
@@ -297,6 +307,7 @@ _AB = [("rules_off", "reduce", rules_off, "rules off"),
        ("minmax_off", "reduce", minmax_off, "minmax off"),
        ("rowblock_off", "reduce", rowblock_off, "rowblock off"),
        ("prefetch_off", "reduce", prefetch_off, "prefetch off"),
+       ("pairs_off", "reduce", pairs_off, "pairs off"),
        ("stream_off", "elem", stream_off, "stream off"),
        ("math_off", "elem", math_off, "math off"),
        ("math20_off", "elem", math20_off, "math20 off")]
@@ -347,6 +358,10 @@ def main() -> None:
     ap.add_argument("--prefetch-off", action="store_true", help="also time each "
                     "reduction scheduled without the rows ahead prefetched (the machine "
                     "model's row_prefetch_bytes), in the same turns")
+    ap.add_argument("--pairs-off", action="store_true", help="also time each reduction "
+                    "built with a float max, min, argmax or argmin over an unrolled run of "
+                    "rows tested for NaN row by row (not one unordered compare per two "
+                    "rows), in the same turns")
     ap.add_argument("--stream-off", action="store_true", help="also time each elementwise "
                     "operator scheduled with its output stored through the cache (no "
                     "non-temporal stores), in the same turns")

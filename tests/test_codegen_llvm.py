@@ -3218,6 +3218,110 @@ def test_float_max_min_reductions_propagate_nan_on_every_width(target):
                 and "llvm.minimum" not in src, target
 
 
+def _paired_target(monkeypatch, flag: str, paired: bool) -> str:
+    """An AVX-512 target with ``emit_control``'s ``flag`` (a pairing of NaN tests) set to
+    ``paired``; the test skipped where this CPU cannot run AVX-512 x86 code."""
+    import tecomp as tc
+    from tecomp.codegen.llvm import emit_control
+    from tecomp.codegen.llvm.jit import host
+    from tecomp.codegen.llvm.x86 import is_x86
+
+    if not is_x86(host().triple) or not tc.Target("llvm").has_feature("avx512f"):
+        pytest.skip("an AVX-512 x86 CPU runs the paired form")
+    monkeypatch.setattr(emit_control, flag, paired)
+    return "llvm -mcpu=skylake-avx512"
+
+
+@pytest.mark.parametrize("paired", [True, False])
+@pytest.mark.parametrize("shape,axis", [((256, 256), 0), ((4, 64, 96), 1), ((1024, 64), 0)])
+def test_column_max_min_nan_tests_in_pairs(monkeypatch, paired, shape, axis):
+    """Max and min over columns (auto-scheduled: each step an unrolled run of rows into
+    one accumulator vector), their NaN tests one unordered compare per two rows
+    (``emit_control.PAIRED_NAN_TESTS``, an AVX-512 target) or one per row: a NaN as a
+    column's first, second, middle, second-to-last or last element, in both rows of a
+    pair, beside +-inf, columns of -inf and of inf, zeros of both signs (either zero may
+    come out), float32 and float64, exactly numpy's; int32 columns unaffected (exact,
+    no float compare).  The paired form's ``fcmp uno`` of two values is in the code
+    exactly when on."""
+    import re
+
+    import tecomp as tc
+
+    target = _paired_target(monkeypatch, "PAIRED_NAN_TESTS", paired)
+    rng = np.random.default_rng(3)
+    n = shape[axis]
+    for dtype in ("float32", "float64", "int32"):
+        x = rng.standard_normal(shape) * 9
+        cols = np.moveaxis(x, axis, -1)            # a view: x's lines along the axis
+        if dtype != "int32":
+            for c, rows in enumerate([[0], [1], [n // 2], [n - 2], [n - 1], [2, 3],
+                                      [4, 5, 9]]):
+                cols[(0,) * (cols.ndim - 2) + (c,)][rows] = np.nan
+            line = (0,) * (cols.ndim - 2)
+            cols[line + (10,)][[0, 7]] = np.nan, np.inf
+            cols[line + (11,)][[6, n - 1]] = -np.inf, np.nan
+            cols[line + (12,)] = -np.inf
+            cols[line + (13,)] = np.inf
+            cols[line + (14,)] = -0.0
+            cols[line + (15,)][::2] = 0.0
+            cols[line + (15,)][1::2] = -0.0
+        x = x.astype(dtype)
+        X = tc.placeholder(shape, name="x", dtype=dtype)
+        for op in ("max", "min"):
+            Y = getattr(tc.nn, op)(X, axis=axis)
+            f = tc.build(tc.auto_schedule([X, Y], target=target), [X, Y], target=target)
+            want = getattr(np, op)(x, axis=axis)
+            out = np.ones(want.shape, dtype)
+            f(x, out)
+            np.testing.assert_array_equal(out, want, f"{op} {dtype}")
+            src = f.get_source("llvm-unopt")
+            pairs = re.findall(r"fcmp uno <\d+ x (?:float|double)> (%\S+), (%\S+)$",
+                               src, re.M)
+            assert (any(a != b for a, b in pairs) == (paired and dtype != "int32")), \
+                (op, dtype)
+
+
+@pytest.mark.parametrize("paired", [True, False])
+@pytest.mark.parametrize("shape,axis", [((256, 64), 0), ((4, 64, 96), 1), ((1024, 64), 0)])
+def test_column_argmax_nan_tests_in_pairs(monkeypatch, paired, shape, axis):
+    """Argmax and argmin over columns (auto-scheduled: an unrolled run of rows into one
+    value/index accumulator pair), two rows a step under one any-lane NaN test, one
+    ordered compare a row where neither holds a NaN
+    (``emit_control.PAIRED_SELECTION_TESTS``, an AVX-512 target), or row by row: ties
+    (small integers: the first index), a NaN as a column's first, second, middle,
+    second-to-last or last element (the first NaN's index), in both rows of a pair,
+    beside inf, a column of -inf, zeros of both signs (equal), float32 and float64,
+    exactly numpy's; int32 columns exact.  The branch is in the code exactly when on."""
+    import tecomp as tc
+
+    target = _paired_target(monkeypatch, "PAIRED_SELECTION_TESTS", paired)
+    rng = np.random.default_rng(5)
+    n = shape[axis]
+    for dtype in ("float32", "float64", "int32"):
+        x = rng.integers(-3, 4, shape).astype("float64")
+        cols = np.moveaxis(x, axis, -1)            # a view: x's lines along the axis
+        if dtype != "int32":
+            line = (0,) * (cols.ndim - 2)
+            for c, rows in enumerate([[0], [1], [n // 2], [n - 2], [n - 1], [2, 3],
+                                      [4, 5, 9]]):
+                cols[line + (c,)][rows] = np.nan
+            cols[line + (10,)][[0, 7]] = np.inf, np.nan
+            cols[line + (11,)] = -np.inf
+            cols[line + (12,)][::2] = 0.0
+            cols[line + (12,)][1::2] = -0.0
+        x = x.astype(dtype)
+        X = tc.placeholder(shape, name="x", dtype=dtype)
+        for op in ("argmax", "argmin"):
+            Y = getattr(tc.nn, op)(X, axis=axis, dtype="int64")
+            f = tc.build(tc.auto_schedule([X, Y], target=target), [X, Y], target=target)
+            want = getattr(np, op)(x, axis=axis)
+            out = np.ones(want.shape, "int64")
+            f(x, out)
+            np.testing.assert_array_equal(out, want, f"{op} {dtype}")
+            branch = "nan.then" in f.get_source("llvm-unopt")
+            assert branch == (paired and dtype != "int32"), (op, dtype)
+
+
 def test_float_max_reduction_without_vectorized_loops_keeps_llvm_maximum():
     """A kernel the schedule did not vectorize keeps ``llvm.maximum`` for its scalar max
     (LLVM's loop vectorizer may widen it; it hung on a compare-select one)."""

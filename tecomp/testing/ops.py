@@ -30,7 +30,10 @@ is drawn from its own random stream (``RandomDraw(seed * 7919 + 41)``) and is on
 
 The float inputs of pools and reductions hold NaN, +-inf and -0.0 among normal values
 in half the cases (and small integers, so that windows and rows hold ties, in a quarter);
-in 30% of those, also a whole row (or leading slice) of one of NaN, +inf, -inf.
+in 30% of those, also a whole row (or leading slice) of one of NaN, +inf, -inf; in
+30% of those of ``max``, ``min``, ``argmax`` and ``argmin``, the lines along the first
+reduced axis finite but for one NaN in half of them (first, second, middle,
+second-to-last or last element, or anywhere) and an infinity in an eighth.
 A stream of its own (``RandomDraw(seed * 7919 + 42)``) makes the batch symbolic (a
 ``tc.var`` passed last; a reduction's first axis) in 15% of the cases, the float32 data
 of pools and reductions float64 in 15% (float16 in 10% of the rest, compared within a
@@ -593,10 +596,45 @@ def _data(case: OpCase):
             x.reshape(-1, x.shape[-1])[0] = v
         else:
             x[0] = v
+    if sp.get("specials") and sp.get("op") in ("max", "min", "argmax", "argmin") and \
+            x.size and \
+            rng.random() < 0.3:
+        x = _one_nan_a_line(rng, x, sp["kwargs"].get("axis"))
     x = x.astype(sp["dtype"])
     if sp.get("in_view") == "broadcast":
         x = np.broadcast_to(x[:1], x.shape)
     return x, w
+
+
+def _one_nan_a_line(rng, x: np.ndarray, axis) -> np.ndarray:
+    """``x`` (drawn last: a seed's other values stay what they were) with its lines
+    along the first reduced axis of ``axis`` made finite, then half of them given one NaN
+    each: at the line's first, second, middle, second-to-last or last element or
+    anywhere, and a quarter of the others an ``inf`` or ``-inf``: a column max's (an
+    argmax's) NaN test of its rows in pairs (``codegen.llvm.emit_control.
+    PAIRED_NAN_TESTS``, ``PAIRED_SELECTION_TESTS``) must find a NaN in either row of a
+    pair, and in the accumulator.  ``x`` unchanged for an axis a case refuses."""
+    try:
+        axes = _norm_axes(axis, x.ndim)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return x
+    if not axes or x.ndim == 0:
+        return x
+    ax = axes[0]
+    m = np.moveaxis(x, ax, -1).copy()
+    n = m.shape[-1]
+    lines = m.reshape(-1, n)
+    lines[~np.isfinite(lines)] = 0.25
+    nl = lines.shape[0]
+    pos = np.array([0, min(1, n - 1), n // 2, max(n - 2, 0), n - 1])[
+        rng.integers(0, 5, nl)]
+    pos = np.where(rng.random(nl) < 0.2, rng.integers(0, n, nl), pos)
+    which = rng.random(nl)
+    rows = np.arange(nl)
+    lines[rows[which < 0.5], pos[which < 0.5]] = np.nan
+    inf = (which >= 0.5) & (which < 0.625)
+    lines[rows[inf], pos[inf]] = np.where(rng.random(int(inf.sum())) < 0.5, np.inf, -np.inf)
+    return np.ascontiguousarray(np.moveaxis(lines.reshape(m.shape), -1, ax))
 
 
 def _aligned(n: int, dtype, off_bytes: int):

@@ -9,6 +9,7 @@ parallel (outlined into a task that the thread pool runs).  The rules: "Loops",
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Optional
 
 import llvmlite.ir as ir
@@ -16,9 +17,9 @@ import llvmlite.ir as ir
 from ...errors import BuildError, InternalError
 from ...ir import dtype as _dt
 from ...ir.arith import Analyzer
-from ...ir.expr import BufferLoad, Const, Expr, Max, Min, Var
-from ...ir.functor import collect
-from ...ir.stmt import AssertStmt, BufferStore, For, IfThenElse, LetStmt, SeqStmt
+from ...ir.expr import GE, GT, LE, LT, NE, BufferLoad, Const, Expr, Max, Min, Not, Or, Select, Var
+from ...ir.functor import collect, substitute, uses_var
+from ...ir.stmt import AssertStmt, AttrStmt, BufferStore, For, IfThenElse, LetStmt, SeqStmt
 from ...lower import parallel as _par
 from ...lower import vectorize as _vec
 from ...lower.passes import MAX_FULL_UNROLL  # (the unroll budget counts with it)
@@ -40,6 +41,22 @@ MAX_GUARDED_COPIES = 64
 #: trip count it does not know, LLVM does nothing and prints "loop not unrolled" to the
 #: process's stderr (the tail of ``split(x, factor=32)`` of a symbolic ``x``: issue 49).
 RUNTIME_UNROLL_COUNT = 4
+
+#: an unrolled loop of float ``max``/``min`` updates of one accumulator (a column
+#: reduction's rows, ``acc[j] = max(acc[j], x[k, j])`` for the copies' ``k``) is one
+#: update of the accumulator by every copy's value (``max(max(acc, x0), x1)``, the same
+#: order), whose pairs of values get one NaN test each (``_ExprEmitter._minmax_pair``)
+#: where the policy says so (``paired_nan_tests``: AVX-512, the test a compare into a
+#: mask register)
+PAIRED_NAN_TESTS = True
+
+#: an unrolled loop of a float argmax's (argmin's) updates of one accumulator pair (a
+#: column argmax's rows: keep the value where ``acc >= x || acc != acc``) runs two rows
+#: a step under one NaN test of them: where neither row holds a NaN in any lane, each
+#: row's update is one ordered compare (keep where ``!(x > acc)``: a NaN accumulator
+#: stays), else the exact update (``_ControlEmitter._selection_pairs``); where the
+#: policy says so (``paired_nan_tests``)
+PAIRED_SELECTION_TESTS = True
 
 
 def guarded_unroll_count(extent: Expr) -> Optional[int]:
@@ -176,6 +193,11 @@ class _ControlEmitter:
         cond = self.expr(s.cond)
         then_fn = lambda: self.stmt(s.then_case)  # noqa: E731
         else_fn = (lambda: self.stmt(s.else_case)) if s.else_case is not None else None
+        if id(s) in self._any_lane_ifs and not cond.uniform:
+            # (_selection_pairs) a branch on any lane of the condition, not a mask
+            self.if_(self.any_lane(self.and_mask(self.vec(cond))), then_fn, else_fn,
+                     name="nan")
+            return
         if cond.uniform:
             if isinstance(cond.s, ir.Constant):
                 if cond.s.constant:
@@ -264,6 +286,9 @@ class _ControlEmitter:
         copies, LLVM's unroller made functions it took minutes to optimise (a symbolic
         product reduction, fuzz seed 10022977: 224 such loops)."""
         outer = self._unroll_copies
+        if isinstance(s.extent, Const) and s.extent.value <= MAX_FULL_UNROLL and \
+                (self._minmax_chain(s) or self._selection_pairs(s)):
+            return
         if isinstance(s.extent, Const) and s.extent.value <= MAX_FULL_UNROLL:
             lo = self.scalar_index(s.min)
             self._unroll_copies = outer * max(int(s.extent.value), 1)
@@ -285,6 +310,94 @@ class _ControlEmitter:
                                                 lambda: self.stmt(s.body)),
                      name=f"{_sanitize(s.var.name)}.{k}")
         self._unroll_copies = outer
+
+    def _minmax_chain(self, s: For) -> bool:
+        """Emit the unrolled loop ``s`` (a constant extent of at least 2) as one update
+        ``acc = max(max(acc, v(k0)), v(k0 + 1)) ...`` of its copies' values where its
+        body, under at most one vectorized loop, is ``acc = max(acc, v(k))`` (or ``min``)
+        of a float accumulator at an index and in a buffer that no ``v`` reads, and the
+        policy pairs NaN tests (:data:`PAIRED_NAN_TESTS`); the chain's nodes are marked
+        for :meth:`_ExprEmitter._minmax_pair`.  False (nothing emitted) otherwise."""
+        if not (PAIRED_NAN_TESTS and self.policy.paired_nan_tests) or s.extent.value < 2:
+            return False
+        body, wrap = s.body, None
+        if isinstance(body, AttrStmt) and body.key == _vec.KEY and \
+                isinstance(body.body, For) and body.body.kind == "vectorized":
+            wrap, body = body, body.body.body
+        if not isinstance(body, BufferStore) or not isinstance(body.value, (Max, Min)):
+            return False
+        op, acc, v = type(body.value), body.value.a, body.value.b
+        if not (_dt.is_float(body.value.dtype) and isinstance(acc, BufferLoad) and
+                acc.buffer is body.buffer and acc.indices == body.indices and
+                not any(uses_var(i, s.var) for i in body.indices) and
+                not collect(v, lambda n: isinstance(n, BufferLoad) and
+                            n.buffer is body.buffer)):
+            return False
+        chain = acc
+        for k in range(int(s.extent.value)):
+            chain = op(chain, substitute(v, {s.var: s.var + k}) if k else v, v.dtype)
+            if k % 2:
+                self._minmax_pairs.add(id(chain))
+        store = BufferStore(body.buffer, chain, body.indices)
+        if wrap is not None:
+            store = replace(wrap, body=replace(wrap.body, body=store))
+        lo = self.scalar_index(s.min)
+        self.with_loop_var(s.var, Val(lo), lambda: self.stmt(store))
+        return True
+
+    def _selection_pairs(self, s: For) -> bool:
+        """Emit the unrolled loop ``s`` (a constant even extent) two copies a step, each
+        step's two under one any-lane NaN test of their new values: the copies as they
+        are where a lane holds a NaN, else with the keep condition ``acc >= x || acc !=
+        acc`` (``<=``: argmin) as ``!(x > acc)`` (``<``), one ordered compare.  Where the
+        body, under at most one vectorized loop, is a selection's update (two lets of
+        selects on that condition, then stores) of a float value at an index without
+        ``s``'s counter; the policy pairs NaN tests (:data:`PAIRED_SELECTION_TESTS`).
+        False (nothing emitted) otherwise."""
+        if not (PAIRED_SELECTION_TESTS and self.policy.paired_nan_tests) or \
+                s.extent.value < 2 or s.extent.value % 2:
+            return False
+        body, wrap = s.body, None
+        if isinstance(body, AttrStmt) and body.key == _vec.KEY and \
+                isinstance(body.body, For) and body.body.kind == "vectorized":
+            wrap, body = body, body.body.body
+        if not (isinstance(body, LetStmt) and isinstance(body.body, LetStmt)):
+            return False
+        l0, l1 = body, body.body
+        if not (isinstance(l0.value, Select) and isinstance(l1.value, Select)):
+            return False
+        cond = l0.value.cond
+        if l1.value.cond != cond or not isinstance(cond, Or) or \
+                not isinstance(cond.a, (GE, LE)) or not isinstance(cond.b, NE):
+            return False
+        acc, x = cond.a.a, cond.a.b
+        if not (isinstance(acc, BufferLoad) and _dt.is_float(acc.dtype) and
+                cond.b.a == acc and cond.b.b == acc and uses_var(x, s.var) and
+                not any(uses_var(i, s.var) for i in acc.indices)):
+            return False
+        fast = Not(GT(x, acc) if isinstance(cond.a, GE) else LT(x, acc))
+
+        def fast_copy(st):
+            return replace(st, value=replace(st.value, cond=fast))
+
+        fast_body = replace(fast_copy(l0), body=fast_copy(l1))
+        nxt = {s.var: s.var + 1}
+        x1 = substitute(x, nxt)
+        test = IfThenElse(Or(NE(x, x), NE(x1, x1)),
+                          SeqStmt((body, substitute(body, nxt))),
+                          SeqStmt((fast_body, substitute(fast_body, nxt))))
+        self._any_lane_ifs.add(id(test))
+        step = test
+        if wrap is not None:
+            step = replace(wrap, body=replace(wrap.body, body=test))
+        lo = self.scalar_index(s.min)
+        outer = self._unroll_copies
+        self._unroll_copies = outer * max(int(s.extent.value), 1)
+        for k in range(0, int(s.extent.value), 2):
+            self.with_loop_var(s.var, Val(self.iadd(lo, ir.Constant(_I64, k))),
+                               lambda: self.stmt(step))
+        self._unroll_copies = outer
+        return True
 
     def _llvm_unroll_md(self, extent: Expr):
         """The unroll request to LLVM for an unrolled loop that stays a loop: a long

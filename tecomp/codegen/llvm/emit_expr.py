@@ -345,7 +345,30 @@ class _ExprEmitter:
     def e_truncmod(self, e):
         return self._intdiv(e, "truncmod")
 
+    def _minmax_pair(self, e, is_min: bool) -> Val:
+        """``max(max(a, v1), v2)`` (or ``min``) of float vectors, a node that
+        ``_ControlEmitter._minmax_chain`` marked: the target's own max of ``v1`` into ``a``
+        and of ``v2`` into that (``v > a ? v : a``, which keeps ``a`` when either is NaN:
+        a NaN accumulator stays), then ``v1 + v2`` (a NaN) in the lanes where ``v1`` or
+        ``v2`` is NaN: one unordered compare into a mask for the two values, where
+        :meth:`_minmax` has one per value (a column max's rows: 2 mask writes of 4)."""
+        b = self.b
+        op = "min" if is_min else "max"
+        a, v1, v2 = self.expr(e.a.a), self.expr(e.a.b), self.expr(e.b)
+        x, y1, y2 = self.vec(a), self.vec(v1), self.vec(v2)
+        hw = self.policy.vector_op(op, x.type)
+        if hw is None:
+            r = x
+            for y in (y1, y2):
+                r = b.select(b.fcmp_ordered("<" if is_min else ">", y, r), y, r)
+        else:
+            r = hw(b, self.mb, y2, hw(b, self.mb, y1, x))
+        nan = b.fadd(y1, y2, flags=self.mb.fp_flags)
+        return Val(v=b.select(b.fcmp_unordered("uno", y1, y2), nan, r))
+
     def _minmax(self, e, is_min: bool) -> Val:
+        if id(e) in self._minmax_pairs and self.lanes > 1:
+            return self._minmax_pair(e, is_min)
         a, c, dt = self._operands(e)
         b = self.b
         if _dt.is_float(dt):

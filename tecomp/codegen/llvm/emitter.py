@@ -282,6 +282,12 @@ class _FnEmitter(_MemoryEmitter, _ControlEmitter, _ExprEmitter, _MathEmitter,
         self._unroll_count: Dict[int, int] = {}
         #: copies of the statement being emitted that enclosing unrolled loops make
         self._unroll_copies = 1
+        #: ids of the float max/min nodes emitted with one NaN test per two values
+        #: (``_ControlEmitter._minmax_chain``)
+        self._minmax_pairs: set = set()
+        #: ids of the IfThenElse statements that branch on any lane of their vector
+        #: condition (``_ControlEmitter._selection_pairs``)
+        self._any_lane_ifs: set = set()
         #: (op, operand keys) -> (block, value) for :meth:`_int_op`
         self._int_cse: Dict[tuple, tuple] = {}
         #: the constant lane offsets of loads, by flattened offset and widened loop

@@ -35,6 +35,10 @@ class TargetPolicy:
       of the second operand; False here: ``llvm.minimum`` /
       ``llvm.maximum``, as for scalars (both propagate NaN; which zero ``max(0.0, -0.0)``
       gives is unspecified either way).
+    * ``paired_nan_tests``: an unrolled run of float ``max``/``min`` updates of one
+      accumulator is one chain whose values get one NaN test a pair
+      (``emit_control.PAIRED_NAN_TESTS``), an argmax's two rows a step under one
+      (``PAIRED_SELECTION_TESTS``); False here.
     * ``function_attributes``: LLVM function attributes every generated function gets
       besides the CPU and its features (AArch64's ``vscale_range`` of a fixed SVE
       vector length); none here.  ``unconstrained``: the names of functions that get
@@ -51,6 +55,7 @@ class TargetPolicy:
         self.has_fma = False
         self.pads_lanes = False
         self.vector_minmax_select = False
+        self.paired_nan_tests = False
         self.function_attributes = ""
         self.unconstrained = ()
 

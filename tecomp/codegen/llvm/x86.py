@@ -28,7 +28,14 @@ measured or forced by LLVM's x86 backend:
   step), where a compare and select took three dependent instructions (6 cycles: LLVM
   merges the two selects) and ``llvm.minimum``/``llvm.maximum`` six.  Scalars the same
   with ``vminss`` in kernels the schedule vectorized (LLVM's loop vectorizer is off
-  there).
+  there).  With AVX-512 (a compare writes a mask register) an unrolled run of rows
+  into one accumulator (a column max) is one chain: ``vmaxps`` of each row into the
+  accumulator (a NaN accumulator stays), then per two rows one ``vcmpunordps`` of the
+  pair and a masked ``vaddps`` of the two (a NaN) where either is NaN: half the mask
+  writes (``paired_nan_tests``, ``emit_control.PAIRED_NAN_TESTS``).  An argmax's
+  (argmin's) unrolled rows go two a step under one ``vcmpunordps`` of the two and a
+  branch on any lane: without a NaN, each row's update is one ordered compare
+  (``emit_control.PAIRED_SELECTION_TESTS``).
 * **Tables of 16 coefficients** (AVX2, AVX-512): the float32 ``erf`` reads each of its
   per-segment coefficients with one ``vpermps`` per 16 lanes (AVX2: two of 8 entries and
   a blend per 8 lanes) (:meth:`X86Policy.vector_op`, ``"lookup16"``), where a gather
@@ -104,6 +111,8 @@ class X86Policy(TargetPolicy):
         self.register_bytes = 64 if self.avx512 else 32
         self.has_fma = target.has_feature("fma")
         self.vector_minmax_select = True
+        #: AVX-512: a float max/min chain's NaN tests in pairs (a compare writes a mask)
+        self.paired_nan_tests = self.avx512
 
     def store_fence(self, mb, b) -> None:
         """``sfence``: the fence x86 defines for weakly ordered (non-temporal) stores.
