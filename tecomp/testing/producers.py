@@ -41,7 +41,9 @@ float64 numpy reference.  Each case is drawn from its own random stream
 
 In every kind, a third of the cases also return a second output that reads the
 templated operator's output (``Y`` used twice: ``Y`` and ``relu(Y) + Y``), the
-arguments ``[inputs..., Y, Z]``.  Outcomes: ``ok``, ``refused`` (a TecompError raised
+arguments ``[inputs..., Y, Z]``; and a third (``expose``) return the producers of its
+inputs too (the ReLU, cast, pad, view, transpose or scaled weights: a stage a template
+would inline into the operator is also an output).  Outcomes: ``ok``, ``refused`` (a TecompError raised
 for the DAG: allowed, counted apart; an
 :class:`~tecomp.errors.InternalError` is a crash), ``mismatch`` (a wrong value) or
 ``crash`` (any other exception).
@@ -59,6 +61,7 @@ import tecomp as tc
 from .. import nn
 from ..errors import InternalError, TecompError
 from ..strategy.cpu import matmul_packed
+from ..te.tensor import PlaceholderOp
 from .diff import Outcome, SpecCase
 from .draw import RandomDraw
 
@@ -91,7 +94,9 @@ def draw_producer_case(seed: int, target: str = "llvm") -> ProducerCase:
     sp = _DRAW[kind](d)
     sp["kind"] = kind
     sp["twice"] = d.bool(1 / 3)
-    return ProducerCase(sp, d.int(0, 2**16), target, f"fuzz seed {seed} (producers: {kind})",
+    data_seed = d.int(0, 2**16)
+    sp["expose"] = d.bool(1 / 3)
+    return ProducerCase(sp, data_seed, target, f"fuzz seed {seed} (producers: {kind})",
                         fuzz_seed=seed, twist={"kind": kind})
 
 
@@ -194,6 +199,11 @@ class _Inputs:
     def __init__(self, seed: int):
         self.rng = np.random.default_rng(seed)
         self.tensors, self.arrays = [], []
+        self.stages = []    # (a producer compute, its float64 value): outputs too with expose
+
+    def stage(self, t, value):
+        if not isinstance(t.op, PlaceholderOp):
+            self.stages.append((t, np.asarray(value, np.float64)))
 
     def add(self, shape, dtype="float32", name="I", data=None):
         t = tc.placeholder(tuple(shape), dtype, name=name)
@@ -205,6 +215,12 @@ class _Inputs:
 
 
 def _data_producer(ins, how, shape, pad_dims, name="X"):
+    t, v, extra = _data_producer_(ins, how, shape, pad_dims, name)
+    ins.stage(t, v)
+    return t, v, extra
+
+
+def _data_producer_(ins, how, shape, pad_dims, name="X"):
     """The data of a convolution as ``how`` produces it: (the tensor, its float64 value,
     the extra padding an ``nn.pad`` added on each of ``pad_dims``)."""
     if how == "cast":
@@ -250,6 +266,12 @@ def _conv_ref(x, w, stride, pad, groups, nchw=True):
 
 
 def _weights(ins, sp, O, I, K, nchw):
+    W, w = _weights_(ins, sp, O, I, K, nchw)
+    ins.stage(W, w if nchw else w.transpose(2, 3, 1, 0))
+    return W, w
+
+
+def _weights_(ins, sp, O, I, K, nchw):
     """Weights OIHW (NCHW) or HWIO (NHWC) as ``sp["weight"]`` produces them: (the tensor,
     the float64 OIHW value)."""
     how = sp.get("weight", "ph")
@@ -345,6 +367,12 @@ def _build_conv(ins, sp):
 
 
 def _operand(ins, how, shape, name):
+    A, a = _operand_(ins, how, shape, name)
+    ins.stage(A, a)
+    return A, a
+
+
+def _operand_(ins, how, shape, name):
     if how == "cast":
         A, a = ins.add(shape, "float16", name)
         return nn.cast(A, "float32", name=f"{name}.cast"), a
@@ -367,6 +395,7 @@ def _build_gemm(ins, sp):
         perm = (1, 0) if len(bsh) == 2 else (0, 2, 1)
         Bs, bs = ins.add(tuple(bsh[p] for p in perm), name="Bt")
         B, bv = nn.transpose(Bs, perm, name="B.t"), bs.transpose(perm)
+        ins.stage(B, bv)
     else:
         B, bv = _operand(ins, sp["bop"], bsh, "B")
     if op == "matmul":
@@ -403,6 +432,7 @@ def _build_packed(ins, sp):
     elif how == "transposed":
         Bs, bs = ins.add((n, k), name="Bt")
         B, bv = nn.transpose(Bs, (1, 0), name="B.t"), bs.T
+        ins.stage(B, bv)
     else:
         B, bv = _operand(ins, "relu", (k, n), "B")
     return matmul_packed(A, B, nr=nr), a @ bv, 1e-4
@@ -470,6 +500,7 @@ def _build_sdpa(ins, sp):
     if sp["q"] == "scaled":
         Q = tc.compute(shape, lambda *i: Q(*i) * tc.const(0.5, "float32"), name="Q.scaled")
         q = q * 0.5
+        ins.stage(Q, q)
     mask, mv = None, 0.0
     if sp["mask"] == "bool":
         keep = ins.rng.random((L, L)) < 0.7
@@ -507,6 +538,10 @@ def build_case(case: ProducerCase):
                        name="twice")
         outs.append(Z)
         refs.append(np.maximum(refs[0], 0) + refs[0])
+    if sp.get("expose"):    # the producers are outputs too (computed, not only inlined)
+        for t, v in ins.stages:
+            outs.append(t)
+            refs.append(v)
     return ins.tensors, ins.arrays, outs, refs, tol
 
 
