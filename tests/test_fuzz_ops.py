@@ -196,3 +196,14 @@ def test_strides_past_int32_are_refused_naming_them(monkeypatch):
     monkeypatch.setattr(_check.Args, "ints", lambda self, arg, v, low, count=2, high=None:
                         ints(self, arg, v, low, count, None))
     assert "mismatch" in {run_op_case(draw_op_case(s)).kind for s in seeds}
+
+
+def test_a_grouped_case_as_winograd():
+    """The fifth stream: a grouped convolution rewritten as a 3x3 stride-1 Winograd one
+    (algorithm="winograd", groups as drawn), against PyTorch."""
+    case = draw_op_case(424)
+    assert case.spec.get("winograd") and case.spec["kwargs"]["algorithm"] == "winograd"
+    out = run_op_case(case)
+    assert out.kind == "ok", out.report()
+    assert not any(draw_op_case(s).spec.get("winograd") and
+                   draw_op_case(s).spec["kind"] != "grouped" for s in range(200))
