@@ -112,3 +112,21 @@ def test_fuzz_only_producers(tmp_path):
                  env_extra={"TECOMP_CACHE_DIR": str(tmp_path / "cache")}, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "cases run: 2 (producers:" in p.stdout and "mismatches: 0" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("kind", ["conv", "pool_conv"])
+@pytest.mark.parametrize("change", [{}, {"layout": "NCHW"}, {"layout": "NCHW", "depthwise": True},
+                                    {"groups": 2}, {"groups": 4}, {"groups": 2, "c": 2},
+                                    {"groups": 4, "layout": "NCHW"}])
+def test_a_padded_input_that_is_an_output_too(kind, change):
+    """The family's first finding (seed 650, 'expose'): an nn.pad of the data returned
+    beside the convolution (unpadded itself) that reads it, alone or under a pooling.
+    The depthwise template took it for its own padding stage and inlined it, which raised
+    a ScheduleError (an output must be computed whole at the root); _own_pad now leaves
+    an output alone."""
+    sp = {"kind": kind, "layout": "NHWC", "depthwise": False, "groups": 1, "n": 1, "c": 4,
+          "o": 4, "k": 3, "hw": [5, 6], "stride": 1, "pad": 0, "data": "pad", "weight": "ph",
+          "algorithm": "direct", "twice": False, "expose": True, "pool": "max", "pk": 2,
+          "ps": 1, "relu": False}
+    out = run_producer_case(ProducerCase(dict(sp, **change), seed=2))
+    assert out.kind == "ok", out.report()
