@@ -130,3 +130,15 @@ def test_a_padded_input_that_is_an_output_too(kind, change):
           "ps": 1, "relu": False}
     out = run_producer_case(ProducerCase(dict(sp, **change), seed=2))
     assert out.kind == "ok", out.report()
+
+
+def test_a_batch_matmul_of_one_batch_with_b_transposed():
+    """The family's second finding (seed 775): batch_matmul(A[1, 15, 7], B[1, 10, 7],
+    transpose_b=True) -- a skinny GEMM whose rows fill the vector lanes -- crashed the
+    skinny template (InternalError: its rows-in-lanes schedule unpacked the 3-d copy of A
+    as 2-d); a batch of one no longer takes that schedule."""
+    sp = {"kind": "gemm", "op": "batch_matmul", "m": 15, "n": 10, "k": 7, "b": 1,
+          "same": False, "a": "ph", "bop": "ph", "bias": "none", "tb": True, "twice": False,
+          "expose": False}
+    out = run_producer_case(ProducerCase(sp, seed=57594))
+    assert out.kind == "ok", out.report()
