@@ -278,11 +278,12 @@ def test_a_missing_barrier_is_caught(monkeypatch):
 
 def _run_fuzz(tmp_path, cases, gpu_every, seed, extra=(), env_extra=None):
     """``python -m tecomp.testing.fuzz`` in a subprocess, with this checkout importable
-    (no edge, tensor-core, threads or nnargs cases unless ``extra`` asks: the seeds pinned here
-    are the generator's)."""
+    (no edge, tensor-core, threads, nnargs or producers cases unless ``extra`` asks: the seeds
+    pinned here are the generator's)."""
     return fuzz_cli(tmp_path, "--cases", str(cases), "--gpu-every", str(gpu_every),
                     "--seed", str(seed), "--edge-every", "0", "--tensor-core-every", "0",
-                    "--threads-every", "0", "--args-every", "0", *extra, env_extra=env_extra)
+                    "--threads-every", "0", "--args-every", "0", "--producers-every", "0",
+                    *extra, env_extra=env_extra)
 
 
 def test_fuzz_entry_point_records_a_hang_and_goes_on(tmp_path):

@@ -82,6 +82,27 @@ def test_the_checker_sees_each_kind_of_failure(monkeypatch):
     assert run_nnargs_case(legal).kind == "mismatch"
 
 
+def test_the_new_kinds_first_findings():
+    """What the pool / attention / quant kinds found first: dropout refused a numpy float
+    p and a numpy int seed, raised OverflowError for p = 10**400, and requantize's refusal
+    of out_dtype did not name it."""
+    cases = [({"op": "dropout", "kind": "attention", "inputs": [[[2, 9], "float32"]],
+               "kwargs": {"p": {"$": "float32", "v": 0.5}, "seed": {"$": "int32", "v": -2}}},
+              "ok"),
+             ({"op": "dropout", "kind": "attention", "inputs": [[[2, 9], "float32"]],
+               "kwargs": {"p": 10**400}, "illegal": "p", "illegal_any": ["p"]}, "refused"),
+             ({"op": "requantize", "kind": "quant", "inputs": [[[2, 5], "int8"]],
+               "kwargs": {"in_scale": 0.1, "in_zp": 0, "out_scale": 0.2, "out_zp": 3,
+                          "out_dtype": "int16"}, "qdtype": "int16",
+               "illegal": "out_dtype", "illegal_any": ["out_dtype"]}, "refused"),
+             ({"op": "requantize", "kind": "quant", "inputs": [[[2, 5], "int8"]],
+               "kwargs": {"in_scale": 0.1, "in_zp": -3, "out_scale": 0.02, "out_zp": 100,
+                          "out_dtype": "uint8"}, "qdtype": "uint8"}, "ok")]
+    for sp, want in cases:
+        out = run_nnargs_case(ArgsCase(sp, seed=5))
+        assert out.kind == want, out.report()
+
+
 def test_the_family_is_in_the_rotation():
     r = args_family_residue(50)
     assert r == 4 and args_family_residue(1) == 0

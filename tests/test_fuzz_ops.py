@@ -235,3 +235,13 @@ def test_max_min_lines_with_one_nan_each():
         raise AssertionError("no seed of 100 placed one NaN a column")
     out = run_op_case(OpCase(spec, seed=seed))
     assert out.kind == "ok", out.report()
+
+def test_a_grouped_case_as_winograd():
+    """The fifth stream: a grouped convolution rewritten as a 3x3 stride-1 Winograd one
+    (algorithm="winograd", groups as drawn), against PyTorch."""
+    case = draw_op_case(424)
+    assert case.spec.get("winograd") and case.spec["kwargs"]["algorithm"] == "winograd"
+    out = run_op_case(case)
+    assert out.kind == "ok", out.report()
+    assert not any(draw_op_case(s).spec.get("winograd") and
+                   draw_op_case(s).spec["kind"] != "grouped" for s in range(200))

@@ -228,6 +228,21 @@ def test_dropout_edges():
         np.testing.assert_array_equal(d, want)
 
 
+def test_dropout_takes_numpy_numbers():
+    """A numpy float for p and a numpy int for the seed are the same numbers as Python's
+    (the fuzzer's nnargs family found them refused with a ShapeError)."""
+    X = tc.placeholder((4, 8), name="X")
+    x = np.arange(32, dtype=np.float32).reshape(4, 8) + 1
+    outs = []
+    for p, seed in ((0.25, 3), (np.float32(0.25), np.int64(3)), (np.float64(0.25), np.int32(3))):
+        D = nn.dropout(X, p, seed)
+        d = np.empty_like(x)
+        tc.build(tc.create_schedule(D.op), [X, D])(x, d)
+        outs.append(d)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], outs[2])
+
+
 # ---------------------------------------------------------------------------------------
 # float16 / bfloat16: reductions accumulate in float32, statistics are float32
 #

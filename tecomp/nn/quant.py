@@ -192,7 +192,8 @@ def requantize(q, in_scale, in_zp, out_scale, out_zp, out_dtype=None,
     """``q`` to another scale and zero point (and dtype: ``out_dtype``, by default q's):
     ``quantize_per_tensor(q.dequantize(), out_scale, out_zp)``."""
     dtype = _qtensor(Args("requantize", name), "q", q)
-    out_dtype = _qdtype(out_dtype or dtype, f"requantize {name}")
+    out_dtype = _qdtype(dtype if out_dtype is None else out_dtype,
+                        f"requantize {name}: out_dtype")
     in_scale = _scale(in_scale, f"requantize {name}: in_scale")
     in_zp = _zp(in_zp, dtype, f"requantize {name}: in_zp")
     out_scale = _scale(out_scale, f"requantize {name}: out_scale")

@@ -13,7 +13,7 @@ from ..errors import DTypeError
 from ..ir import dtype as _dt, op as _op
 from ..ir.expr import Const, Expr, Var
 from ..te.tensor import Tensor
-from ._check import Args, same_extent as _same
+from ._check import Args, real, same_extent as _same
 from ._common import _c
 
 
@@ -463,13 +463,17 @@ def dropout(x: Tensor, p: float, seed: int | Var = 0, name: str = "dropout") -> 
     """
     a = Args("dropout", name)
     a.tensor("x", x)
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= float(p) <= 1.0:
-        a.fail(f"p must be a probability in [0, 1], got {p!r}")
-    if isinstance(seed, bool) or not ((isinstance(seed, int) and -2 ** 23 <= seed < 2 ** 23) or
-                                      (isinstance(seed, Var) and seed.dtype == "int64")):
+    # (numpy floats and ints are numbers too; an int past float64's range is inf, refused)
+    pf = real(p)
+    if pf is None or not 0.0 <= pf <= 1.0:
+        a.fail(f"p must be a probability in [0, 1], got {p!r:.60}")
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and \
+            -2 ** 23 <= int(seed) < 2 ** 23:
+        seed = int(seed)
+    elif not (isinstance(seed, Var) and seed.dtype == "int64"):
         a.fail(f"seed must be an int or an int64 tc.var, got {seed!r:.60} (an int seed in "
                "[-2**23, 2**23): the counter is seed * 2**40 + index, in int64)")
-    p = float(p)
+    p = pf
     if p == 0.0:
         return _te.compute(x.shape, lambda *i: x[i], name=name, tag="elemwise,dropout")
     scale = _c(0.0 if p == 1.0 else 1.0 / (1.0 - p), x.dtype)

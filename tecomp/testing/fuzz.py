@@ -42,7 +42,14 @@ Every ``--args-every``-th seed (default 50) is a case of the ``nnargs`` family
 (:mod:`tecomp.testing.nnargs`: one ``tecomp.nn`` call whose arguments a careless user or
 an attacker wrote -- ``True``, ``1.5``, NaN, ``2**31``, ``300`` for an int8 bound,
 ``"SAMEE"`` --, refused with a TecompError naming the argument or computed as numpy and
-PyTorch compute it); ``--only nnargs`` runs it alone.  Cases run in worker subprocesses, so a
+PyTorch compute it); ``--only nnargs`` runs it alone.  Every ``--producers-every``-th seed
+(default 50) is a case of the ``producers`` family (:mod:`tecomp.testing.producers`: a
+templated operator meeting a producer it does not expect -- Winograd weights given
+transformed, packed weights as a placeholder, a convolution of a ReLU / pad / cast, a
+GEMM of a transpose or of one tensor twice, a pooling of a convolution, a softmax of a
+matmul, attention of one tensor as q, k and v, an output read again -- auto-scheduled,
+built and run against numpy); ``--only producers`` runs it alone.  Cases run in worker
+subprocesses, so a
 case that kills its process (a segfault in generated code) is recorded as a crash and the
 worker restarts after it; a case that runs longer than ``--case-timeout`` seconds has its
 worker killed and is recorded as a hang.  At the end it prints the cases run, the rejected schedules
@@ -73,6 +80,7 @@ from .draw import RandomDraw
 from .edges import EdgeCase, draw_edge_case, run_edge_case
 from .ops import OpCase, draw_op_case, run_op_case
 from .nnargs import ArgsCase, draw_nnargs_case, run_nnargs_case
+from .producers import ProducerCase, draw_producer_case, run_producer_case
 from .store_root import StoreRootCase, draw_store_root_case, run_store_root_case
 from .concurrency import ThreadsCase, draw_threads_case, run_threads_case
 
@@ -89,7 +97,7 @@ def _have_cxx() -> bool:
 def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: str = "llvm",
                   tensorize_every: int = 0, gpu_target: str = "cuda-emu", edge_every: int = 0,
                   store_root_every: int = 0, tensor_core_every: int = 0, op_every: int = 0,
-                  threads_every: int = 0, args_every: int = 0):
+                  threads_every: int = 0, args_every: int = 0, producers_every: int = 0):
     """Case ``seed``.  Every ``edge_every``-th is an edge case (``edges.py``: the drawn
     case of the same seed, written or called the way a careless user or an attacker
     would); of the others, every ``store_root_every``-th is a case of the ``store_root``
@@ -109,7 +117,10 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
     case of the ``nnargs`` family
     (``nnargs.py``: one ``tecomp.nn`` call with arguments a careless user or an attacker
     wrote, which must be refused with a TecompError naming the argument or computed as
-    numpy / PyTorch compute it)."""
+    numpy / PyTorch compute it); after the threads seeds, every ``producers_every``-th
+    (``seed % producers_every == producers_family_residue(producers_every)``; 0: none) is
+    a case of the ``producers`` family (``producers.py``: a templated operator whose
+    inputs or consumers are not the ones its template expects, against numpy)."""
     import dataclasses
 
 
@@ -121,6 +132,8 @@ def case_for_seed(seed: int, gpu_every: int, auto_every: int = 0, cpu_target: st
         return draw_nnargs_case(seed, cpu_target)
     if threads_every and seed % threads_every == threads_family_residue(threads_every):
         return draw_threads_case(seed)
+    if producers_every and seed % producers_every == producers_family_residue(producers_every):
+        return draw_producer_case(seed, cpu_target)
     if edge_every and seed % edge_every == 1 % edge_every:
         return draw_edge_case(seed)
     if store_root_every and seed % store_root_every == store_root_family_residue(store_root_every):
@@ -184,6 +197,14 @@ def args_family_residue(every: int) -> int:
     return 4 % every
 
 
+def producers_family_residue(every: int) -> int:
+    """The seeds of the ``producers`` family are those ``seed % every ==`` this: with the
+    default ``--producers-every 50``, 10 (seeds 10, 60, 110, ...: plain drawn cases
+    before, no edge, auto-scheduler, int8, GPU, store_root, threads or nnargs seed; and 0
+    with ``--producers-every 1``: every seed)."""
+    return 10 % every
+
+
 def cuda_unavailable() -> "str | None":
     """Why ``--gpu-target cuda`` cannot run here (None when it can): its GPU cases run on
     device 0 through pycuda (compiled by nvcc) and in the CUDA emulation (a C++ compiler)."""
@@ -238,7 +259,7 @@ def _worker(args) -> int:
             case = case_for_seed(seed, args.gpu_every, args.auto_every, args.cpu_target,
                                  args.tensorize_every, args.gpu_target, args.edge_every,
                                  args.store_root_every, args.tensor_core_every, args.op_every,
-                                 args.threads_every, args.args_every)
+                                 args.threads_every, args.args_every, args.producers_every)
             o = _run(case, seed, args)
         except Exception as e:  # noqa: BLE001 - a bug in the fuzzer itself
             print(json.dumps({"seed": seed, "kind": "crash", "target": "?",
@@ -274,6 +295,8 @@ def _run(case, seed, args):
         return run_nnargs_case(case)
     if isinstance(case, ThreadsCase):
         return run_threads_case(case)
+    if isinstance(case, ProducerCase):
+        return run_producer_case(case)
     return run_case(case, check_passes=args.check_passes, also=also_for_seed(seed, args))
 
 
@@ -286,6 +309,8 @@ def _target_label(case) -> str:
         return f"nnargs:{case.spec['kind']}"
     if isinstance(case, ThreadsCase):
         return f"threads:{case.spec['scenario']}"
+    if isinstance(case, ProducerCase):
+        return f"producers:{case.spec['kind']}"
     if isinstance(case, StoreRootCase):
         return case.family
     family = getattr(case, "family", "")
@@ -301,6 +326,7 @@ def _spawn(args, start, count, step):
            "--edge-every", str(args.edge_every), "--store-root-every", str(args.store_root_every),
            "--tensor-core-every", str(args.tensor_core_every), "--op-every", str(args.op_every),
            "--threads-every", str(args.threads_every), "--args-every", str(args.args_every),
+           "--producers-every", str(args.producers_every),
            "--out", args.out]
     if args.check_passes:
         cmd.append("--check-passes")
@@ -363,9 +389,19 @@ def main(argv=None) -> int:
                          "user or an attacker wrote -- True, 1.5, NaN, 2**31, 300 for int8, "
                          "'SAMEE' --: a TecompError naming the argument, or numpy's / "
                          "PyTorch's answer; 0: none)")
-    ap.add_argument("--only", choices=("ops", "threads", "nnargs"), default=None,
+    ap.add_argument("--producers-every", type=int, default=50,
+                    help="every k-th seed (those with seed %% k == 10 %% k) is a case of the "
+                         "producers family (tecomp.testing.producers: a templated operator "
+                         "meeting a producer it does not expect -- Winograd weights given "
+                         "transformed, packed weights as a placeholder, a convolution of a "
+                         "computed input, a GEMM of a transpose or of one tensor twice, a "
+                         "pooling of a convolution, a softmax of a matmul, attention of one "
+                         "tensor as q, k and v, an output read again --, auto-scheduled and "
+                         "run against numpy; 0: none)")
+    ap.add_argument("--only", choices=("ops", "threads", "nnargs", "producers"), default=None,
                     help="run one family alone: 'ops' is --op-every 1, 'threads' "
-                         "--threads-every 1, 'nnargs' --args-every 1")
+                         "--threads-every 1, 'nnargs' --args-every 1, 'producers' "
+                         "--producers-every 1")
     ap.add_argument("--check-passes", action="store_true",
                     help="also run the pass-by-pass checker on every case")
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "tecomp-fuzz-reports"),
@@ -393,6 +429,8 @@ def main(argv=None) -> int:
         args.threads_every, args.args_every = 1, 0
     elif args.only == "nnargs":
         args.args_every = 1
+    elif args.only == "producers":
+        args.producers_every, args.args_every, args.threads_every = 1, 0, 0
 
     if args.worker:
         return _worker(args)
@@ -406,7 +444,7 @@ def main(argv=None) -> int:
         case = case_for_seed(args.replay, args.gpu_every, args.auto_every, args.cpu_target,
                              args.tensorize_every, args.gpu_target, args.edge_every,
                              args.store_root_every, args.tensor_core_every, args.op_every,
-                             args.threads_every, args.args_every)
+                             args.threads_every, args.args_every, args.producers_every)
         o = _run(case, args.replay, args)
         if o.kind == "refused":
             print(f"seed {args.replay}: refused as documented in {o.stage}: {o.detail}\n"

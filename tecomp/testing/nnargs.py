@@ -30,6 +30,23 @@ drawn from its own random stream (``RandomDraw(seed * 7919 + 61)``) and is one o
 ``shape``
     ``reshape`` (a new shape), ``adaptive_avg_pool1d`` (``output_size``, ``2**30``
     among them) and ``mse_loss`` (0-d inputs too).
+``pool``
+    ``max_pool{1,2}d`` / ``avg_pool{1,2}d``: ``kernel``, ``stride`` (None too),
+    ``padding``, ``dilation`` (max), the flags ``ceil_mode`` and ``count_include_pad``
+    (avg; ``1``, ``"yes"``, ``np.bool_``), ``layout`` (either layout, ``"nchw"``, a 1-d
+    layout for a 2-d pooling); against PyTorch.
+``attention``
+    ``scaled_dot_product_attention`` (``scale``: 0, negative, NaN, ``True``, a string;
+    the ``mask``'s shape and dtype -- ``(Lq, Lk)``, ``(b, 1, 1, Lk)``, ``(1, Lk)``, bool,
+    transposed, int32 --; head dims of q, k and v that differ), ``flash_attention``
+    (``causal`` as a flag, ``scale``, head dims that are no multiple of 16, float32 q)
+    and ``dropout`` (``p`` out of [0, 1], NaN, a numpy float; ``seed`` a numpy int,
+    ``2**23``, ``True``).
+``quant``
+    ``quantize`` / ``dequantize`` / ``requantize``: scales (0, negative, NaN, inf,
+    ``1e-45`` and ``1e39`` past float32's normal range, ``True``, a string) and zero
+    points (out of the dtype's range, ``True``, ``2.0``, numpy ints) and the dtypes;
+    against ``torch.quantize_per_tensor`` (exactly).
 
 Every drawn value is labelled, by the documented rules of the operator, ``legal`` or
 ``illegal``.  An illegal call must raise a :class:`~tecomp.errors.TecompError` whose
@@ -56,11 +73,12 @@ import numpy as np
 import tecomp as tc
 from .. import nn
 from ..errors import TecompError
+from ..nn import quant
 from .diff import Outcome, SpecCase
 from .draw import RandomDraw
 
 FAMILY = "nnargs"
-KINDS = ("scalar", "window", "axis", "flag", "norm", "shape")
+KINDS = ("scalar", "window", "axis", "flag", "norm", "shape", "pool", "attention", "quant")
 NAN, INF = float("nan"), float("inf")
 
 
@@ -178,7 +196,8 @@ def draw_nnargs_case(seed: int, target: str = "llvm") -> ArgsCase:
     d = RandomDraw(seed * 7919 + 61)
     kind = d.choice(KINDS)
     sp = {"scalar": _draw_scalar, "window": _draw_window, "axis": _draw_axis,
-          "flag": _draw_flag, "norm": _draw_norm, "shape": _draw_shape}[kind](d)
+          "flag": _draw_flag, "norm": _draw_norm, "shape": _draw_shape, "pool": _draw_pool,
+          "attention": _draw_attention, "quant": _draw_quant}[kind](d)
     sp["kind"] = kind
     return ArgsCase(sp, d.int(0, 2**16), target, f"fuzz seed {seed} (nnargs: {sp['op']})",
                     fuzz_seed=seed, twist={"op": sp["op"]})
@@ -471,6 +490,222 @@ def _draw_shape(d):
     return sp
 
 
+def _draw_pool(d):
+    nd = d.choice((1, 2))
+    kind = d.choice(("max", "avg"))
+    op = f"{kind}_pool{nd}d"
+    first, last = {1: ("NCW", "NWC"), 2: ("NCHW", "NHWC")}[nd]
+    layout = d.choice((first, last))
+    n, c = d.int(1, 2), d.int(1, 3)
+    size = [d.int(5, 9) for _ in range(nd)]
+    k = [d.int(1, 3) for _ in range(nd)]
+    dil = [d.int(1, 2)] * nd if kind == "max" else [1] * nd
+    st = [d.int(1, 3) for _ in range(nd)]
+    pd = [d.int(0, kk // 2) for kk in k]
+    shape = [n, c] + size if layout == first else [n] + size + [c]
+    sp = {"op": op, "nd": nd, "pool": kind, "inputs": [[shape, "float32"]], "kwargs": {},
+          "layout": layout, "first": first}
+    kw = sp["kwargs"]
+
+    def one_or_all(v):
+        return v[0] if (len(set(v)) == 1 and d.bool(0.5)) or nd == 1 else _T(*v)
+
+    if nd == 1:
+        k, st, pd, dil = k[:1], st[:1], pd[:1], dil[:1]
+    kw["kernel"] = one_or_all(k)
+    if d.bool(0.2):
+        kw["stride"], st = None, k
+    else:
+        kw["stride"] = one_or_all(st)
+    kw["padding"] = one_or_all(pd)
+    if kind == "max" and (dil[0] > 1 or d.bool(0.3)):
+        kw["dilation"] = dil[0]
+    flags = (False, True) * 6 + (1, 0, "yes", None, _np("bool_", True))
+    kw["ceil_mode"] = d.choice(flags)
+    if kind == "avg":
+        kw["count_include_pad"] = d.choice(flags)
+    for arg in ("ceil_mode", "count_include_pad"):
+        if arg in kw and not isinstance(kw[arg], bool):
+            _illegal(sp, arg)
+    if d.bool(0.25):
+        bad = d.choice((0, -1, True, 2.0, "2", None, 2**31, _T(*([2] * (nd + 1))),
+                        _np("int64", 2)))
+        kw["kernel"] = bad
+        if isinstance(bad, dict) and bad["$"] == "int64":
+            k = [2] * nd
+            pd = [min(p, 1) for p in pd]
+            kw["padding"] = one_or_all(pd)
+            if kw["stride"] is None:
+                st = k
+        else:
+            _illegal(sp, "kernel")
+    if d.bool(0.15):
+        kw["stride"] = d.choice((0, -1, True, 1.5, "1"))
+        _illegal(sp, "stride")
+    if d.bool(0.15):
+        kw["padding"] = d.choice((-1, "SAMEE", True, 1.5, None, _T(-1, 0)))
+        _illegal(sp, "padding")
+    if kind == "max" and d.bool(0.1):
+        kw["dilation"] = d.choice((0, True, -1, 1.5))
+        _illegal(sp, "dilation")
+    if d.bool(0.15):
+        kw["layout"] = d.choice(("nchw", None, "NCDHW", {1: "NCHW", 2: "NCW"}[nd], "NHCW"))
+        _illegal(sp, "layout")
+    elif layout != first or d.bool(0.3):
+        kw["layout"] = layout
+    sp.update(k=k, s=st, p=pd, dil=dil)
+    return sp
+
+
+def _draw_attention(d):
+    op = d.choice(("scaled_dot_product_attention", "scaled_dot_product_attention",
+                   "flash_attention", "dropout"))
+    if op == "dropout":
+        shape = [d.int(1, 4), d.int(1, 40)]
+        sp = {"op": op, "inputs": [[shape, d.choice(("float32", "float64"))]], "kwargs": {}}
+        p = d.choice((0.0, 0.5, 0.25, 1.0, 0.9, -0.1, 1.5, _f(NAN), _f(INF), True, "0.5",
+                      None, _np("float32", 0.5), _np("float64", 0.25), 1, 0, 10**400))
+        sp["kwargs"]["p"] = p
+        if not (_real(p) and 0 <= _fl(p) <= 1):
+            _illegal(sp, "p")
+        if d.bool(0.6):
+            seed = d.choice((0, 7, -5, 2**23 - 1, -2**23, 2**23, 2**40, True, 1.5, "3",
+                             _np("int64", 3), _np("int32", -2)))
+            sp["kwargs"]["seed"] = seed
+            if not (_is_int(seed) and -2**23 <= decode(seed) < 2**23):
+                _illegal(sp, "seed")
+        return sp
+    b, h, lq, lk = d.int(1, 2), d.int(1, 2), d.int(1, 6), d.int(1, 6)
+    flash = op == "flash_attention"
+    dt = "float16" if flash and d.bool(0.85) else "float32"
+    dq = d.choice((16, 32)) if flash else d.choice((1, 3, 8))
+    dv = d.choice((16, 32)) if flash else d.choice((1, 2, 8))
+    sp = {}
+    if flash and d.bool(0.15):
+        dq = dv = d.choice((8, 24, 12))
+        _illegal(sp, "q")
+    if flash and dt != "float16":
+        _illegal(sp, "q")
+    kq = dq
+    if d.bool(0.1):
+        kq = dq + 1
+        _illegal(sp, "k")
+    lv = lk
+    if d.bool(0.1):
+        lv = lk + 1
+        _illegal(sp, "v")
+    sp.update({"op": op, "inputs": [[[b, h, lq, dq], dt], [[b, h, lk, kq], dt],
+                                    [[b, h, lv, dv], dt]], "kwargs": {}})
+    kw = sp["kwargs"]
+    scale = d.choice((None, None, 0.5, 2, 0.0, -1.0, _f(NAN), _f(INF), True, "0.5",
+                      _np("float32", 0.25), 10**400))
+    if scale is not None or d.bool(0.3):
+        kw["scale"] = scale
+    if not (scale is None or (_real(scale) and math.isfinite(_fl(scale)))):
+        _illegal(sp, "scale")
+    if flash:
+        kw["causal"] = d.choice((False, True, True, 1, "yes", None))
+        if not isinstance(kw["causal"], bool):
+            _illegal(sp, "causal")
+    mk = d.choice(("none", "none", "qk", "pad4", "keys", "bool", "transposed", "int32",
+                   "f64", "rank1"))
+    if flash and mk not in ("none", "pad4", "keys", "int32", "rank1"):
+        mk = "pad4"
+    if mk != "none":
+        mshape = {"qk": [lq, lk], "pad4": [b, 1, 1, lk], "keys": [1, lk], "bool": [lq, lk],
+                  "transposed": [lk, lq], "int32": [lq, lk], "f64": [lq, lk],
+                  "rank1": [lk]}[mk]
+        mdt = {"bool": "bool", "int32": "int32", "f64": "float64"}.get(mk, dt)
+        sp["inputs"].append([mshape, mdt])
+        sp["mask"] = True
+        # (the shape aligned on the right with (b, h, Lq, Lk): each extent the full one or 1)
+        fits = all(e in (want, 1) for e, want in zip(reversed(mshape), (lk, lq, h, b)))
+        if mk in ("int32", "rank1") or (mk == "f64" and dt != "float64") or not fits:
+            _illegal(sp, "mask")
+    return sp
+
+
+_SCALES = (0.1, 0.02, 1.0, 3, 1e-3, _np("float32", 0.05), _np("float64", 0.2))
+_BAD_SCALES = (0.0, -0.5, _f(NAN), _f(INF), True, "0.1", None, 1e-45, 1e39, 10**400)
+_ZPS = (0, 3, 10, 127, -1, -128, 128, 255, _np("int64", 5), _np("uint8", 7))
+_BAD_ZPS = (256, -129, True, 2.0, "0", None, 2**31)
+
+
+def _scale_arg(d):
+    """A scale: one of the bad ones a time in six."""
+    return d.choice(_BAD_SCALES if d.bool(1 / 6) else _SCALES)
+
+
+def _zp_arg(d):
+    return d.choice(_BAD_ZPS if d.bool(1 / 6) else _ZPS)
+
+
+def _legal_scale(v) -> bool:
+    if not _real(v):
+        return False
+    f = _fl(v)
+    if not (math.isfinite(f) and f > 0):
+        return False
+    with np.errstate(over="ignore"):
+        f32 = abs(float(np.float32(f)))
+    return float(np.finfo(np.float32).tiny) <= f32 <= float(np.finfo(np.float32).max)
+
+
+def _legal_zp(v, dtype) -> bool:
+    lo, hi = {"uint8": (0, 255), "int8": (-128, 127), "int32": (-2**31, 2**31 - 1)}[dtype]
+    return _is_int(v) and lo <= int(decode(v)) <= hi
+
+
+def _draw_quant(d):
+    op = d.choice(("quantize", "dequantize", "requantize"))
+    shape = [d.int(1, 3), d.int(1, 20)]
+    qd = ("uint8", "int8", "int32")
+    sp = {"op": op, "kwargs": {}}
+    kw = sp["kwargs"]
+    if op == "quantize":
+        dtype = d.choice(qd * 4 + ("float32", "uint16", None, "UINT8"))
+        sp["inputs"] = [[shape, "float32"]]
+        kw["scale"], kw["zero_point"] = _scale_arg(d), _zp_arg(d)
+        if dtype != "uint8" or d.bool(0.5):
+            kw["dtype"] = dtype
+        if dtype not in qd:
+            _illegal(sp, "dtype")
+        if not _legal_scale(kw["scale"]):
+            _illegal(sp, "scale")
+        if dtype in qd and not _legal_zp(kw["zero_point"], dtype):
+            _illegal(sp, "zero_point")
+        sp["qdtype"] = dtype
+        return sp
+    dtype = d.choice(qd + ("float32",) if op == "dequantize" else qd)
+    sp["inputs"] = [[shape, dtype]]
+    if dtype == "float32":
+        _illegal(sp, "q")
+    if op == "dequantize":
+        kw["scale"], kw["zero_point"] = _scale_arg(d), _zp_arg(d)
+        if not _legal_scale(kw["scale"]):
+            _illegal(sp, "scale")
+        if dtype != "float32" and not _legal_zp(kw["zero_point"], dtype):
+            _illegal(sp, "zero_point")
+        return sp
+    out = d.choice((None, None, None, "uint8", "int8", "int32", "int16"))
+    kw.update(in_scale=_scale_arg(d), in_zp=_zp_arg(d), out_scale=_scale_arg(d),
+              out_zp=_zp_arg(d))
+    if out is not None or d.bool(0.3):
+        kw["out_dtype"] = out
+    od = out or dtype
+    if od not in qd:
+        _illegal(sp, "out_dtype")
+    for arg in ("in_scale", "out_scale"):
+        if not _legal_scale(kw[arg]):
+            _illegal(sp, arg)
+    if not _legal_zp(kw["in_zp"], dtype):
+        _illegal(sp, "in_zp")
+    if od in qd and not _legal_zp(kw["out_zp"], od):
+        _illegal(sp, "out_zp")
+    sp["qdtype"] = od
+    return sp
+
+
 # ---------------------------------------------------------------------------------
 # running
 
@@ -491,8 +726,12 @@ def _data(case: ArgsCase):
 
 
 def _call(sp, phs):
-    fn = getattr(nn, sp["op"])
+    fn = getattr(nn, sp["op"], None)
     kw = {k: decode(v) for k, v in sp["kwargs"].items()}
+    if sp["op"] == "flash_attention":
+        return fn(*phs[:3], mask=phs[3] if len(phs) > 3 else None, **kw)[0]
+    if sp["op"] in ("quantize", "dequantize", "requantize"):
+        return getattr(quant, sp["op"])(*phs, **kw)
     if sp["op"] == "concatenate":
         return fn(phs, **kw)
     if sp["op"] == "batch_norm":
@@ -542,7 +781,15 @@ def run_nnargs_case(case: ArgsCase) -> Outcome:
         stage = "compare"
         if want is None:
             return Outcome("ok", case, "compare", "no reference here (torch missing)")
-        bad = _differs(out, np.asarray(want), exact, Y.dtype)
+        if sp["op"] == "dropout":   # each element dropped (0) or kept (x / (1 - p))
+            kept = _differs(out, np.asarray(want), False, Y.dtype)
+            if kept and not (p1 := float(decode(sp["kwargs"]["p"]))) == 0.0:
+                g = out.astype(np.float64)
+                ok = (g == 0) | np.isclose(g, want, rtol=2e-6, atol=0)
+                kept = "" if ok.all() and (p1 < 1 or not g.any()) else kept
+            bad = kept
+        else:
+            bad = _differs(out, np.asarray(want), exact, Y.dtype)
         if bad:
             return Outcome("mismatch", case, "compare", bad)
     except Exception as e:  # noqa: BLE001
@@ -570,6 +817,66 @@ def _differs(got, want, exact: bool, dtype: str) -> str:
     first = tuple(int(i) for i in np.argwhere(bad)[0])
     return (f"{int(bad.sum())} of {bad.size} elements differ; first at {first}: got "
             f"{got[first]!r}, want {want[first]!r}")
+
+
+def _pool_reference(sp, kw, x):
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None, False
+    nd, first = sp["nd"], sp["layout"] == sp["first"]
+    if not first:     # channels last: to channels first and back
+        x = np.moveaxis(x, -1, 1)
+    t = torch.from_numpy(np.ascontiguousarray(x))
+    k, s, p = tuple(sp["k"]), tuple(sp["s"]), tuple(sp["p"])
+    cm = kw.get("ceil_mode", False)
+    if sp["pool"] == "max":
+        fn = F.max_pool1d if nd == 1 else F.max_pool2d
+        y = fn(t, k, s, p, dilation=tuple(sp["dil"]), ceil_mode=cm)
+    else:
+        fn = F.avg_pool1d if nd == 1 else F.avg_pool2d
+        y = fn(t, k, s, p, ceil_mode=cm, count_include_pad=kw.get("count_include_pad", True))
+    y = y.numpy()
+    return (y if first else np.moveaxis(y, 1, -1)), sp["pool"] == "max"
+
+
+def _attention_reference(sp, kw, xs, arrays):
+    q, k, v = (a.astype(np.float64) for a in xs[:3])
+    scale = kw.get("scale")
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    s = q @ k.transpose(0, 1, 3, 2) * scale
+    if len(xs) > 3:
+        m = arrays[3]
+        s = s + (np.where(m, 0.0, -np.inf) if m.dtype == bool else m.astype(np.float64))
+    if kw.get("causal"):
+        s = np.where(np.tri(s.shape[-2], s.shape[-1], dtype=bool), s, -np.inf)
+    mx = s.max(-1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(s - np.where(np.isfinite(mx), mx, 0))
+        p = e / e.sum(-1, keepdims=True)
+    return np.where(np.isnan(p), 0.0, p) @ v
+
+
+def _quant_reference(sp, kw, arrays):
+    try:
+        import torch
+    except ImportError:
+        return None, True
+    tq = {"uint8": torch.quint8, "int8": torch.qint8, "int32": torch.qint32}
+    op, x = sp["op"], torch.from_numpy(arrays[0])
+    if op == "quantize":
+        q = torch.quantize_per_tensor(x, float(kw["scale"]), int(kw["zero_point"]),
+                                      tq[sp["qdtype"]])
+        return q.int_repr().numpy(), True
+    if op == "dequantize":
+        s, z = float(kw["scale"]), int(kw["zero_point"])
+        return ((arrays[0].astype(np.int64) - z).astype(np.float32) * np.float32(s)), True
+    s, z = float(kw["in_scale"]), int(kw["in_zp"])
+    deq = (arrays[0].astype(np.int64) - z).astype(np.float32) * np.float32(s)
+    q = torch.quantize_per_tensor(torch.from_numpy(deq), float(kw["out_scale"]),
+                                  int(kw["out_zp"]), tq[sp["qdtype"]])
+    return q.int_repr().numpy(), True
 
 
 def _softmax(x, ax):
@@ -669,4 +976,13 @@ def _reference(sp, arrays, dtype):
                         -1), False
     if op == "mse_loss":
         return np.array([((x - xs[1]) ** 2).mean()]), False
+    if op in ("max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d"):
+        return _pool_reference(sp, kw, x)
+    if op in ("scaled_dot_product_attention", "flash_attention"):
+        return _attention_reference(sp, kw, xs, arrays), False
+    if op == "dropout":
+        p = float(kw["p"])
+        return (x * 0 if p == 1 else x / (1 - p)), False
+    if op in ("quantize", "dequantize", "requantize"):
+        return _quant_reference(sp, kw, arrays)
     raise AssertionError(f"no reference for {op}")   # (a fuzzer bug: a crash)

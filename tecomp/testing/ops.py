@@ -26,7 +26,10 @@ is drawn from its own random stream (``RandomDraw(seed * 7919 + 41)``) and is on
     15% big (input and output past half a 32 MiB last-level cache: streamed outputs).
 ``grouped``
     ``conv2d_{nchw,nhwc}`` with ``groups`` (1-32 channels per group), batch 1-9; 15% big
-    (a group's planes within a quarter of L2, the data past a quarter of L3).
+    (a group's planes within a quarter of L2, the data past a quarter of L3).  A fifth
+    stream (``RandomDraw(seed * 7919 + 45)``) makes a third of the legal ones that are
+    not big, not depthwise and of a constant batch 3x3 stride-1 convolutions with
+    ``algorithm="winograd"`` (compared within ten times the tolerance below).
 
 The float inputs of pools and reductions hold NaN, +-inf and -0.0 among normal values
 in half the cases (and small integers, so that windows and rows hold ties, in a quarter);
@@ -177,6 +180,13 @@ def draw_op_case(seed: int, target: str = "llvm") -> OpCase:
         if arg is not None:
             sp["kwargs"][arg] = h.choice((2**31, 2**32 + 1, 2**40))
             sp["illegal"] = arg
+    # (a fifth stream) a third of the legal grouped convolutions that are no depthwise one
+    # become 3x3, stride-1 Winograd convolutions (algorithm="winograd", F(2x2) or F(4x4)
+    # as the rule picks, groups and layout as drawn)
+    v = RandomDraw(seed * 7919 + 45)
+    if kind == "grouped" and not sp.get("illegal") and not sp.get("lenient") and \
+            not sp["big"] and not sp["sym_batch"] and v.bool(1 / 3):
+        _make_winograd(v, sp)
     return OpCase(sp, d.int(0, 2**16), target, f"fuzz seed {seed} (ops: {sp['op']})",
                   fuzz_seed=seed, twist={"op": sp["op"]})
 
@@ -457,6 +467,26 @@ def _draw_grouped(d):
     if g * cpg > 32 and hw is None:
         sp["shape"] = [min(sp["shape"][0], 3)] + sp["shape"][1:]
     return sp
+
+
+def _make_winograd(d, sp):
+    """Rewrite a grouped convolution's spec as a Winograd one: a 3x3 kernel, stride 1, no
+    dilation, padding 0 or 1, the plane at least 3x3 (unless its groups are its channels:
+    a depthwise grouping, which Winograd does not compute)."""
+    nchw, g = sp["nchw"], sp["groups"]
+    c = sp["shape"][1] if nchw else sp["shape"][3]
+    if c == g:
+        return
+    p = d.choice((0, 1))
+    hw = (2, 3) if nchw else (1, 2)
+    for ax in hw:
+        sp["shape"][ax] = max(sp["shape"][ax], 3)
+    if nchw:
+        sp["wshape"][2:] = [3, 3]
+    else:
+        sp["wshape"][:2] = [3, 3]
+    sp["kwargs"] = {"stride": 1, "padding": p, "groups": g, "algorithm": "winograd"}
+    sp.update(pairs=[[p, p], [p, p]], s=[1, 1], dil=[1, 1], winograd=True)
 
 
 def _make_careless(d, sp):
@@ -936,7 +966,9 @@ def run_op_case(case: OpCase, check_passes: bool = False) -> "Outcome":
             + ([x.shape[0]] if n is not None else [])))
         got = out.numpy() if hasattr(out, "numpy") else np.asarray(out)
         stage = "compare"
-        bad = _compare(got, want, scale)
+        # (Winograd's transforms round more than a direct sum: ten times the tolerance)
+        bad = _compare(got, want, scale * 10 if sp.get("winograd") and scale is not None
+                       else scale)
         if bad:
             try:
                 ir = str(tc.lower(s, args))

@@ -324,6 +324,23 @@ def test_dropout_parameter_errors():
         nn.dropout(X, 0.5, tc.var("s"))
 
 
+def test_requantize_out_dtype_and_dropout_p_past_float64():
+    """Found by the fuzzer's nnargs family: requantize's refusal of its out_dtype named no
+    argument, and dropout's p of 10**400 raised OverflowError."""
+    from tecomp import nn
+    from tecomp.errors import ComputeError
+    from tecomp.nn import quant
+
+    Q = tc.placeholder((8,), "uint8", name="Q")
+    with pytest.raises(ComputeError, match=r"requantize requantize: out_dtype: the quantized "
+                                           r"dtype must be one of uint8, int8, int32, got "
+                                           r"'int16'"):
+        quant.requantize(Q, 0.1, 0, 0.2, 0, out_dtype="int16")
+    with pytest.raises(tc.ShapeError, match=r"dropout dropout: p must be a probability in "
+                                            r"\[0, 1\], got 1000000"):
+        nn.dropout(tc.placeholder((8,), name="X"), 10 ** 400)
+
+
 def test_quantized_dense_errors():
     from tecomp.errors import ComputeError
     from tecomp.nn import quant

@@ -102,10 +102,12 @@ def _strided_window(e, v, r) -> bool:
 
 
 def _own_pad(s: Schedule, pad):
-    """``pad`` when the convolution is its only reader, else None: a padded input that
-    another stage reads too (a weight gradient reads the forward's) stays a root stage
-    for whoever schedules that reader, instead of being computed per task."""
-    if pad is not None and len(s.consumers(s[pad])) > 1:
+    """``pad`` when the convolution is its only reader and it is no output, else None: a
+    padded input that another stage reads too (a weight gradient reads the forward's)
+    stays a root stage for whoever schedules that reader, instead of being computed per
+    task; one that is an output of the schedule (a user's ``nn.pad`` returned beside the
+    convolution) is computed whole at the root (inlining it raised a ScheduleError)."""
+    if pad is not None and (s[pad].is_output or len(s.consumers(s[pad])) > 1):
         return None
     return pad
 

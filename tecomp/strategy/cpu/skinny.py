@@ -245,7 +245,9 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
                       copy_a=dense and rows_share_sets(K, mb),
                       prefetch=1 if dense and kb < K else 0,
                       stream=_stream_prefetch(kb, w_kfirst, info),
-                      rows_in_lanes=not w_kfirst and batch == 1
+                      # (no batch axis: a batch of one still has 3-d operands, which
+                      # _schedule_rows_in_lanes's 2-d copy of A cannot take)
+                      rows_in_lanes=not w_kfirst and nbatch == 0
                       and rows_fill_lanes(M, info.lanes),
                       w_each_use=info.memory_operands and (not w_kfirst or mb == M),
                       task_tiles=tasks)
