@@ -989,3 +989,24 @@ def test_campaign_seed_5010624_no_thread_dependent_split_around_a_shared_copy():
     out = run_case(case_for_seed(5010624, 25, 5, "llvm", 10, edge_every=3,
                                  store_root_every=20, tensor_core_every=1))
     assert out.kind == "ok", out.report()
+
+
+def test_the_spec_families_reproducers_run():
+    """Every spec family's reproducer (``case.source()``, the lines the fuzz report
+    prints) is Python that rebuilds the case and runs it to the same outcome."""
+    import contextlib
+    import io
+
+    from tecomp.testing.concurrency import draw_threads_case
+    from tecomp.testing.nnargs import draw_nnargs_case
+    from tecomp.testing.ops import draw_op_case
+    from tecomp.testing.producers import draw_producer_case
+
+    for case in (draw_op_case(3), draw_nnargs_case(1), draw_producer_case(1),
+                 draw_threads_case(2)):
+        src = case.source()
+        assert f"--replay {case.fuzz_seed}" in src, src
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(src, f"<{case.family} reproducer>", "exec"), {})
+        assert out.getvalue().split()[0] in ("ok", "refused"), src + "\n" + out.getvalue()

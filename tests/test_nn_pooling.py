@@ -649,6 +649,19 @@ def _short_row_cases():
     ]
 
 
+def _pool_template_case(case):
+    """A ``(name, shape, build, taken)`` case's pooling scheduled by the template, its
+    lowered text (the auto-scheduler's at trials=0 the same): ``(name, shape, taken, X,
+    Y, schedule, text)``."""
+    name, shape, build, taken = case
+    X = tc.placeholder(shape, name="X")
+    Y = build(X)
+    s = sc.schedule_pool(Y)
+    text = str(tc.lower(s, [X, Y]))
+    assert str(tc.lower(tc.auto_schedule([X, Y], trials=0), [X, Y])) == text
+    return name, shape, taken, X, Y, s, text
+
+
 @pytest.mark.parametrize("case", _short_row_cases(), ids=lambda c: c[0])
 def test_short_padded_rows(case, monkeypatch):
     """Channels first, rows padded at their ends and at most two vectors of output
@@ -658,12 +671,7 @@ def test_short_padded_rows(case, monkeypatch):
     count_include_pad, asymmetric padding by the plain schedule).  (Windows in two
     steps, ``SEPARABLE``, off: they take the overlapping ones.)"""
     monkeypatch.setattr(pool, "SEPARABLE", False)
-    name, shape, build, taken = case
-    X = tc.placeholder(shape, name="X")
-    Y = build(X)
-    s = sc.schedule_pool(Y)
-    text = str(tc.lower(s, [X, Y]))
-    assert str(tc.lower(tc.auto_schedule([X, Y], trials=0), [X, Y])) == text
+    name, shape, taken, X, Y, s, text = _pool_template_case(case)
     assert ("pragma_masked_wide_loads" in text) == taken, text
     if taken and len(shape) > 3:   # (the first output row peeled off: its taps tested)
         assert "for (i2, 0," not in text and "for (i2, 1," in text, text
@@ -731,12 +739,7 @@ def test_separable_windows(case, monkeypatch):
     switch ``SEPARABLE`` off; the trace replays."""
     from tecomp.schedule.trace import replay
 
-    name, shape, build, taken = case
-    X = tc.placeholder(shape, name="X")
-    Y = build(X)
-    s = sc.schedule_pool(Y)
-    text = str(tc.lower(s, [X, Y]))
-    assert str(tc.lower(tc.auto_schedule([X, Y], trials=0), [X, Y])) == text
+    name, shape, taken, X, Y, s, text = _pool_template_case(case)
     assert (f"{Y.op.input_tensors[0].op.name if name.startswith('avg') else Y.op.name}"
             ".sep[" in text) == taken, text
     if taken:

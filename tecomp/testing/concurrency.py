@@ -83,11 +83,8 @@ class ThreadsCase(SpecCase):
     def source(self) -> str:
         return "\n".join([
             f"# threads family: {self.spec['scenario']} ({self.name})",
-            f"# replay: python -m tecomp.testing.concurrency --replay {self.fuzz_seed}",
-            "from tecomp.testing.concurrency import ThreadsCase, run_threads_case",
-            f"case = ThreadsCase(spec={self.spec!r}, seed={self.seed})",
-            "o = run_threads_case(case)",
-            "print(o.kind, o.stage, o.detail)"])
+            *self.replay_lines("tecomp.testing.concurrency", "concurrency",
+                               "run_threads_case", target=False)])
 
 
 def _workload(d: random.Random) -> dict:

@@ -151,6 +151,19 @@ class SpecCase:
     n: int = 0
     twist: dict = field(default_factory=dict)
 
+    def replay_lines(self, replay: str, module: str, runner: str,
+                     target: bool = True) -> list:
+        """The reproducer's last lines, shared by the families: how to replay the fuzz
+        seed (``replay``: the command's arguments), then Python that rebuilds this case
+        from its spec (``module``'s class of this case; ``target``: with its target)
+        and runs it with ``runner``, printing the outcome."""
+        tgt = f", target={self.target!r}" if target else ""
+        return [f"# replay: python -m {replay} --replay {self.fuzz_seed}",
+                f"from tecomp.testing.{module} import {type(self).__name__}, {runner}",
+                f"case = {type(self).__name__}(spec={self.spec!r}, seed={self.seed}{tgt})",
+                f"o = {runner}(case)",
+                "print(o.kind, o.stage, o.detail)"]
+
 
 @dataclass
 class Outcome:

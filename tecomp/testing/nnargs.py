@@ -184,11 +184,8 @@ class ArgsCase(SpecCase):
                                      enumerate(sp["inputs"]))
             + (f"; illegal: must raise a TecompError naming {sp['illegal']!r}"
                if sp.get("illegal") else ""),
-            f"# replay: python -m tecomp.testing.fuzz --only nnargs --replay {self.fuzz_seed}",
-            "from tecomp.testing.nnargs import ArgsCase, run_nnargs_case",
-            f"case = ArgsCase(spec={sp!r}, seed={self.seed}, target={self.target!r})",
-            "o = run_nnargs_case(case)",
-            "print(o.kind, o.stage, o.detail)"])
+            *self.replay_lines("tecomp.testing.fuzz --only nnargs", "nnargs",
+                               "run_nnargs_case")])
 
 
 def draw_nnargs_case(seed: int, target: str = "llvm") -> ArgsCase:

@@ -123,12 +123,8 @@ class OpCase(SpecCase):
                  + (f", NaN/inf/-0.0 among the values" if sp.get("specials") else "")
                  + (f"; illegal: must raise a TecompError naming {sp['illegal']!r}"
                     if sp.get("illegal") else ""),
-                 f"# replay: python -m tecomp.testing.fuzz --only ops --replay {self.fuzz_seed}",
                  "import numpy as np",
-                 "from tecomp.testing.ops import OpCase, run_op_case",
-                 f"case = OpCase(spec={sp!r}, seed={self.seed}, target={self.target!r})",
-                 "o = run_op_case(case)",
-                 "print(o.kind, o.stage, o.detail)"]
+                 *self.replay_lines("tecomp.testing.fuzz --only ops", "ops", "run_op_case")]
         return "\n".join(lines)
 
 

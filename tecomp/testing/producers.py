@@ -80,11 +80,8 @@ class ProducerCase(SpecCase):
         sp = self.spec
         return "\n".join([
             f"# producers family: {sp['kind']} {sp}",
-            f"# replay: python -m tecomp.testing.fuzz --only producers --replay {self.fuzz_seed}",
-            "from tecomp.testing.producers import ProducerCase, run_producer_case",
-            f"case = ProducerCase(spec={sp!r}, seed={self.seed}, target={self.target!r})",
-            "o = run_producer_case(case)",
-            "print(o.kind, o.stage, o.detail)"])
+            *self.replay_lines("tecomp.testing.fuzz --only producers", "producers",
+                               "run_producer_case")])
 
 
 def draw_producer_case(seed: int, target: str = "llvm") -> ProducerCase:

@@ -326,6 +326,18 @@ def _tiles_rows(pool, lanes: int) -> bool:
             and out * K <= 2 * VECTORS * lanes)
 
 
+def _channel_rows_tasks(s: Schedule, out, info: CpuModel):
+    """The output's stage of a channels-first pooling with (batch x channels) fused into
+    its tasks (parallel where the target has threads): ``(stage, the fused loop, the
+    outer spatial loops, the row's loop, the loop a row's local buffer goes at)``."""
+    st = s[out]
+    n, c, *outer, x = st.op.axis
+    rows = st.fuse(n, c)
+    if info.threads > 1:
+        st.parallel(rows)
+    return st, rows, outer, x, (outer[-1] if outer else rows)
+
+
 def _rows_then_windows(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     """Windows side by side along the rows (:func:`_tiles_rows`), channels first: per
     output row, the window's rows reduced over its other axes into a local row
@@ -336,12 +348,7 @@ def _rows_then_windows(s: Schedule, out, red, info: CpuModel, small: bool) -> No
     L = info.lanes
     rs = s[red]
     rf = s[s.rfactor(red, rs.op.reduce_axis[-1], factor_axis=len(rs.op.axis))]
-    st = s[out]
-    n, c, *outer, x = st.op.axis
-    rows = st.fuse(n, c)
-    if info.threads > 1:
-        st.parallel(rows)
-    at = outer[-1] if outer else rows
+    st, rows, outer, x, at = _channel_rows_tasks(s, out, info)
     rf.set_scope("local")
     rf.compute_at(st, at)
     *ra, rx, rk = rf.op.axis
@@ -408,12 +415,7 @@ def _separated(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     spatial loops inside."""
     L = info.lanes
     sep = s.separate(red, red.op.reduce_axis[-1])
-    st = s[out]
-    n, c, *outer, x = st.op.axis
-    rows = st.fuse(n, c)
-    if info.threads > 1:
-        st.parallel(rows)
-    at = outer[-1] if outer else rows
+    st, rows, outer, x, at = _channel_rows_tasks(s, out, info)
     ts = s[sep]
     ts.set_scope("local")
     ts.compute_at(st, at)
