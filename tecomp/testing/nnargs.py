@@ -66,6 +66,7 @@ from __future__ import annotations
 import math
 import numbers
 import traceback
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -861,19 +862,24 @@ def _quant_reference(sp, kw, arrays):
     except ImportError:
         return None, True
     tq = {"uint8": torch.quint8, "int8": torch.qint8, "int32": torch.qint32}
+
+    def quantize(t, scale, zp):
+        # (PyTorch deprecates its quantized tensors, saying so once a process; its
+        # rounding is still the reference tecomp's quantize matches)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*quantized tensor creation")
+            return torch.quantize_per_tensor(t, scale, zp, tq[sp["qdtype"]]).int_repr()
+
     op, x = sp["op"], torch.from_numpy(arrays[0])
     if op == "quantize":
-        q = torch.quantize_per_tensor(x, float(kw["scale"]), int(kw["zero_point"]),
-                                      tq[sp["qdtype"]])
-        return q.int_repr().numpy(), True
+        return quantize(x, float(kw["scale"]), int(kw["zero_point"])).numpy(), True
     if op == "dequantize":
         s, z = float(kw["scale"]), int(kw["zero_point"])
         return ((arrays[0].astype(np.int64) - z).astype(np.float32) * np.float32(s)), True
     s, z = float(kw["in_scale"]), int(kw["in_zp"])
     deq = (arrays[0].astype(np.int64) - z).astype(np.float32) * np.float32(s)
-    q = torch.quantize_per_tensor(torch.from_numpy(deq), float(kw["out_scale"]),
-                                  int(kw["out_zp"]), tq[sp["qdtype"]])
-    return q.int_repr().numpy(), True
+    return quantize(torch.from_numpy(deq), float(kw["out_scale"]),
+                    int(kw["out_zp"])).numpy(), True
 
 
 def _softmax(x, ax):
