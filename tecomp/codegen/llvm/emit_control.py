@@ -333,16 +333,22 @@ class _ControlEmitter:
                 not collect(v, lambda n: isinstance(n, BufferLoad) and
                             n.buffer is body.buffer)):
             return False
-        chain = acc
+        chain, marked = acc, []
         for k in range(int(s.extent.value)):
             chain = op(chain, substitute(v, {s.var: s.var + k}) if k else v, v.dtype)
             if k % 2:
-                self._minmax_pairs.add(id(chain))
+                marked.append(id(chain))
         store = BufferStore(body.buffer, chain, body.indices)
         if wrap is not None:
             store = replace(wrap, body=replace(wrap.body, body=store))
         lo = self.scalar_index(s.min)
-        self.with_loop_var(s.var, Val(lo), lambda: self.stmt(store))
+        # (the marks are ids of nodes alive only while ``store`` is: taken back after,
+        # so a later node at a freed address is never read as one of them)
+        self._minmax_pairs.update(marked)
+        try:
+            self.with_loop_var(s.var, Val(lo), lambda: self.stmt(store))
+        finally:
+            self._minmax_pairs.difference_update(marked)
         return True
 
     def _selection_pairs(self, s: For) -> bool:
@@ -386,17 +392,20 @@ class _ControlEmitter:
         test = IfThenElse(Or(NE(x, x), NE(x1, x1)),
                           SeqStmt((body, substitute(body, nxt))),
                           SeqStmt((fast_body, substitute(fast_body, nxt))))
-        self._any_lane_ifs.add(id(test))
         step = test
         if wrap is not None:
             step = replace(wrap, body=replace(wrap.body, body=test))
         lo = self.scalar_index(s.min)
         outer = self._unroll_copies
         self._unroll_copies = outer * max(int(s.extent.value), 1)
-        for k in range(0, int(s.extent.value), 2):
-            self.with_loop_var(s.var, Val(self.iadd(lo, ir.Constant(_I64, k))),
-                               lambda: self.stmt(step))
-        self._unroll_copies = outer
+        self._any_lane_ifs.add(id(test))     # (taken back after, as _minmax_chain's marks)
+        try:
+            for k in range(0, int(s.extent.value), 2):
+                self.with_loop_var(s.var, Val(self.iadd(lo, ir.Constant(_I64, k))),
+                                   lambda: self.stmt(step))
+        finally:
+            self._any_lane_ifs.discard(id(test))
+            self._unroll_copies = outer
         return True
 
     def _llvm_unroll_md(self, extent: Expr):
