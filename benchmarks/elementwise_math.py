@@ -29,13 +29,15 @@ new's); ``--math21-ab`` the same for session 21's (erfc in float64 lanes,
 (pow in float64 lanes, ``emit_math_f32.POW_F32_LANES`` off; ``tecomp pow_s22``); ``--math24-ab``
 for session 24's (cbrt in float64 lanes, ``emit_math_f32.CBRT_F32_LANES`` off; atan2 with
 ``llvm.maxnum``/``minnum``, ``emit_math_wide.ATAN2_SELECTS`` off; ``tecomp cbrt_s23``,
-``tecomp atan2_s23``); ``--cpu-time``
+``tecomp atan2_s23``); ``--math25-ab`` for session 25's (atan2 with every step in float64
+lanes and the degree-6 polynomial, ``emit_math_wide.ATAN2_NARROW`` off; ``tecomp
+atan2_s24``); ``--cpu-time``
 (with ``--threads 1``) times each call by the process's CPU time (a shared machine).
 
     python3 benchmarks/elementwise_math.py [--threads 2] [--rounds 15] [--only gelu,tanh]
                                            [--rows 4096] [--ulps] [--softplus-ab]
                                            [--math20-ab] [--math21-ab] [--math23-ab]
-                                           [--math24-ab]
+                                           [--math24-ab] [--math25-ab]
                                            [--cpu-time]
 """
 from __future__ import annotations
@@ -60,9 +62,11 @@ MATH23 = {"pow": ("emit_math_f32", ("POW_F32_LANES",))}
 #: session 24's (``--math24-ab``)
 MATH24 = {"cbrt": ("emit_math_f32", ("CBRT_F32_LANES",)),
           "atan2": ("emit_math_wide", ("ATAN2_SELECTS",))}
+#: session 25's (``--math25-ab``)
+MATH25 = {"atan2": ("emit_math_wide", ("ATAN2_NARROW",))}
 #: each session's switches, the tag of its A/B column and its flag's name
 AB = ((MATH20, "s19", "math20_ab"), (MATH21, "s20", "math21_ab"), (MATH23, "s22", "math23_ab"),
-      (MATH24, "s23", "math24_ab"))
+      (MATH24, "s23", "math24_ab"), (MATH25, "s24", "math25_ab"))
 
 
 def main() -> None:

@@ -2447,16 +2447,33 @@ def test_pow_float32_at_every_vector_width(exp_variant):
     bits, on vectors that mix the special values (which take a branch in the float32-lane
     code) with ordinary pairs in every lane, and each special value is numpy's float64
     result rounded (signed zeros, infinities, NaN)."""
+    _two_arguments_at_every_vector_width("pow", exp_variant)
+
+
+def test_atan2_float32_at_every_vector_width(exp_variant):
+    """The same for atan2(y, x), whose rare lanes (both operands 0 or infinite, the larger
+    below 2^-124) take a branch (``emit_math_wide.ATAN2_NARROW``): every quadrant, signed
+    zeros, and operands around 2^-124 mixed with ordinary pairs in every lane."""
+    _two_arguments_at_every_vector_width("atan2", exp_variant)
+
+
+def _two_arguments_at_every_vector_width(fn, exp_variant):
     import tecomp as tc
 
-    sp = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5,
-                   3.0, -3.0, 1e-45, -1e-45, 1.1754942e-38, 1.1754944e-38, _F32MAX,
-                   -_F32MAX, 1 / 3, 16777217.0, 127.5, -149.0, 0.99999994, 1.0000001,
-                   200.0, -200.0], np.float32)
+    sp = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5,
+          3.0, -3.0, 1e-45, -1e-45, 1.1754942e-38, 1.1754944e-38, _F32MAX,
+          -_F32MAX, 1 / 3, 16777217.0, 127.5, -149.0, 0.99999994, 1.0000001,
+          200.0, -200.0]
+    if fn == "atan2":       # around the float32 steps' limit, 2^-124, and tan(pi/8)
+        sp += [2.0 ** -124, -(2.0 ** -124), 2.0 ** -124 * 0.99999994, 2.0 ** -125,
+               2.0 ** -124 * 0.41421357, 0.41421357, 0.41421354, 2.8e-45]
+    sp = np.array(sp, np.float32)
     sx, sy = (v.ravel() for v in np.meshgrid(sp, sp))
     rng = np.random.default_rng(5)
     m = sx.size
     ox = rng.uniform(0.1, 10.0, m).astype(np.float32)
+    if fn == "atan2":
+        ox *= rng.choice(np.array([1.0, -1.0], np.float32), m)
     oy = rng.uniform(-8.0, 8.0, m).astype(np.float32)
     # special pairs and ordinary ones interleaved at changing distances
     x = np.empty(2 * m, np.float32)
@@ -2468,11 +2485,11 @@ def test_pow_float32_at_every_vector_width(exp_variant):
     A = tc.placeholder((n,), name="A")
     E = tc.placeholder((n,), name="E")
     with np.errstate(all="ignore"):
-        exact = np.power(x.astype(np.float64), y.astype(np.float64))
+        exact = _F32_BINARY[fn][0](x.astype(np.float64), y.astype(np.float64))
         want = exact.astype(np.float32)
     first = None
     for lanes in (1, 4, 8, 16, 64):
-        B = tc.compute((n,), lambda i: tc.pow(A[i], E[i]), name="B")
+        B = tc.compute((n,), lambda i: getattr(tc, fn)(A[i], E[i]), name="B")
         s = tc.create_schedule(B.op)
         if lanes > 1:
             s[B].vectorize(s[B].split(B.op.axis[0], factor=lanes)[1])
@@ -2490,7 +2507,7 @@ def test_pow_float32_at_every_vector_width(exp_variant):
         ulp = np.spacing(np.abs(want[fin])).astype(np.float64)
     ulp[np.isinf(ulp)] = 2.0 ** 104
     err = np.abs(first[fin].astype(np.float64) - exact[fin]) / ulp
-    assert err.max() <= _F32_BINARY["pow"][1][not _has_fma(exp_variant)], err.max()
+    assert err.max() <= _F32_BINARY[fn][1][not _has_fma(exp_variant)], err.max()
 
 
 @pytest.mark.slow

@@ -28,6 +28,16 @@ from .values import _F64, _I64, _join_pieces, _piece, _splat, _with_lanes
 #: ``benchmarks/elementwise_math.py --math24-ab``)
 ATAN2_SELECTS = True
 
+#: whether float32 ``atan2`` takes ``|x|``, ``|y|``, their max and min and the reduction's
+#: test (``min > max tan(pi/8)``) in float32 lanes (one register where float64 takes two),
+#: evaluates atan's polynomial at degree 5 (:data:`_WideMathEmitter._ATAN_P5`, 2.3e-11
+#: relative) and leaves the rare lanes (both operands 0, both infinite, the larger one below
+#: 2^-124) to a branch taken once per vector that has one
+#: (:meth:`_WideMathEmitter.atan2_f32`); off: every step in float64 lanes with the degree-6
+#: polynomial, as in session 24 (the A/B switch of ``benchmarks/elementwise_math.py
+#: --math25-ab``)
+ATAN2_NARROW = True
+
 
 def _taylor(fn_k, n):
     return tuple(fn_k(k) for k in range(n))
@@ -57,6 +67,10 @@ class _WideMathEmitter:
     _ATAN_P = (-0.3333333333150438, 0.19999998943598638, -0.14285614280238443,
                0.1110753871617319, -0.09029469483865511, 0.07137825266855728,
                -0.04048051288744851)
+    #: the same on ``|u| <= tan(pi/8) (1 + 1e-4)`` at degree 5 (Lawson's iteration towards
+    #: the minimax relative error against mpmath: 2.3e-11, 4e-4 ulp of a float32)
+    _ATAN_P5 = (-0.333333324980655, 0.19999903810494682, -0.1428200486768177,
+                0.11044654520158229, -0.08476054623519175, 0.047435895255367455)
     _TAN_PI8 = 0.41421356237309503
     #: log1p(f) = 2 atanh(s) = 2s (1 + z/3 + z^2/5 + ... + z^7/15), s = f / (2 + f),
     #: z = s^2 <= 0.0295 (5e-14 relative)
@@ -110,13 +124,14 @@ class _WideMathEmitter:
         q = b.fpext(b.fmul(b.fptrunc(num, fty), r), dty)
         return madd(madd(b.fneg(q), den, num), b.fpext(r, dty), q)
 
-    def _atan_f64(self, num, den, base, kit):
+    def _atan_f64(self, num, den, base, kit, poly=None):
         """``base + atan(num / den)`` in float64 for ``|num / den| <= tan(pi/8)`` (a
-        reduced argument): ``u = num / den``, ``u + u z P(z)``, ``z = u^2``."""
+        reduced argument): ``u = num / den``, ``u + u z P(z)``, ``z = u^2``, ``P``
+        ``poly`` (:data:`_ATAN_P` by default)."""
         b, dty, _, C, _, madd = kit
         u = b.fdiv(num, den) if base is None else self._div_f64(num, den, kit)
         z = b.fmul(u, u)
-        p = madd(b.fmul(u, z), self._horner(self._ATAN_P, z, madd), u)
+        p = madd(b.fmul(u, z), self._horner(poly or self._ATAN_P, z, madd), u)
         return p if base is None else b.fadd(base, p)
 
     def _narrow(self, xd, ty):
@@ -157,9 +172,39 @@ class _WideMathEmitter:
         (:meth:`_atan_f64`), ``pi/2 - r`` where ``|y| > |x|``, ``pi - r`` where ``x`` has
         its sign bit set (``-0.0`` included), rounded once, with the sign of ``y``.
         Gives C99's special values: ``atan2(+-0, -0) = +-pi``, ``atan2(+-0, +0) = +-0``,
-        ``atan2(+-inf, -inf) = +-3pi/4`` ...; NaN if either is NaN."""
+        ``atan2(+-inf, -inf) = +-3pi/4`` ...; NaN if either is NaN.
+
+        With :data:`ATAN2_NARROW` on, ``|x|``, ``|y|``, the max and min and the
+        reduction's test are float32 steps (exact: the test's product ``max tan(pi/8)`` is
+        a normal float for ``max >= 2^-124``, its rounding moves the reduced argument's
+        bound by a relative 2^-24), only the max and min are widened, and lanes where
+        ``max < 2^-124`` (both 0 included) or ``min`` is infinite take a branch, once per
+        vector that has one, which computes the whole vector by the float64 steps (the
+        other lanes keep their bits)."""
+        if not ATAN2_NARROW:
+            return self._atan2_f64_lanes(y, x, self._ATAN_P)
+        b, ty, _, C, _, _ = self._kit(x)
+        fabs = self._fn1("llvm.fabs", ty)
+        ax = b.call(fabs, [x])
+        ay = b.call(fabs, [y])
+        ygt = b.fcmp_ordered(">", ay, ax)
+        mx = b.select(ygt, ay, ax)
+        mn = b.select(ygt, ax, ay)
+        mid = b.fcmp_ordered(">", mn, b.fmul(mx, C(self._TAN_PI8)))
+        rare = b.or_(b.fcmp_ordered("<", mx, C(2.0 ** -124)),
+                     b.fcmp_ordered("==", mn, C(math.inf)))
+        dty = _with_lanes(_F64, ty)
+        mxd = b.fpext(mx, dty)
+        mnd = b.fpext(mn, dty)
+        res = self._atan2_tail(y, x, mxd, mnd, ygt, mid, self._ATAN_P5, None)
+        return self._slow_where(rare, "atan2.rare",
+                                lambda xv: self._atan2_f64_lanes(y, xv, self._ATAN_P5),
+                                x, res)
+
+    def _atan2_f64_lanes(self, y, x, poly):
+        """:meth:`atan2_f32` with every step in float64 lanes (``poly`` atan's polynomial),
+        its special values included."""
         b = self.b
-        ty = x.type
         xd, kit = self._kit64(x)
         yd = b.fpext(y, kit[1])
         _, dty, _, C, _, _ = kit
@@ -172,21 +217,41 @@ class _WideMathEmitter:
             b.call(self._fn1("llvm.maxnum", dty, 2), [ax, ay])
         mn = b.select(ygt, ax, ay) if ATAN2_SELECTS else \
             b.call(self._fn1("llvm.minnum", dty, 2), [ax, ay])
-        # atan(mn/mx), mn/mx reduced as atan's argument: (mn - mx)/(mn + mx) + pi/4
-        # above tan(pi/8) (exact differences: the operands are float32s), one division
         mid = b.fcmp_ordered(">", mn, b.fmul(mx, C(self._TAN_PI8)))
+        return self._atan2_tail(y, x, mx, mn, ygt, mid, poly, kit)
+
+    def _atan2_tail(self, y, x, mx, mn, ygt, mid, poly, kit):
+        """atan2's float64 steps from ``mx = max(|x|,|y|)`` and ``mn = min`` (float64),
+        ``ygt = |y| > |x|`` and ``mid = mn > mx tan(pi/8)``: atan(mn/mx), mn/mx reduced
+        as atan's argument: ``(mn - mx)/(mn + mx) + pi/4`` where ``mid`` (exact
+        differences: the operands are float32s), one division; the quadrant, the sign of
+        ``y``, NaN.  ``kit``: :meth:`_kit64`'s, or None where ``mx`` and ``mn`` are never
+        both 0 or both infinite (those lanes are left to a branch: no selects for them)."""
+        b = self.b
+        ty = x.type
+        special = kit is not None
+        if kit is None:
+            _, kit = self._kit64(x)
+        _, dty, _, C, _, _ = kit
         num = b.select(mid, b.fsub(mn, mx), mn)
         den = b.select(mid, b.fadd(mn, mx), mx)
-        r = self._atan_f64(num, den, None, kit)
+        r = self._atan_f64(num, den, None, kit, poly)
         r = b.select(mid, b.fadd(r, C(math.pi / 4)), r)
-        r = b.select(b.fcmp_ordered("==", mx, C(0.0)), C(0.0), r)       # both 0
-        r = b.select(b.fcmp_ordered("==", mn, C(math.inf)), C(math.pi / 4), r)  # both inf
+        if special:
+            r = b.select(b.fcmp_ordered("==", mx, C(0.0)), C(0.0), r)       # both 0
+            r = b.select(b.fcmp_ordered("==", mn, C(math.inf)), C(math.pi / 4), r)  # both inf
         r = b.select(ygt, b.fsub(C(math.pi / 2), r), r)
         ity = _with_lanes(ir.IntType(32), ty)
         xneg = b.icmp_signed("<", b.bitcast(x, ity), _splat(ity, 0))
         r = b.select(xneg, b.fsub(C(math.pi), r), r)
         res = b.call(self._fn1("llvm.copysign", ty, 2), [self._narrow(r, ty), y])
-        return b.select(b.fcmp_unordered("uno", x, y), b.fadd(x, y), res)
+        if not ATAN2_NARROW:
+            return b.select(b.fcmp_unordered("uno", x, y), b.fadd(x, y), res)
+        # a NaN operand: x's (else y's), quieted; not x + y, whose operands LLVM may
+        # swap in one build and not in another (NaN payloads: vectorized and serial
+        # code would differ)
+        nan = b.select(b.fcmp_unordered("uno", x, x), x, y)
+        return b.select(b.fcmp_unordered("uno", x, y), b.fadd(nan, nan), res)
 
     def cbrt_f64_lanes(self, x):
         """cbrt(x) for float32 in float64 lanes (where the target has no FMA, or
