@@ -30,8 +30,9 @@ new's); ``--math21-ab`` the same for session 21's (erfc in float64 lanes,
 for session 24's (cbrt in float64 lanes, ``emit_math_f32.CBRT_F32_LANES`` off; atan2 with
 ``llvm.maxnum``/``minnum``, ``emit_math_wide.ATAN2_SELECTS`` off; ``tecomp cbrt_s23``,
 ``tecomp atan2_s23``); ``--math25-ab`` for session 25's (atan2 with every step in float64
-lanes and the degree-6 polynomial, ``emit_math_wide.ATAN2_NARROW`` off; ``tecomp
-atan2_s24``); ``--cpu-time``
+lanes and the degree-6 polynomial, ``emit_math_wide.ATAN2_NARROW`` off; pow with its
+clamp of ``w`` on every lane, ``emit_math_f32.POW_LARGE_W_BRANCH`` off; ``tecomp
+atan2_s24``, ``tecomp pow_s24``); ``--cpu-time``
 (with ``--threads 1``) times each call by the process's CPU time (a shared machine).
 
     python3 benchmarks/elementwise_math.py [--threads 2] [--rounds 15] [--only gelu,tanh]
@@ -63,7 +64,8 @@ MATH23 = {"pow": ("emit_math_f32", ("POW_F32_LANES",))}
 MATH24 = {"cbrt": ("emit_math_f32", ("CBRT_F32_LANES",)),
           "atan2": ("emit_math_wide", ("ATAN2_SELECTS",))}
 #: session 25's (``--math25-ab``)
-MATH25 = {"atan2": ("emit_math_wide", ("ATAN2_NARROW",))}
+MATH25 = {"atan2": ("emit_math_wide", ("ATAN2_NARROW",)),
+          "pow": ("emit_math_f32", ("POW_LARGE_W_BRANCH",))}
 #: each session's switches, the tag of its A/B column and its flag's name
 AB = ((MATH20, "s19", "math20_ab"), (MATH21, "s20", "math21_ab"), (MATH23, "s22", "math23_ab"),
       (MATH24, "s23", "math24_ab"), (MATH25, "s24", "math25_ab"))

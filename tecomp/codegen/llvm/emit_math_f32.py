@@ -35,6 +35,16 @@ POW_F32_LANES = True
 #: switch of ``benchmarks/elementwise_math.py --math24-ab``)
 CBRT_F32_LANES = True
 
+#: whether float32 ``pow``'s common lanes leave ``|w| >= 128`` (``w = y log2|x|``: the
+#: results near the overflow and the subnormal ones) to the branch of the special values,
+#: tested on ``w`` once it is computed, so that they need neither ``w``'s clamp to
+#: ``[-151, 129]`` nor the guard of its low part (the same bits: those are no-ops below
+#: 128), and ``|y| = inf`` or NaN is caught by the same test (``w`` inf or NaN); off: the
+#: clamp and the guard on every lane and ``|y|`` tested first, as in session 24
+#: (:meth:`_F32MathEmitter.pow_f32`; the A/B switch of ``benchmarks/elementwise_math.py
+#: --math25-ab``)
+POW_LARGE_W_BRANCH = True
+
 
 class _F32MathEmitter:
     """The float32-lane ``tan``, ``atan``, ``erfc``, ``fast_erfc``, ``pow`` and ``cbrt``
@@ -206,6 +216,17 @@ class _F32MathEmitter:
         # subnormal scaling nor the special values: the others take a branch, once per
         # vector that has one, which computes the whole vector with them (the same bits
         # for the common lanes)
+        if POW_LARGE_W_BRANCH:
+            # (|w| >= 128 or NaN: y infinite or NaN included; x = +inf is not: w is 0
+            # for y = 0, tiny for tiny y)
+            res, awh = self._pow_f32_lanes(x, y, lookup, False)
+            odd = b.or_(b.or_(b.fcmp_unordered("<", x, C(1.1754943508222875e-38)),
+                              b.fcmp_unordered("==", x, C(float("inf")))),
+                        b.fcmp_unordered(">=", awh, C(128.0)))
+            return self._slow_where(
+                odd, "pow.special",
+                lambda x: self._pow_special_values(x, y, self._pow_f32_lanes(x, y, lookup, True)),
+                x, res)
         ay = b.call(self._fn1("llvm.fabs", ty), [y])
         odd = b.or_(b.or_(b.fcmp_unordered("<", x, C(1.1754943508222875e-38)),
                           b.fcmp_unordered("==", x, C(float("inf")))),
@@ -221,7 +242,10 @@ class _F32MathEmitter:
         2^-36 relative by design), ``w = y (H + Lo)`` as ``wh + wl`` (the product's rounding error by
         an FMA), then ``2^w = 2^n 2^r``, ``n = round(wh)``, ``r = (wh - n) + wl``, with
         ``exp2``'s polynomial and :meth:`_ldexp` (one rounding, subnormal results
-        included; ``wh`` clamped to ``[-151, 129]``: 0 and inf beyond).
+        included; ``wh`` clamped to ``[-151, 129]``: 0 and inf beyond).  With
+        :data:`POW_LARGE_W_BRANCH` on and ``general`` False: no clamp and no guard of
+        ``wl`` (the caller sends the lanes with ``|wh| >= 128`` to the branch), and the
+        result comes with ``|wh|``.
 
         ``log2|x|``: ``|x| = z 2^e`` with ``z`` in ``[0.699, 1.398)`` from the bits
         (subnormals scaled by 2^23 first), ``1/c`` and ``log2(c) = hi + lo`` from
@@ -274,9 +298,13 @@ class _F32MathEmitter:
         wh = b.fmul(y, hh)
         wl = madd(y, lo, madd(y, hh, b.fneg(wh)))
         awh = b.call(self._fn1("llvm.fabs", ty), [wh])
-        wl = b.select(b.fcmp_ordered("<", awh, C(256.0)), wl, C(0.0))
-        whc = b.select(b.fcmp_ordered(">", wh, C(129.0)), C(129.0), wh)
-        whc = b.select(b.fcmp_ordered("<", whc, C(-151.0)), C(-151.0), whc)
+        lean = POW_LARGE_W_BRANCH and not general   # (|wh| < 128: the lanes kept)
+        if lean:
+            whc = wh
+        else:
+            wl = b.select(b.fcmp_ordered("<", awh, C(256.0)), wl, C(0.0))
+            whc = b.select(b.fcmp_ordered(">", wh, C(129.0)), C(129.0), wh)
+            whc = b.select(b.fcmp_ordered("<", whc, C(-151.0)), C(-151.0), whc)
         # 2^w = 2^e 2^(j/16) 2^r: n = 16 e + j = round(16 wh), r = (wh - n/16) + wl
         # (the difference exact, |r| <= 1/32 and a hair), 2^r = 1 + e1 by its Taylor
         # polynomial, 2^(j/16) = th + tl from a table; th + (th e1 + tl) rounded once,
@@ -298,6 +326,8 @@ class _F32MathEmitter:
             res = scalef(b, self.mb, q, en)
         else:
             res = self._ldexp(q, b.call(self._fn1("llvm.floor", ty), [en]))
+        if lean:
+            return res, awh
         if not general:
             return res
         # |x| = 0: inf for y < 0, else 0; |x| = inf: the other way round
