@@ -53,7 +53,8 @@ in spirit):
    middle axis, and no value is read twice: a sum over an NCHW tensor's channels or
    batch, a matrix's column sums): tiles of whole output rows (a share of L2), the tiles
    in parallel, the reduce axes outside the tile's vectors and four reduction steps a
-   pass (eight for values of one byte), so the input is streamed once in contiguous runs (:meth:`_Rules.column_reduction`).
+   pass (eight for values of one byte), so the input is streamed once in contiguous runs (:meth:`_Rules.column_reduction`);
+   short runs from beyond L2 with the passes ahead prefetched (:data:`COLUMN_PREFETCH`).
    **Split reductions**: a reduction to fewer values than threads (every axis reduced)
    or a column reduction of too few tiles has its first reduce axis cut into chunks,
    ``rfactor``-ed into parallel partial results (:meth:`_Rules.split_reduction`).
