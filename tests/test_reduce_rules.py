@@ -1274,9 +1274,29 @@ def test_column_reductions_without_the_prefetch(monkeypatch, why):
     knobs = Knobs()
     s = apply_rules([X, Y], knobs, model)
     assert knobs.values["sum.columns"] is True, knobs.values
-    assert knobs.values["sum.prefetch_passes"] == 0, knobs.values
+    assert knobs.values.get("sum.prefetch_passes", 0) == 0, knobs.values
     assert knobs.values["sum.steps"] == 4, knobs.values
     assert "prefetch" not in str(tc.lower(s, [X, Y]))
     got = np.zeros(shape[1], "float32")
     tc.build(s, [X, Y])(x, got)
     np.testing.assert_allclose(got, x.astype("float64").sum(0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("passes", [0, 2, 4])
+def test_column_prefetch_passes_knob(passes):
+    """The knob ``<stage>.prefetch_passes`` (as a search sets it): that many passes
+    ahead in the IR (none for 0), numpy's answers either way (a NaN in the last rows)."""
+    x = data((1000, 520), "float32", "max")
+    x[-1, 5] = np.nan
+    X = tc.placeholder(x.shape, name="X")
+    Y = nn.max(X, axis=0)
+    knobs = Knobs({"max.prefetch_passes": passes})
+    s = apply_rules([X, Y], knobs, _column_model())
+    assert knobs.values["max.prefetch_passes"] == passes
+    ir = str(tc.lower(s, [X, Y]))
+    assert ("prefetch (L2)" in ir) == (passes > 0), ir
+    if passes:
+        assert re.search(rf"prefetch \(L2\) X\[.*\+ {passes}", ir), ir
+    got = np.zeros(520, "float32")
+    tc.build(s, [X, Y])(x, got)
+    np.testing.assert_array_equal(got, x.max(0))

@@ -1085,7 +1085,8 @@ class _Rules(BlockRules):
             while passes < 4 and 2 * passes * pass_bytes <= \
                     self.info.column_prefetch_bytes:
                 passes *= 2
-        passes = self.k.choose(f"{op.name}.prefetch_passes", [0, 1, 2, 4], passes)
+        if ahead_of:   # (a knob only where there is something to prefetch)
+            passes = self.k.choose(f"{op.name}.prefetch_passes", [0, 1, 2, 4], passes)
 
         def vectorize(st, vi, rax):
             """``st``'s loops: ``lead`` (done), ``rax`` (the reduce axes, or none), the
