@@ -20,7 +20,8 @@ counting its read and its write).  Every result is checked against PyTorch's fir
     python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...]
         [--threads 1 --cpu-time] [--rules-off]
         [--new-off] [--select-off] [--seed-off] [--steps-off]
-        [--minmax-off] [--rowblock-off] [--prefetch-off] [--pairs-off] [--stream-off]
+        [--minmax-off] [--rowblock-off] [--prefetch-off] [--pairs-off] [--colpf-off]
+        [--stream-off]
         [--math-off] [--math20-off]
 """
 from __future__ import annotations
@@ -270,6 +271,14 @@ def rowblock_off(tc, sig, ins):
         rules.SELECTION_ROW_BLOCK = old
 
 
+def colpf_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` scheduled with a column reduction's passes ahead
+    not prefetched and 4 rows a pass (``tecomp.strategy.rules.COLUMN_PREFETCH`` False),
+    as before session 25."""
+    from tecomp.strategy import rules
+    return flags_off(tc, sig, ins, [(rules, "COLUMN_PREFETCH")])
+
+
 def stream_off(tc, sig, ins):
     """A call of the kernel of ``sig`` scheduled with every store through the cache (no
     ``pragma nontemporal`` on an elementwise output over half the last-level cache, nor on
@@ -308,6 +317,7 @@ _AB = [("rules_off", "reduce", rules_off, "rules off"),
        ("rowblock_off", "reduce", rowblock_off, "rowblock off"),
        ("prefetch_off", "reduce", prefetch_off, "prefetch off"),
        ("pairs_off", "reduce", pairs_off, "pairs off"),
+       ("colpf_off", "reduce", colpf_off, "colpf off"),
        ("stream_off", "elem", stream_off, "stream off"),
        ("math_off", "elem", math_off, "math off"),
        ("math20_off", "elem", math20_off, "math20 off")]
@@ -362,6 +372,9 @@ def main() -> None:
                     "built with a float max, min, argmax or argmin over an unrolled run of "
                     "rows tested for NaN row by row (not one unordered compare per two "
                     "rows), in the same turns")
+    ap.add_argument("--colpf-off", action="store_true", help="also time each reduction "
+                    "scheduled without a column reduction's passes ahead prefetched (and 4 "
+                    "rows a pass, not 8), in the same turns")
     ap.add_argument("--stream-off", action="store_true", help="also time each elementwise "
                     "operator scheduled with its output stored through the cache (no "
                     "non-temporal stores), in the same turns")

@@ -1209,3 +1209,94 @@ def test_any_partials_are_an_or_on_the_bytes(axis):
     g = tc.build(tc.auto_schedule([X, M]), [X, M])
     if tc.target.cpu_model().masks:
         assert "vpmaxub" not in g.get_source("asm")
+
+
+def _column_model(prefetch_bytes=131072):
+    """Zen 4's model with an L2 of 64 KiB and one thread (so that a small input is
+    "larger than L2" and the test stays fast), its ``column_prefetch_bytes`` as given."""
+    return dataclasses.replace(cpu_model("llvm -mcpu=znver4"), threads=1, l2_bytes=65536,
+                               column_prefetch_bytes=prefetch_bytes)
+
+
+@pytest.mark.parametrize("op,shape,axis,keepdims", [
+    ("sum", (1000, 1000), 0, False), ("max", (1000, 1000), 0, True),
+    ("min", (999, 260), 0, False), ("argmax", (1000, 1000), 0, False),
+    ("argmin", (6, 200, 72), 1, True), ("mean", (3, 96, 200), 1, False),
+    ("sum", (40, 8, 1000), 0, True)])
+def test_column_reductions_prefetch_their_passes_ahead(op, shape, axis, keepdims):
+    """A column reduction whose input is larger than L2, its tile's rows shorter than the
+    model's ``column_prefetch_bytes``, prefetches into L2 the rows of the passes ahead
+    (``prefetch (L2)`` in its pass loop) and reads 8 rows a pass where they divide the
+    axis; odd extents (a vector tail, rows that no step count divides), keepdims, NaNs
+    (max, min and argmax propagate the first NaN as numpy does) and ties all as numpy's."""
+    x = data(shape, "float32", op)
+    flat = x.reshape(-1)
+    flat[rng.choice(flat.size, 7, replace=False)] = np.nan
+    x[(slice(None),) * axis + (-1,)] = np.nan   # (a NaN in the last pass's rows)
+    if op.startswith("arg"):
+        x[(slice(None),) * axis + (slice(0, 3),)] = 2.5   # ties, no NaN in some columns
+    X = tc.placeholder(shape, name="X")
+    kw = {"dtype": "int64"} if op.startswith("arg") else {}
+    Y = getattr(nn, op)(X, axis=axis, keepdims=keepdims, **kw)
+    knobs = Knobs()
+    s = apply_rules([X, Y], knobs, _column_model())
+    name = next(k for k in knobs.values if k.endswith(".columns"))
+    assert knobs.values[name] is True, knobs.values
+    passes = knobs.values[name.replace(".columns", ".prefetch_passes")]
+    assert passes >= 1, knobs.values
+    rows = shape[axis]
+    if rows % 8 == 0:
+        assert knobs.values[name.replace(".columns", ".steps")] == 8, knobs.values
+    ir = str(tc.lower(s, [X, Y]))
+    assert re.search(rf"prefetch \(L2\) X\[.*\+ {passes}", ir), ir
+    got = np.zeros(tuple(int(e.value) for e in Y.shape), Y.dtype)
+    tc.build(s, [X, Y])(x, got)
+    want = np_reduce(op, x, axis, keepdims)
+    if op.startswith("arg"):
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(rows))
+
+
+@pytest.mark.parametrize("why", ["flag", "model", "long runs", "in L2"])
+def test_column_reductions_without_the_prefetch(monkeypatch, why):
+    """No prefetch, and 4 rows a pass for a sum, with ``COLUMN_PREFETCH`` off, with a
+    model that has no ``column_prefetch_bytes``, where the tile's rows are runs of at
+    least that many bytes (the hardware prefetchers keep them fed), or where the input
+    fits in L2; numpy's answers each way."""
+    shape = (64, 1000) if why != "in L2" else (64, 200)
+    model = _column_model(0 if why == "model" else 2048 if why == "long runs" else 131072)
+    if why == "flag":
+        monkeypatch.setattr(rules, "COLUMN_PREFETCH", False)
+    x = data(shape, "float32", "sum")
+    X = tc.placeholder(shape, name="X")
+    Y = nn.sum(X, axis=0)
+    knobs = Knobs()
+    s = apply_rules([X, Y], knobs, model)
+    assert knobs.values["sum.columns"] is True, knobs.values
+    assert knobs.values.get("sum.prefetch_passes", 0) == 0, knobs.values
+    assert knobs.values["sum.steps"] == 4, knobs.values
+    assert "prefetch" not in str(tc.lower(s, [X, Y]))
+    got = np.zeros(shape[1], "float32")
+    tc.build(s, [X, Y])(x, got)
+    np.testing.assert_allclose(got, x.astype("float64").sum(0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("passes", [0, 2, 4])
+def test_column_prefetch_passes_knob(passes):
+    """The knob ``<stage>.prefetch_passes`` (as a search sets it): that many passes
+    ahead in the IR (none for 0), numpy's answers either way (a NaN in the last rows)."""
+    x = data((1000, 520), "float32", "max")
+    x[-1, 5] = np.nan
+    X = tc.placeholder(x.shape, name="X")
+    Y = nn.max(X, axis=0)
+    knobs = Knobs({"max.prefetch_passes": passes})
+    s = apply_rules([X, Y], knobs, _column_model())
+    assert knobs.values["max.prefetch_passes"] == passes
+    ir = str(tc.lower(s, [X, Y]))
+    assert ("prefetch (L2)" in ir) == (passes > 0), ir
+    if passes:
+        assert re.search(rf"prefetch \(L2\) X\[.*\+ {passes}", ir), ir
+    got = np.zeros(520, "float32")
+    tc.build(s, [X, Y])(x, got)
+    np.testing.assert_array_equal(got, x.max(0))

@@ -87,6 +87,10 @@ class CpuModel:
     selection_prefetch_bytes : int, optional
         The same for a selection along short rows (an argmax's, an argmin's), whose
         rows end in a longer tree (0: ``row_prefetch_bytes``).
+    column_prefetch_bytes : int, optional
+        How far ahead, in bytes of its passes, a column reduction (over a first or a
+        middle axis) whose input is larger than the L2 cache prefetches the rows of its
+        passes ahead into L2 (0: not at all).
     window_prefetch_bytes : int, optional
         How far ahead, in bytes of the data's rows, a 2-d max pooling over short padded
         rows prefetches the rows of the output rows ahead (0: not at all).
@@ -169,6 +173,13 @@ class CpuModel:
     #: argmax waiting on its next rows.  0: ``row_prefetch_bytes`` (what the
     #: calibration measures; it times no selection)
     selection_prefetch_bytes: int = 0
+    #: how far ahead, in bytes of its passes (the rows one pass over the tile reads), a
+    #: column reduction (a sum over a matrix's rows, over an NCHW tensor's batch or
+    #: channels: ``strategy.rules``' column reduction) whose input is larger than the L2
+    #: cache prefetches the rows of its next passes into L2, at least one pass: each pass
+    #: starts its rows' runs anew, and the hardware prefetchers start each run cold.  0
+    #: where unmeasured: none (the calibration does not time it)
+    column_prefetch_bytes: int = 0
     #: how far ahead, in bytes of the data's rows, a 2-d max pooling over short padded
     #: rows (channels first, its maxima kept in the output: ``strategy.cpu.pool``)
     #: prefetches the data rows of the output rows ahead: ``window_prefetch_bytes //

@@ -207,9 +207,16 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   B: 3584 B) ahead than with none, 4 rows 1.15x slower than 8; on Zen 4 (session 24)
 #:   the same kernel over 32x64x56x56 ran 0.79x as fast 8 rows ahead: none (1 thread,
 #:   CPU time, under load: benchmarks/history/2026-12-02.md).
+#: * ``column_prefetch_bytes``: how far ahead a column reduction prefetches the rows
+#:   of its passes ahead into L2: on Zen 4 (session 25), a column sum of 4096 x 4096 float32 read 8 rows
+#:   a pass (128 KiB) ran at 97-98% of the read stream 1 or 2 passes ahead, 77% with
+#:   none; 4 rows a pass 87% 1 pass ahead, 91% 2, 89% 4; a column max 87-90% against
+#:   74% (1 thread, CPU time, under load: benchmarks/DECISIONS.md, "Column reductions:
+#:   the passes ahead prefetched").  128 KiB: one or two passes.
 MEASURED: Dict[str, Dict[str, object]] = {
     "znver4": {"fma_bits": 256, "gather_cost": 4.0, "transpose_cost": 0.8,
-               "split_loads_cheap": True, "prefetch_burst_lines": 48},
+               "split_loads_cheap": True, "prefetch_burst_lines": 48,
+               "column_prefetch_bytes": 131072},
     "znver5": {"fma_bits": 512, "gather_cost": 2.1, "transpose_cost": 0.66,
                "split_loads_cheap": False, "gemm_load_cost": 0.5, "read_streams": 4,
                "selection_prefetch_bytes": 4096, "window_prefetch_bytes": 3584},
