@@ -860,3 +860,47 @@ def test_channels_last_whole_pixels_symbolic_batch_and_half():
     got = run([H], nn.avg_pool2d(H, 2, layout="NHWC"), [x]).astype(np.float64)
     want = x.astype(np.float32).reshape(1, 3, 2, 3, 2, 192).mean(axis=(2, 4))
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("case", [
+    ("max2d_nhwc", (2, 9, 11, 32), lambda X: nn.max_pool2d(X, 3, 2, 1, layout="NHWC"), True),
+    ("avg3d_ndhwc", (1, 4, 6, 5, 48),
+     lambda X: nn.avg_pool3d(X, 2, ceil_mode=True, layout="NDHWC"), True),
+    ("max1d", (2, 3, 128), lambda X: nn.max_pool1d(X, 3, 2, 1), True),
+    ("max1d_65", (2, 3, 130), lambda X: nn.max_pool1d(X, 3, 2, 1), False),   # rows of 65
+    ("avg1d", (2, 3, 128), lambda X: nn.avg_pool1d(X, 4), True),
+    ("max2d_nhwc_24", (2, 9, 11, 24), lambda X: nn.max_pool2d(X, 3, 2, 1, layout="NHWC"),
+     False),   # (a pixel's 96 bytes: not whole cache lines)
+], ids=lambda c: c[0])
+def test_streamed_outputs(case, monkeypatch):
+    """A pooling whose input and output take more than the machine model's
+    ``stream_output_bytes`` (here 1 KiB; by default half the last-level cache) stores
+    its output past the cache (``pragma nontemporal`` on the tasks' loop) where its
+    rows are whole cache lines; none with ``STREAM_OUTPUT`` off or under the bound.
+    The same values either way (aligned buffers: the streamed copy of the nest runs),
+    against the plain schedule."""
+    from dataclasses import replace
+    from tecomp.strategy.cpu.common import _auto_rest
+
+    name, shape, build, taken = case
+    X = tc.placeholder(shape, name="X")
+    Y = build(X)
+    info = tc.target.cpu_model("llvm -mcpu=znver4")
+
+    def schedule(model):
+        s = tc.create_schedule(Y.op)
+        pool.pool_into(s, [Y], model)
+        return _auto_rest(s, [Y], model)
+
+    small = replace(info, stream_output_bytes=1024)
+    s = schedule(small)
+    text = str(tc.lower(s, [X, Y]))
+    assert ("pragma_nontemporal" in text) == taken, text
+    assert "pragma_nontemporal" not in str(tc.lower(schedule(info), [X, Y]))
+    monkeypatch.setattr(pool, "STREAM_OUTPUT", False)
+    assert "pragma_nontemporal" not in str(tc.lower(schedule(small), [X, Y]))
+    x = tc.aligned(rng.standard_normal(shape).astype("float32"))
+    got = tc.empty(tuple(int(e.value) for e in Y.shape), "float32")
+    tc.build(s, [X, Y])(x, got)
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)

@@ -12,7 +12,8 @@ from ...ir.dtype import bits
 from ...ir.expr import Const
 from ...ir.simplify import simplify
 from ...ir.functor import substitute, uses_var
-from .._common import _cint, _is_injective, _is_padding, _loads, _walk
+from .._common import (_cint, _is_injective, _is_padding, _loads, _reads_through_inline,
+                       _streams_past_llc, _walk)
 from .common import _NoTemplate, _find, _op_tags, _template_or_rules
 from ...target import CpuModel
 
@@ -90,6 +91,14 @@ SEPARATE_PARTITION = True
 #: -> 1.11 ms, the bytes of a contiguous 4-to-1 sum 1.04-1.15 ms, PyTorch 1.52 ms; 8
 #: vectors a step 2.34 ms.  False: VECTORS a step, as before (an A/B switch)
 WHOLE_PIXELS = True
+#: the output of a pooling whose input and output take more than half the last-level
+#: cache (or the machine model's ``stream_output_bytes``) is stored past the cache
+#: (``pragma nontemporal`` on the tasks' loop) where its rows are whole cache lines
+#: (channels last: a pixel's channels; :func:`_streams_output`): each line written
+#: through the cache is read first, a fifth of the traffic of a 2x2/2 or 3x3/2 window
+#: (in + out/4 read, out/4 written).  False: stored through the cache, as before (an
+#: A/B switch; benchmarks/DECISIONS.md, "Pooling: outputs past the cache")
+STREAM_OUTPUT = True
 
 
 def _channel_vectors(last, lanes: int, vregs: int, first: bool) -> int:
@@ -205,6 +214,8 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
     st.vectorize(xi)
     if info.threads > 1:
         st.parallel(rows)
+    if _streams_output(s, pool, out, info):
+        st.pragma(rows, "nontemporal")
     if short:
         for ax in outer[1:]:
             st.pragma(ax, "partition")
@@ -231,6 +242,16 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         if U > 1:
             ps.unroll(pxo)
         ps.vectorize(pxi)
+
+
+def _streams_output(s: Schedule, pool, out, info: CpuModel) -> bool:
+    """Whether the output ``out`` of ``pool`` goes past the cache
+    (:data:`STREAM_OUTPUT`): the data it reads and the output take more than half the
+    last-level cache or the model's ``stream_output_bytes`` (they do not stay there
+    from one call to the next), and its rows are whole cache lines
+    (``_streams_past_llc``: the streamed stores start on one)."""
+    return STREAM_OUTPUT and _streams_past_llc(_reads_through_inline(s, pool), out, info,
+                                               limit=info.stream_output_bytes)
 
 
 def _rows_ahead(pool, info: CpuModel) -> int:
