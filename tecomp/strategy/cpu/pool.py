@@ -83,6 +83,16 @@ SEPARABLE = True
 #: partition``: the inner rows' local rows read the data with no row test); False: not
 #: (an A/B switch)
 SEPARATE_PARTITION = True
+#: ... 3-d: the window's planes first (``Schedule.separate`` of its first axis, then of
+#: its last, :func:`_planes_first`): each task reduces every data plane it reads, in
+#: turn, to that plane's 2-d windows (a local block of the task's planes of windows,
+#: where it takes at most half the machine model's L2), then each output from its
+#: planes of it; the data read as one sequential stream, where a local row over the
+#: window's 3 x 3 data rows read three planes at once.  Zen 4, max_pool3d 3^3/2 p1 over
+#: 2x32x32x56x56, one thread, CPU time, under load: 2.31 -> 1.62 ms.  False: a local
+#: row per output row, as before (an A/B switch; benchmarks/DECISIONS.md, "Pooling:
+#: a 3-d window's planes first")
+PLANES_FIRST = True
 #: channels last: a step covers a pixel's channels in up to half the vector registers
 #: (:func:`_channel_vectors`), all the window's loads of the pixel before its stores,
 #: where VECTORS vectors a step stored each part of the output pixel between the
@@ -170,7 +180,10 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         _window_along_the_data(s, out, pool.output(0), info, small)
         return
     if _separable(pool, first, small, last, L):
-        _separated(s, out, pool.output(0), info, small)
+        if _planes_fit(pool, info):
+            _planes_first(s, out, pool.output(0), info, small)
+        else:
+            _separated(s, out, pool.output(0), info, small)
         return
     short = first and _short_padded_rows(pool, out, last, L)
     if _max_in_a_local(pool, out, last is not None and last < L):
@@ -452,6 +465,64 @@ def _separated(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     if SEPARATE_PARTITION:
         for ax in outer:
             st.pragma(ax, "partition")
+    _windows_from_the_row(s, out, red, st, [rows] + outer, at, L)
+
+
+def _planes_fit(pool, info: CpuModel) -> bool:
+    """Whether the 3-d window of ``pool`` (separable: :func:`_separable`) is reduced
+    planes first (:data:`PLANES_FIRST`): a task's planes of 2-d windows (the data's
+    planes along the window's first axis, each the output's plane: constant sizes) take
+    at most half the machine model's L2."""
+    if not PLANES_FIRST or len(pool.reduce_axis) != 3:
+        return False
+    lds = _loads(pool.body.source)
+    src = lds[0].producer
+    d = _cint(src.shape[-3])
+    plane = math.prod(_cint(e) or 0 for e in pool.output(0).shape[-2:])
+    return bool(d and plane) and d * plane * (bits(pool.output(0).dtype) // 8) \
+        <= info.l2_bytes // 2
+
+
+def _planes_first(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
+    """A 3-d window that overlaps along strided rows (:func:`_separable`,
+    :func:`_planes_fit`), channels first, its planes first: ``Schedule.separate`` of the
+    window's first axis (``red.sep[.., d, y, x]``: the 2-d windows of each data plane
+    ``d``) computed whole in each task, plane after plane (the data read in order, each
+    element once), each plane's windows in two steps as :func:`_separated`'s (a local
+    row ``red.sep.sep`` over the data's columns per output row of the plane, then its
+    K taps); then each output the reduction of its planes of ``red.sep``
+    (:func:`_windows_from_the_row`).  The tasks are (batch x channels)."""
+    L = info.lanes
+    planes = s.separate(red, red.op.reduce_axis[0])
+    row = s.separate(planes, s[planes].op.reduce_axis[-1])
+    st, rows, outer, x, at = _channel_rows_tasks(s, out, info)
+    ps = s[planes]
+    ps.set_scope("local")
+    ps.compute_at(st, rows)
+    *lead, pd, py, px = ps.op.axis
+    pxo, pxi = ps.split(px, factor=L)
+    ps.reorder(*(lead + [pd, py, pxo] + list(ps.op.reduce_axis) + [pxi]))
+    if small:
+        for k in ps.op.reduce_axis:
+            ps.unroll(k)
+    if (_cint(px.dom.extent) or UNROLL_WINDOW * L) <= 2 * VECTORS * L:
+        ps.unroll(pxo)
+    ps.vectorize(pxi)
+    if SEPARATE_PARTITION:
+        ps.pragma(pd, "partition")
+        ps.pragma(py, "partition")
+    ts = s[row]
+    ts.set_scope("local")
+    ts.compute_at(ps, py)
+    *ta, tw = ts.op.axis
+    wo, wi = ts.split(tw, factor=L)
+    ts.reorder(*(ta + [wo] + list(ts.op.reduce_axis) + [wi]))
+    if small:
+        for k in ts.op.reduce_axis:
+            ts.unroll(k)
+    if (_cint(tw.dom.extent) or UNROLL_WINDOW * L) <= 2 * VECTORS * L:
+        ts.unroll(wo)
+    ts.vectorize(wi)
     _windows_from_the_row(s, out, red, st, [rows] + outer, at, L)
 
 
