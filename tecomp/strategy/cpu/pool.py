@@ -12,8 +12,8 @@ from ...ir.dtype import bits
 from ...ir.expr import Const
 from ...ir.simplify import simplify
 from ...ir.functor import substitute, uses_var
-from .._common import (_cint, _is_injective, _is_padding, _loads, _reads_through_inline,
-                       _streams_past_llc, _walk)
+from .._common import (_bytes, _cint, _is_injective, _is_padding, _loads, _outgrows_llc,
+                       _reads_through_inline, _streams_past_llc, _walk)
 from .common import _NoTemplate, _find, _op_tags, _template_or_rules
 from ...target import CpuModel
 
@@ -88,8 +88,11 @@ SEPARATE_PARTITION = True
 #: turn, to that plane's 2-d windows (a local block of the task's planes of windows,
 #: where it takes at most half the machine model's L2), then each output from its
 #: planes of it; the data read as one sequential stream, where a local row over the
-#: window's 3 x 3 data rows read three planes at once.  Zen 4, max_pool3d 3^3/2 p1 over
-#: 2x32x32x56x56, one thread, CPU time, under load: 2.31 -> 1.62 ms.  False: a local
+#: window's 3 x 3 data rows read three planes at once.  Only where the data come from
+#: memory (more than half the last-level cache with the output: :func:`_planes_fit`).
+#: Zen 4, max_pool3d 3^3/2 p1 over 2x32x32x56x56, one thread, CPU time, under load:
+#: 1.16-1.32x, avg_pool3d 1.07-1.21x, ceil_mode over 31x55x55 1.9-2.0x; from the L3
+#: (1x8x32x56x56) 0.93x, so not taken there.  False: a local
 #: row per output row, as before (an A/B switch; benchmarks/DECISIONS.md, "Pooling:
 #: a 3-d window's planes first")
 PLANES_FIRST = True
@@ -180,7 +183,7 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         _window_along_the_data(s, out, pool.output(0), info, small)
         return
     if _separable(pool, first, small, last, L):
-        if _planes_fit(pool, info):
+        if _planes_fit(s, pool, out, info):
             _planes_first(s, out, pool.output(0), info, small)
         else:
             _separated(s, out, pool.output(0), info, small)
@@ -468,15 +471,20 @@ def _separated(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     _windows_from_the_row(s, out, red, st, [rows] + outer, at, L)
 
 
-def _planes_fit(pool, info: CpuModel) -> bool:
+def _planes_fit(s: Schedule, pool, out, info: CpuModel) -> bool:
     """Whether the 3-d window of ``pool`` (separable: :func:`_separable`) is reduced
-    planes first (:data:`PLANES_FIRST`): a task's planes of 2-d windows (the data's
-    planes along the window's first axis, each the output's plane: constant sizes) take
-    at most half the machine model's L2."""
+    planes first (:data:`PLANES_FIRST`): its data and output take more than half the
+    last-level cache (or the model's ``stream_output_bytes``: they come from memory
+    call after call; from the cache the planes ran 0.93x as fast), and a task's planes
+    of 2-d windows (the data's planes along the window's first axis, each the output's
+    plane: constant sizes) take at most half the machine model's L2."""
     if not PLANES_FIRST or len(pool.reduce_axis) != 3:
         return False
-    lds = _loads(pool.body.source)
-    src = lds[0].producer
+    sizes = [_bytes(t) for t in _reads_through_inline(s, pool) + [out]]
+    if not _outgrows_llc(None if None in sizes else sum(sizes), info,
+                         limit=info.stream_output_bytes):
+        return False
+    src = _loads(pool.body.source)[0].producer
     d = _cint(src.shape[-3])
     plane = math.prod(_cint(e) or 0 for e in pool.output(0).shape[-2:])
     return bool(d and plane) and d * plane * (bits(pool.output(0).dtype) // 8) \
