@@ -453,18 +453,7 @@ def _separated(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     L = info.lanes
     sep = s.separate(red, red.op.reduce_axis[-1])
     st, rows, outer, x, at = _channel_rows_tasks(s, out, info)
-    ts = s[sep]
-    ts.set_scope("local")
-    ts.compute_at(st, at)
-    *ta, tw = ts.op.axis
-    wo, wi = ts.split(tw, factor=L)
-    ts.reorder(*(ta + [wo] + list(ts.op.reduce_axis) + [wi]))
-    if small:
-        for k in ts.op.reduce_axis:
-            ts.unroll(k)
-    if (_cint(tw.dom.extent) or UNROLL_WINDOW * L) <= 2 * VECTORS * L:
-        ts.unroll(wo)
-    ts.vectorize(wi)
+    _local_rows(s[sep], st, at, L, small)
     if SEPARATE_PARTITION:
         for ax in outer:
             st.pragma(ax, "partition")
@@ -505,23 +494,22 @@ def _planes_first(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     row = s.separate(planes, s[planes].op.reduce_axis[-1])
     st, rows, outer, x, at = _channel_rows_tasks(s, out, info)
     ps = s[planes]
-    ps.set_scope("local")
-    ps.compute_at(st, rows)
-    *lead, pd, py, px = ps.op.axis
-    pxo, pxi = ps.split(px, factor=L)
-    ps.reorder(*(lead + [pd, py, pxo] + list(ps.op.reduce_axis) + [pxi]))
-    if small:
-        for k in ps.op.reduce_axis:
-            ps.unroll(k)
-    if (_cint(px.dom.extent) or UNROLL_WINDOW * L) <= 2 * VECTORS * L:
-        ps.unroll(pxo)
-    ps.vectorize(pxi)
+    _local_rows(ps, st, rows, L, small)
+    pd, py = ps.op.axis[-3:-1]
     if SEPARATE_PARTITION:
         ps.pragma(pd, "partition")
         ps.pragma(py, "partition")
-    ts = s[row]
+    _local_rows(s[row], ps, py, L, small)
+    _windows_from_the_row(s, out, red, st, [rows] + outer, at, L)
+
+
+def _local_rows(ts, st, at, L: int, small: bool) -> None:
+    """A stage ``ts`` of ``separate`` (its last axis along the data's row) kept local
+    and computed at the loop ``at`` of ``st``: its rows in vectors of ``L`` lanes inside
+    the window's (unrolled where ``small``), the vectors unrolled where a row takes at
+    most ``2 * VECTORS`` of them."""
     ts.set_scope("local")
-    ts.compute_at(ps, py)
+    ts.compute_at(st, at)
     *ta, tw = ts.op.axis
     wo, wi = ts.split(tw, factor=L)
     ts.reorder(*(ta + [wo] + list(ts.op.reduce_axis) + [wi]))
@@ -531,7 +519,6 @@ def _planes_first(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     if (_cint(tw.dom.extent) or UNROLL_WINDOW * L) <= 2 * VECTORS * L:
         ts.unroll(wo)
     ts.vectorize(wi)
-    _windows_from_the_row(s, out, red, st, [rows] + outer, at, L)
 
 
 def _window_along_the_data(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
