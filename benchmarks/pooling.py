@@ -31,6 +31,17 @@ the former reference, writes as many bytes as it reads: from the L3 it ran at 19
 GB/s on the Zen 5, neither the DRAM stream nor the cache's read rate.)  Each row also
 gives its share of the DRAM stream.
 
+The roof.  A read stream is not what a pooling can reach: it also writes its output,
+and each line written through the cache is read first (an NCHW 3x3/2 pooling writes a
+quarter of what it reads: its bytes cost in + 2 x out/4 of traffic, 1.5/1.25 times the
+read's).  So each row also runs, in the same turns, :func:`tecomp.viz.peaks.move_kernel`
+over its own input: the same bytes read and written (one output float per ``in/out``
+input floats), contiguous, nothing computed but a max, its stores through the cache
+(``move``) and past it (``moveNT``).  ``roof`` is the faster of the two (in + out bytes
+over its time), ``% roof`` tecomp's rate against it: the issue's "80% of the memory
+stream" for a pass that reads and writes (on the Zen 4, 1 thread: the through-the-cache
+move of a 4-to-1 pass at 73% of the read stream, the streamed one at 99%).
+
     python3 benchmarks/pooling.py [--threads 2] [--rounds 7] [--only max2d_nchw,...] [--ab]
         [--ab SEPARABLE] [--threads 1 --cpu-time]
 
@@ -134,7 +145,7 @@ def main() -> None:
     import tecomp as tc
     from tecomp import nn
     from tecomp.strategy.cpu import pool as pool_template
-    from tecomp.viz.peaks import read_kernel
+    from tecomp.viz.peaks import move_kernel, read_kernel
 
     torch = torch_or_none(args.threads)
     if torch is None:
@@ -194,10 +205,20 @@ def main() -> None:
         rows = xl.reshape(-1)[:args.threads * per].reshape(args.threads, per)
         acc = tc.empty((args.threads, 1, V), "float32")
         read = read_kernel(args.threads, per)
-        m = interleaved_turns({"tecomp": lambda: f(xl, out), "read": lambda: read(rows, acc)},
-                              args.rounds, **clock)
+        probes = {"tecomp": lambda: f(xl, out), "read": lambda: read(rows, acc)}
+        # the roof: the same bytes read and written, contiguous, stores through the cache
+        # and past it (the pass's own in + out bytes over the faster one's time)
+        ratio = max(1, round(xl.size / out.size))
+        for nt in (False, True):
+            g, xs, ys = move_kernel(args.threads, xl.size, ratio, streamed=nt)
+            mx = xl.reshape(-1)[:int(np.prod(xs))].reshape(xs)
+            my = tc.empty(ys, "float32")
+            probes["moveNT" if nt else "move"] = lambda g=g, mx=mx, my=my: g(mx, my)
+        m = interleaved_turns(probes, args.rounds, **clock)
         again = rows.nbytes / m["read"] / 1e9
         where, stream = ("cache", again) if again > CACHED * dram else ("DRAM", dram)
+        moved = mx.nbytes + my.nbytes   # (both moves the same bytes)
+        roof = max(moved / m["move"], moved / m["moveNT"]) / 1e9
         t = interleaved_turns(fns, args.rounds, **clock)
         alone = m["tecomp"]
         gbs = inout / alone / 1e9
@@ -205,6 +226,8 @@ def main() -> None:
               f" ms | torch {t['torch'] * 1e3:7.3f} ms | ratio {t['torch'] / t['tecomp']:5.2f}x"
               f" | {alone * 1e3:7.3f} ms {gbs:6.1f} GB/s ({100 * gbs / stream:4.0f}% of the "
               f"{where:5s} stream {stream:5.1f}; {100 * gbs / dram:4.0f}% of DRAM's)"
+              f" | roof {roof:5.1f} GB/s (move {moved / m['move'] / 1e9:5.1f}, NT "
+              f"{moved / m['moveNT'] / 1e9:5.1f}): {100 * gbs / roof:4.0f}% roof"
               + (f" | before {t['before'] * 1e3:7.3f} ms ({t['before'] / t['tecomp']:4.2f}x)"
                  if args.ab is not None else ""))
 

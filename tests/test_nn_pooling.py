@@ -860,3 +860,114 @@ def test_channels_last_whole_pixels_symbolic_batch_and_half():
     got = run([H], nn.avg_pool2d(H, 2, layout="NHWC"), [x]).astype(np.float64)
     want = x.astype(np.float32).reshape(1, 3, 2, 3, 2, 192).mean(axis=(2, 4))
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("case", [
+    ("max2d_nhwc", (2, 9, 11, 32), lambda X: nn.max_pool2d(X, 3, 2, 1, layout="NHWC"), True),
+    ("avg3d_ndhwc", (1, 4, 6, 5, 48),
+     lambda X: nn.avg_pool3d(X, 2, ceil_mode=True, layout="NDHWC"), True),
+    ("max1d", (2, 3, 128), lambda X: nn.max_pool1d(X, 3, 2, 1), True),
+    ("max1d_65", (2, 3, 130), lambda X: nn.max_pool1d(X, 3, 2, 1), False),   # rows of 65
+    ("avg1d", (2, 3, 128), lambda X: nn.avg_pool1d(X, 4), True),
+    ("max2d_nhwc_24", (2, 9, 11, 24), lambda X: nn.max_pool2d(X, 3, 2, 1, layout="NHWC"),
+     False),   # (a pixel's 96 bytes: not whole cache lines)
+], ids=lambda c: c[0])
+def test_streamed_outputs(case, monkeypatch):
+    """A pooling whose input and output take more than the machine model's
+    ``stream_output_bytes`` (here 1 KiB; by default half the last-level cache) stores
+    its output past the cache (``pragma nontemporal`` on the tasks' loop) where its
+    rows are whole cache lines; none with ``STREAM_OUTPUT`` off or under the bound.
+    The same values either way (aligned buffers: the streamed copy of the nest runs),
+    against the plain schedule."""
+    from dataclasses import replace
+    from tecomp.strategy.cpu.common import _auto_rest
+
+    name, shape, build, taken = case
+    X = tc.placeholder(shape, name="X")
+    Y = build(X)
+    info = tc.target.cpu_model("llvm -mcpu=znver4")
+
+    def schedule(model):
+        s = tc.create_schedule(Y.op)
+        pool.pool_into(s, [Y], model)
+        return _auto_rest(s, [Y], model)
+
+    small = replace(info, stream_output_bytes=1024)
+    s = schedule(small)
+    text = str(tc.lower(s, [X, Y]))
+    assert ("pragma_nontemporal" in text) == taken, text
+    assert "pragma_nontemporal" not in str(tc.lower(schedule(info), [X, Y]))
+    monkeypatch.setattr(pool, "STREAM_OUTPUT", False)
+    assert "pragma_nontemporal" not in str(tc.lower(schedule(small), [X, Y]))
+    x = tc.aligned(rng.standard_normal(shape).astype("float32"))
+    got = tc.empty(tuple(int(e.value) for e in Y.shape), "float32")
+    tc.build(s, [X, Y])(x, got)
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def _planes_first_cases():
+    L = tc.target.cpu_model().lanes
+    return [
+        ("max3d", (1, 2, 5, 7, 2 * L + 5), lambda X: nn.max_pool3d(X, 3, 2, 1)),
+        ("max3d_ceil", (1, 2, 6, 6, 2 * L + 6),
+         lambda X: nn.max_pool3d(X, 3, 2, 1, ceil_mode=True)),
+        ("max3d_unpadded", (2, 1, 7, 5, 2 * L + 3), lambda X: nn.max_pool3d(X, 3, 2)),
+        ("max3d_k345", (1, 2, 9, 8, 2 * L + 7),
+         lambda X: nn.max_pool3d(X, (3, 4, 5), (2, 3, 2), (1, 2, 2))),
+        ("avg3d", (1, 2, 5, 7, 2 * L + 5), lambda X: nn.avg_pool3d(X, 3, 2, 1)),
+        ("avg3d_excl_ceil", (1, 2, 6, 6, 2 * L + 6),
+         lambda X: nn.avg_pool3d(X, 3, 2, 1, ceil_mode=True, count_include_pad=False)),
+    ]
+
+
+@pytest.mark.parametrize("case", _planes_first_cases(), ids=lambda c: c[0])
+def test_planes_first(case, monkeypatch):
+    """A 3-d window overlapping along strided rows, channels first, whose data and
+    output take more than the machine model's ``stream_output_bytes`` (here 1 KiB; by
+    default half the last-level cache): its planes first (``PLANES_FIRST``): each
+    task's data planes reduced to their 2-d windows in a local block (``.sep``, itself
+    from local rows ``.sep.sep``), then the outputs from their planes of it.  Not
+    taken under the bound, where the block would pass half the L2, or with the switch
+    off (a local row per output row).  Max pooling exactly the plain schedule's and
+    PyTorch's (NaN and infinities); averages within float32 rounding; the trace
+    replays."""
+    from dataclasses import replace
+    from tecomp.schedule.trace import replay
+    from tecomp.strategy.cpu.common import _auto_rest
+
+    name, shape, build = case
+    X = tc.placeholder(shape, name="X")
+    Y = build(X)
+    red = Y.op if name.startswith("max") else Y.op.input_tensors[0].op
+    info = replace(tc.target.cpu_model("llvm -mcpu=znver4"), stream_output_bytes=1024)
+
+    def schedule(model):
+        s = tc.create_schedule(Y.op)
+        pool.pool_into(s, [Y], model)
+        return _auto_rest(s, [Y], model)
+
+    s = schedule(info)
+    text = str(tc.lower(s, [X, Y]))
+    assert f"{red.name}.sep.sep[" in text and f"allocate {red.name}.sep: " in text, text
+    assert str(tc.lower(replay(s.trace.to_json(), [Y]), [X, Y])) == text
+    for other in (tc.target.cpu_model("llvm -mcpu=znver4"), replace(info, l2_bytes=1024)):
+        again = str(tc.lower(schedule(other), [X, Y]))
+        assert f"{red.name}.sep.sep[" not in again and f"{red.name}.sep[" in again, again
+    monkeypatch.setattr(pool, "PLANES_FIRST", False)
+    assert f"{red.name}.sep.sep[" not in str(tc.lower(schedule(info), [X, Y]))
+    x = rng.standard_normal(shape).astype("float32")
+    if name.startswith("max"):
+        flat = x.reshape(-1)
+        flat[rng.choice(flat.size, 7, replace=False)] = np.nan
+        flat[rng.choice(flat.size, 5, replace=False)] = np.inf
+        flat[rng.choice(flat.size, 5, replace=False)] = -np.inf
+    got = run([X], Y, [x], schedule=s)
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    if name.startswith("max"):
+        np.testing.assert_array_equal(got, ref)
+        if name == "max3d":
+            want = F.max_pool3d(torch.from_numpy(x), 3, 2, 1).numpy()
+            np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)

@@ -250,3 +250,18 @@ def test_draw_schedule_png(tmp_path):
     path = tmp_path / "nest.png"
     tc.draw_schedule(s, args).save(path)
     assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+@pytest.mark.parametrize("ratio", [1, 4, 49])
+@pytest.mark.parametrize("streamed", [False, True])
+def test_move_kernel_moves_the_bytes(ratio, streamed):
+    """``peaks.move_kernel`` (benchmarks/pooling.py's roof): ``y[j] = max(x[j, k])`` over
+    each group of ``ratio`` vectors, stores through the cache or past it (``pragma
+    nontemporal``, its streamed copy run on aligned buffers), on 1 and 2 threads."""
+    for threads in (1, 2):
+        f, xs, ys = _peaks.move_kernel(threads, 5000, ratio, streamed=streamed)
+        assert xs[1:] == (ratio, ys[1]) and xs[0] == ys[0] >= 1
+        x = tc.aligned(np.random.default_rng(ratio).standard_normal(xs).astype("float32"))
+        y = tc.empty(ys, "float32")
+        f(x, y)
+        np.testing.assert_array_equal(y, x.max(axis=1))

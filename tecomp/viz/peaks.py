@@ -22,7 +22,7 @@ from ..build import build
 from ..runtime.timing import time_calls
 from ..schedule import create_schedule
 from ..target import cpu_model
-from ..te import compute, placeholder, reduce_axis, sum as te_sum
+from ..te import compute, max as te_max, placeholder, reduce_axis, sum as te_sum
 from ..te.tensor_intrin import tensor_intrins_for
 from ..threads import get_num_threads
 
@@ -138,6 +138,36 @@ def read_kernel(threads: int, per: int):
     s = create_schedule(Y.op)
     _accumulate(s, Y, threads > 1)
     return build(s, [X, Y], name="stream")
+
+
+def move_kernel(threads: int, n_in: int, ratio: int, streamed: bool = False):
+    """A kernel that moves the bytes of a pass which reads ``n_in`` float32 once and
+    writes one float32 for every ``ratio`` of them (a pooling's input and output), both
+    contiguous and nothing else: ``f(x, y)``, ``x`` of ``(m, ratio, lanes)`` and ``y``
+    of ``(m, lanes)`` (``m = n_in // (ratio * lanes)``), ``y[j] = max(x[j, k])`` over
+    ``k``, tasks over ``j`` on ``threads`` threads.  ``streamed``: the stores bypass the
+    cache (``pragma nontemporal``; where ``y`` starts on a cache line).  Its rate, the
+    bytes of ``x`` and ``y`` over its time, is the roof of such a pass on this machine
+    (``benchmarks/pooling.py``): a line written through the cache is read first, so
+    where the output is a quarter of the input a kernel that only reads
+    (:func:`read_kernel`) moves its bytes faster than the pass can.  Returns ``(f, x's
+    shape, y's shape)``."""
+    L = cpu_model().lanes
+    m = max(1, n_in // (ratio * L))
+    X = placeholder((m, ratio, L), name="X")
+    k = reduce_axis((0, ratio), name="k")
+    Y = compute((m, L), lambda j, v: te_max(X[j, k, v], axis=k), name="Y")
+    s = create_schedule(Y.op)
+    j, v = s[Y].op.axis
+    s[Y].reorder(j, k, v)
+    if ratio <= 16:
+        s[Y].unroll(k)
+    s[Y].vectorize(v)
+    if threads > 1:
+        s[Y].parallel(j)
+    if streamed:
+        s[Y].pragma(j, "nontemporal")
+    return build(s, [X, Y], name="move"), (m, ratio, L), (m, L)
 
 
 def stream_bandwidth(threads: Optional[int] = None, nbytes: Optional[int] = None,

@@ -12,7 +12,8 @@ from ...ir.dtype import bits
 from ...ir.expr import Const
 from ...ir.simplify import simplify
 from ...ir.functor import substitute, uses_var
-from .._common import _cint, _is_injective, _is_padding, _loads, _walk
+from .._common import (_bytes, _cint, _is_injective, _is_padding, _loads, _outgrows_llc,
+                       _reads_through_inline, _streams_past_llc, _walk)
 from .common import _NoTemplate, _find, _op_tags, _template_or_rules
 from ...target import CpuModel
 
@@ -82,6 +83,19 @@ SEPARABLE = True
 #: partition``: the inner rows' local rows read the data with no row test); False: not
 #: (an A/B switch)
 SEPARATE_PARTITION = True
+#: ... 3-d: the window's planes first (``Schedule.separate`` of its first axis, then of
+#: its last, :func:`_planes_first`): each task reduces every data plane it reads, in
+#: turn, to that plane's 2-d windows (a local block of the task's planes of windows,
+#: where it takes at most half the machine model's L2), then each output from its
+#: planes of it; the data read as one sequential stream, where a local row over the
+#: window's 3 x 3 data rows read three planes at once.  Only where the data come from
+#: memory (more than half the last-level cache with the output: :func:`_planes_fit`).
+#: Zen 4, max_pool3d 3^3/2 p1 over 2x32x32x56x56, one thread, CPU time, under load:
+#: 1.16-1.32x, avg_pool3d 1.07-1.21x, ceil_mode over 31x55x55 1.9-2.0x; from the L3
+#: (1x8x32x56x56) 0.93x, so not taken there.  False: a local
+#: row per output row, as before (an A/B switch; benchmarks/DECISIONS.md, "Pooling:
+#: a 3-d window's planes first")
+PLANES_FIRST = True
 #: channels last: a step covers a pixel's channels in up to half the vector registers
 #: (:func:`_channel_vectors`), all the window's loads of the pixel before its stores,
 #: where VECTORS vectors a step stored each part of the output pixel between the
@@ -90,6 +104,14 @@ SEPARATE_PARTITION = True
 #: -> 1.11 ms, the bytes of a contiguous 4-to-1 sum 1.04-1.15 ms, PyTorch 1.52 ms; 8
 #: vectors a step 2.34 ms.  False: VECTORS a step, as before (an A/B switch)
 WHOLE_PIXELS = True
+#: the output of a pooling whose input and output take more than half the last-level
+#: cache (or the machine model's ``stream_output_bytes``) is stored past the cache
+#: (``pragma nontemporal`` on the tasks' loop) where its rows are whole cache lines
+#: (channels last: a pixel's channels; :func:`_streams_output`): each line written
+#: through the cache is read first, a fifth of the traffic of a 2x2/2 or 3x3/2 window
+#: (in + out/4 read, out/4 written).  False: stored through the cache, as before (an
+#: A/B switch; benchmarks/DECISIONS.md, "Pooling: outputs past the cache")
+STREAM_OUTPUT = True
 
 
 def _channel_vectors(last, lanes: int, vregs: int, first: bool) -> int:
@@ -161,7 +183,10 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         _window_along_the_data(s, out, pool.output(0), info, small)
         return
     if _separable(pool, first, small, last, L):
-        _separated(s, out, pool.output(0), info, small)
+        if _planes_fit(s, pool, out, info):
+            _planes_first(s, out, pool.output(0), info, small)
+        else:
+            _separated(s, out, pool.output(0), info, small)
         return
     short = first and _short_padded_rows(pool, out, last, L)
     if _max_in_a_local(pool, out, last is not None and last < L):
@@ -205,6 +230,8 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
     st.vectorize(xi)
     if info.threads > 1:
         st.parallel(rows)
+    if _streams_output(s, pool, out, info):
+        st.pragma(rows, "nontemporal")
     if short:
         for ax in outer[1:]:
             st.pragma(ax, "partition")
@@ -231,6 +258,16 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         if U > 1:
             ps.unroll(pxo)
         ps.vectorize(pxi)
+
+
+def _streams_output(s: Schedule, pool, out, info: CpuModel) -> bool:
+    """Whether the output ``out`` of ``pool`` goes past the cache
+    (:data:`STREAM_OUTPUT`): the data it reads and the output take more than half the
+    last-level cache or the model's ``stream_output_bytes`` (they do not stay there
+    from one call to the next), and its rows are whole cache lines
+    (``_streams_past_llc``: the streamed stores start on one)."""
+    return STREAM_OUTPUT and _streams_past_llc(_reads_through_inline(s, pool), out, info,
+                                               limit=info.stream_output_bytes)
 
 
 def _rows_ahead(pool, info: CpuModel) -> int:
@@ -416,7 +453,61 @@ def _separated(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     L = info.lanes
     sep = s.separate(red, red.op.reduce_axis[-1])
     st, rows, outer, x, at = _channel_rows_tasks(s, out, info)
-    ts = s[sep]
+    _local_rows(s[sep], st, at, L, small)
+    if SEPARATE_PARTITION:
+        for ax in outer:
+            st.pragma(ax, "partition")
+    _windows_from_the_row(s, out, red, st, [rows] + outer, at, L)
+
+
+def _planes_fit(s: Schedule, pool, out, info: CpuModel) -> bool:
+    """Whether the 3-d window of ``pool`` (separable: :func:`_separable`) is reduced
+    planes first (:data:`PLANES_FIRST`): its data and output take more than half the
+    last-level cache (or the model's ``stream_output_bytes``: they come from memory
+    call after call; from the cache the planes ran 0.93x as fast), and a task's planes
+    of 2-d windows (the data's planes along the window's first axis, each the output's
+    plane: constant sizes) take at most half the machine model's L2."""
+    if not PLANES_FIRST or len(pool.reduce_axis) != 3:
+        return False
+    sizes = [_bytes(t) for t in _reads_through_inline(s, pool) + [out]]
+    if not _outgrows_llc(None if None in sizes else sum(sizes), info,
+                         limit=info.stream_output_bytes):
+        return False
+    src = _loads(pool.body.source)[0].producer
+    d = _cint(src.shape[-3])
+    plane = math.prod(_cint(e) or 0 for e in pool.output(0).shape[-2:])
+    return bool(d and plane) and d * plane * (bits(pool.output(0).dtype) // 8) \
+        <= info.l2_bytes // 2
+
+
+def _planes_first(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
+    """A 3-d window that overlaps along strided rows (:func:`_separable`,
+    :func:`_planes_fit`), channels first, its planes first: ``Schedule.separate`` of the
+    window's first axis (``red.sep[.., d, y, x]``: the 2-d windows of each data plane
+    ``d``) computed whole in each task, plane after plane (the data read in order, each
+    element once), each plane's windows in two steps as :func:`_separated`'s (a local
+    row ``red.sep.sep`` over the data's columns per output row of the plane, then its
+    K taps); then each output the reduction of its planes of ``red.sep``
+    (:func:`_windows_from_the_row`).  The tasks are (batch x channels)."""
+    L = info.lanes
+    planes = s.separate(red, red.op.reduce_axis[0])
+    row = s.separate(planes, s[planes].op.reduce_axis[-1])
+    st, rows, outer, x, at = _channel_rows_tasks(s, out, info)
+    ps = s[planes]
+    _local_rows(ps, st, rows, L, small)
+    pd, py = ps.op.axis[-3:-1]
+    if SEPARATE_PARTITION:
+        ps.pragma(pd, "partition")
+        ps.pragma(py, "partition")
+    _local_rows(s[row], ps, py, L, small)
+    _windows_from_the_row(s, out, red, st, [rows] + outer, at, L)
+
+
+def _local_rows(ts, st, at, L: int, small: bool) -> None:
+    """A stage ``ts`` of ``separate`` (its last axis along the data's row) kept local
+    and computed at the loop ``at`` of ``st``: its rows in vectors of ``L`` lanes inside
+    the window's (unrolled where ``small``), the vectors unrolled where a row takes at
+    most ``2 * VECTORS`` of them."""
     ts.set_scope("local")
     ts.compute_at(st, at)
     *ta, tw = ts.op.axis
@@ -428,10 +519,6 @@ def _separated(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     if (_cint(tw.dom.extent) or UNROLL_WINDOW * L) <= 2 * VECTORS * L:
         ts.unroll(wo)
     ts.vectorize(wi)
-    if SEPARATE_PARTITION:
-        for ax in outer:
-            st.pragma(ax, "partition")
-    _windows_from_the_row(s, out, red, st, [rows] + outer, at, L)
 
 
 def _window_along_the_data(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
