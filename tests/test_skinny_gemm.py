@@ -189,6 +189,24 @@ def _dense_and_matmul_stream_w(M, N, K, dense_schedule, matmul_schedule):
     return [X, Wm, Mm]
 
 
+def test_a_at_w_copy_a_knob():
+    """``A @ W`` with the knob ``skinny.copy_a`` on (off by default there): A read from a
+    copy whose rows are a cache line further apart than 4 KiB (rows 16 KiB apart fell
+    into one set of L1), W still read in place (no copy of it), numpy's results with
+    tails in N and K."""
+    A, W, C = args = _plain(16, 1100, 4096, "w")
+    s = apply_rules(args, Knobs({"skinny.copy_a": True}), cpu_model())
+    ir = _no_copy_of(s, args, W, 16 * 4112 + 1)
+    assert "allocate A.global: float32[16, 4096] (global, strides [4112, 1])" in ir, ir
+    assert "A.global[" in ir.split("parallel (", 1)[1], ir
+    for M in (3, 16):
+        args = _plain(M, 83, 45, "w")
+        s = apply_rules(args, Knobs({"skinny.copy_a": True}), cpu_model())
+        _no_copy_of(s, args, args[1])
+        c, want = _run(s, args, "w")
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+
+
 def test_nn_dense_and_matmul_get_the_skinny_schedule():
     """``tecomp.nn.dense`` with a bias and a ReLU (the epilogue applied on the way
     out) and ``tecomp.nn.matmul`` of 3 rows: the skinny schedule, no copy of W."""

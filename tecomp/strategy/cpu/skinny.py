@@ -183,7 +183,8 @@ class SkinnyPlan:
     nb: int
     kb: int = K_BLOCK
     batch: int = 1      # the product of the batch axes' extents (a batched GEMV)
-    copy_a: bool = False  # W[j, k]: A read from a copy with its rows in other sets
+    copy_a: bool = False  # A read from a copy with its rows in other sets (W[k, j]:
+    #                       the knob only, off by default: within the noise on Zen 4)
     prefetch: int = 0     # W[j, k]: a tile's W prefetched this many blocks of k ahead
     stream: str = "off"   # W[j, k]: at each step, prefetch "rows" (the tile's own,
     #                       stream_bytes ahead) or "tile" (the next tile's), or "off";
@@ -350,7 +351,7 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     # (W[k, j]: the block of rows for the chosen tile)
     kb = plan.kb if plan.rows_of_w else row_block(plan.M, plan.K, nb, info)
     kb = knobs.choose("skinny.kblock", sorted({kb} | {b for b in blocks if b <= plan.K}), kb)
-    copy_a = plan.rows_of_w and knobs.choose("skinny.copy_a", [False, True], plan.copy_a)
+    copy_a = knobs.choose("skinny.copy_a", [False, True], plan.copy_a)
     pf = knobs.choose("skinny.prefetch", [0, 1, 2], plan.prefetch) if plan.rows_of_w else 0
     stream = knobs.choose("skinny.stream", ["off", "rows", "tile"] if plan.rows_of_w
                           else ["off", "tile"], plan.stream)
@@ -396,6 +397,10 @@ def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPl
         return
     L = info.lanes
     nr = plan.nb * L
+    if plan.copy_a:
+        # (knob skinny.copy_a: 1 thread, Zen 4, under load, 8 to 16 rows 0.97-1.10x, the
+        # same schedule timed twice differing by up to 9%: not the default)
+        _aligned_copy_of_a(s, C, C, L)
     st = s[C]
     *bs, i, j = st.op.axis
     tiles = _ceil(plan.N, nr)
@@ -567,12 +572,13 @@ def _schedule_rows_in_lanes(s: Schedule, C: Tensor, info: CpuModel,
 
 
 def _aligned_copy_of_a(s: Schedule, C: Tensor, rf: Tensor, L: int) -> None:
-    """``W[j, k]``: the accumulation reads A from a copy whose rows are one cache line
-    further apart than a multiple of :data:`CACHE_WAY_BYTES` (``storage_align``): a
-    step reads the same columns of the ``mb`` rows of a block, which, rows of 4096
+    """The accumulation (the stage ``rf``) reads A from a copy whose rows are one cache
+    line further apart than a multiple of :data:`CACHE_WAY_BYTES` (``storage_align``):
+    a step reads the same columns of the ``mb`` rows of a block, which, rows of 4096
     float32 apart, all fell into one set of L1 with the ``nb`` rows of W (16 rows: 8 + 3
-    lines a step in one set of 12 ways, with the lines of the steps before).  A is
-    ``M x K``, a few hundred KiB copied once; W is not copied."""
+    lines a step in one set of 12 ways, with the lines of the steps before; ``W[k, j]``:
+    the block's ``M`` lines of A, re-read by every tile, in one set).  A is ``M x K``, a
+    few hundred KiB copied once; W is not copied."""
     copy = s.cache_read(_contraction_operands(C.op)[1][0], "global", [rf])
     cs = s[copy]
     *_, ci, ck = cs.op.axis
