@@ -207,6 +207,43 @@ def test_a_at_w_copy_a_knob():
         np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_at_w_column_strips_knob():
+    """``A @ W`` with the knob ``skinny.strip_ahead`` (off by default): each tile of
+    columns accumulates all the rows over the whole reduction in a local buffer, and
+    every step prefetches W's rows that many steps ahead; W read in place; numpy's
+    results with tails in N and K, batched and under an epilogue too; offered only where
+    one register block holds all the rows."""
+    A, W, C = args = _plain(8, 1100, 4096, "w")
+    knobs = Knobs({"skinny.strip_ahead": 64})
+    s = apply_rules(args, knobs, cpu_model())
+    assert knobs.values["skinny.strip_ahead"] == 64
+    ir = _no_copy_of(s, args, W, 8 * 64 + 1)
+    assert re.search(r"allocate C\.local: float32\[8, \d+\] \(local\)", ir), ir
+    assert re.search(r"prefetch \(L2\) W\[min\(k \+ 64, 4095\), ", ir), ir
+    for M in (3, 8):
+        args = _plain(M, 83, 45, "w")
+        s = apply_rules(args, Knobs({"skinny.strip_ahead": 32}), cpu_model())
+        _no_copy_of(s, args, args[1])
+        c, want = _run(s, args, "w")
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+    A = tc.placeholder((3, 4, 45), name="A")
+    W = tc.placeholder((3, 45, 83), name="W")
+    k = tc.reduce_axis((0, 45), name="k")
+    C = tc.compute((3, 4, 83), lambda b, i, j: tc.sum(A[b, i, k] * W[b, k, j], axis=k),
+                   name="C")
+    R = tc.compute((3, 4, 83), lambda b, i, j: tc.max(C[b, i, j], tc.const(0.0, "float32")),
+                   name="R")
+    s = apply_rules([A, W, R], Knobs({"skinny.strip_ahead": 32}), cpu_model())
+    a = RNG.standard_normal((3, 4, 45)).astype("float32")
+    w = RNG.standard_normal((3, 45, 83)).astype("float32")
+    r = np.full((3, 4, 83), np.nan, "float32")
+    tc.build(s, [A, W, R])(a, w, r)
+    np.testing.assert_allclose(r, np.maximum(a @ w, 0), rtol=1e-4, atol=1e-4)
+    knobs = Knobs({"skinny.strip_ahead": 64})   # 16 rows: two register blocks
+    apply_rules(_plain(16, 83, 45, "w"), knobs, cpu_model())
+    assert "skinny.strip_ahead" not in knobs.values
+
+
 def test_nn_dense_and_matmul_get_the_skinny_schedule():
     """``tecomp.nn.dense`` with a bias and a ReLU (the epilogue applied on the way
     out) and ``tecomp.nn.matmul`` of 3 rows: the skinny schedule, no copy of W."""
