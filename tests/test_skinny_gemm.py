@@ -244,6 +244,31 @@ def test_a_at_w_column_strips_knob():
     assert "skinny.strip_ahead" not in knobs.values
 
 
+def test_a_at_w_column_strips_by_the_machine_model():
+    """By default ``A @ W`` reads W as column strips where the machine model has a
+    ``strip_prefetch_rows`` (AMD Zen 4's 64, ``-mcpu=znver4``) from ``STRIP_MIN_ROWS``
+    rows on while one register block holds them all (6 and 8 rows; not 4 nor 16); not
+    on Zen 5 (unmeasured: 0) nor with the field set to 0."""
+    import dataclasses
+
+    from tecomp.strategy.cpu.skinny import STRIP_MIN_ROWS
+
+    zen4 = dataclasses.replace(tc.Target("llvm -mcpu=znver4 -num-cores=2").machine,
+                               threads=2)
+    zen5 = dataclasses.replace(tc.Target("llvm -mcpu=znver5 -num-cores=2").machine,
+                               threads=2)
+    assert zen4.strip_prefetch_rows == 64 and zen5.strip_prefetch_rows == 0
+    assert STRIP_MIN_ROWS == 6
+    for M in (4, 6, 8, 16):
+        op = _plain(M, 11008, 4096, "w")[2].op
+        want = 64 if M in (6, 8) else 0
+        assert skinny_plan(op, zen4).strip_ahead == want, M
+        assert skinny_plan(op, zen5).strip_ahead == 0, M
+        off = dataclasses.replace(zen4, strip_prefetch_rows=0)
+        assert skinny_plan(op, off).strip_ahead == 0, M
+    assert skinny_plan(_plain(8, 11008, 4096, "wt")[2].op, zen4).strip_ahead == 0
+
+
 def test_nn_dense_and_matmul_get_the_skinny_schedule():
     """``tecomp.nn.dense`` with a bias and a ReLU (the epilogue applied on the way
     out) and ``tecomp.nn.matmul`` of 3 rows: the skinny schedule, no copy of W."""
@@ -399,7 +424,7 @@ def test_rows_of_w_read_in_one_run_per_thread():
 
     from tecomp.strategy.cpu.skinny import K_BLOCK
 
-    base = dataclasses.replace(cpu_model(), prefetch_burst_lines=0)
+    base = dataclasses.replace(cpu_model(), prefetch_burst_lines=0, strip_prefetch_rows=0)
     for l2 in (64 << 10, 256 << 10, 2 << 20):
         for threads in (1, 2, 8):
             info = dataclasses.replace(base, l2_bytes=l2, threads=threads)
@@ -498,7 +523,7 @@ def test_a_at_w_streams_each_thread_s_columns(M, threads, l2):
     if not LONG and (M, threads, l2) not in ROWS_W_DEFAULT:
         pytest.skip("the full matrix: set TECOMP_LONG_TESTS=1")
     info = dataclasses.replace(cpu_model(), threads=threads, memory_operands=True,
-                               prefetch_burst_lines=0)
+                               prefetch_burst_lines=0, strip_prefetch_rows=0)
     if l2 is not None:
         info = dataclasses.replace(info, l2_bytes=l2)
     N, K = 203, 37
@@ -728,7 +753,8 @@ def test_each_fma_loads_its_vector_of_w(M, layout):
 
     if not LONG and (M, layout) not in EACH_DEFAULT:
         pytest.skip("the full matrix: set TECOMP_LONG_TESTS=1")
-    info = dataclasses.replace(cpu_model(), memory_operands=True)
+    # (no column strips for A @ W, whatever the host: test_a_at_w_column_strips_knob)
+    info = dataclasses.replace(cpu_model(), memory_operands=True, strip_prefetch_rows=0)
     args = _plain(M, 37, 203, layout)
     knobs = Knobs()
     s = apply_rules(args, knobs, info)

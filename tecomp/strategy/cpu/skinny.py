@@ -162,6 +162,12 @@ PREFETCH_BYTES = 1024
 #: of 16 lanes; see :data:`A_IN_L2_MIN_ROWS`)
 L2_PREFETCH_BYTES = 2048
 
+#: ``W[k, j]``: from this many rows on (and where one register block holds them all),
+#: a machine model with a ``strip_prefetch_rows`` has W read as column strips
+#: (:func:`_schedule_strips`; 1 thread, Zen 4, under load: 6 rows 1.32x faster, 8 rows
+#: 1.20-1.51x, 4 rows a tie, 3 rows 0.86x, 2 rows 0.61x)
+STRIP_MIN_ROWS = 6
+
 #: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
 #: of W are read as streams this many tiles long), fewer where the threads would get
 #: fewer than two tasks each
@@ -205,7 +211,8 @@ class SkinnyPlan:
     #                            next tile's rows (prefetch carry=), not its own ends again
     strip_ahead: int = 0  # W[k, j]: 0, or each tile a column strip over all of K, its
     #                       accumulators in a local buffer, W prefetched this many rows
-    #                       ahead at every step (_schedule_strips; the knob only)
+    #                       ahead at every step (_schedule_strips; by default the machine
+    #                       model's strip_prefetch_rows from STRIP_MIN_ROWS rows on)
 
 
 def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
@@ -254,7 +261,9 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
                       rows_in_lanes=not w_kfirst and nbatch == 0
                       and rows_fill_lanes(M, info.lanes),
                       w_each_use=info.memory_operands and (not w_kfirst or mb == M),
-                      task_tiles=tasks)
+                      task_tiles=tasks,
+                      strip_ahead=info.strip_prefetch_rows if w_kfirst and mb == M
+                      and M >= STRIP_MIN_ROWS else 0)
 
 
 def _row_task_tiles(M: int, N: int, nb: int, batch: int, info: CpuModel) -> int:
@@ -387,8 +396,7 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     strip = 0
     if not plan.rows_of_w and mb == plan.M:
         # (W[k, j], one register block of all the rows: column strips, W prefetched this
-        # many rows ahead at every step; off by default: measured at 4 and 8 rows on Zen 4
-        # only, see _schedule_strips)
+        # many rows ahead at every step; see _schedule_strips)
         strip = knobs.choose("skinny.strip_ahead", [0, 32, 64, 128], plan.strip_ahead)
     return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf,
                                stream=stream, rows_in_lanes=lanes, stream_level=level,
@@ -444,10 +452,12 @@ def _schedule_strips(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -
     place), and at every step prefetches the rows of W ``strip_ahead`` steps ahead (its
     columns, into ``stream_level``'s cache).  W is read a few lines of each row at a
     time, down the rows; the hardware prefetchers do not follow that, the prefetches
-    do.  (8 rows x 2 vectors, W 4096 x 11008, 1 thread, Zen 4, under load, two runs:
-    64 rows ahead 1.18-1.26x faster than the default schedule, 32 and 128 rows within the
-    noise of it; 4 rows x 4 vectors a tie; 16 rows x 1 vector, 17 loads per 16 FMAs,
-    1.7x slower: benchmarks/history/2026-12-02.md, session 25.)"""
+    do.  By default where the machine model has a ``strip_prefetch_rows`` (the distance)
+    from :data:`STRIP_MIN_ROWS` rows on.  (W 4096 x 11008, 1 thread, Zen 4, under load,
+    against the blocks of rows: 8 rows 1.20x and 1.51x 64 rows ahead, 6 rows 1.32x, 4
+    rows a tie, 2 and 3 rows 0.61x and 0.86x; 16 rows x 1 vector, 17 loads per 16 FMAs,
+    1.7x slower: benchmarks/DECISIONS.md, "Skinny GEMM: A @ W as column strips
+    (Zen 4)".)"""
     L = info.lanes
     nr = plan.nb * L
     W = _contraction_operands(C.op)[2][0]
