@@ -65,7 +65,8 @@ def torch_or_none(threads: int):
 
 
 def interleaved_turns(fns: dict, rounds: int, turn_seconds: float = 0.1,
-                      clock=time.perf_counter) -> dict:
+                      clock=time.perf_counter, held: int = 0,
+                      counts: dict | None = None) -> dict:
     """Median seconds per call of each function.  The tools take turns (the order
     rotating every round); a turn is a block of back-to-back calls lasting about
     ``turn_seconds`` (at least four), of which the first quarter is not counted: on a
@@ -74,9 +75,17 @@ def interleaved_turns(fns: dict, rounds: int, turn_seconds: float = 0.1,
     after each call), which would otherwise be charged to whichever tool runs second.
     ``clock``: what a call's time is read from (``time.process_time``: the CPU time of
     the process, which on a loaded machine leaves out the time other processes run, for
-    calls on one thread)."""
+    calls on one thread).
+
+    ``held`` (a thread count, with the wall clock): count only the calls in which that
+    many threads held their cores throughout, the process's CPU time 97-103% of
+    ``held`` times the call's wall time (on a loaded machine a call in which a thread
+    was preempted says little about the kernel; ``benchmarks/skinny_ceiling.py
+    --two``); a tool with no such call gets ``nan``.  ``counts`` (a dict), where given,
+    receives each tool's ``(calls counted, calls made)``."""
     names = list(fns)
     times = {n: [] for n in names}
+    made = dict.fromkeys(names, 0)
     for n in names:       # warm up
         fns[n]()
     for r in range(rounds):
@@ -85,11 +94,18 @@ def interleaved_turns(fns: dict, rounds: int, turn_seconds: float = 0.1,
             block = []
             t_end = time.perf_counter() + turn_seconds
             while len(block) < 4 or time.perf_counter() < t_end:
-                t0 = clock()
+                t0, c0 = clock(), time.process_time()
                 fns[n]()
-                block.append(clock() - t0)
-            times[n].extend(block[len(block) // 4:])
-    return {n: statistics.median(v) for n, v in times.items()}
+                t1, c1 = clock(), time.process_time()
+                made[n] += 1
+                if held and not 0.97 <= (c1 - c0) / (held * (t1 - t0)) <= 1.03:
+                    block.append(None)
+                    continue
+                block.append(t1 - t0)
+            times[n].extend(t for t in block[len(block) // 4:] if t is not None)
+    if counts is not None:
+        counts.update({n: (len(times[n]), made[n]) for n in names})
+    return {n: statistics.median(v) if v else float("nan") for n, v in times.items()}
 
 
 def conv3x3_parser(doc: str):

@@ -12,24 +12,32 @@ same W (the best of a plain-TE row sum ``S[j] = sum_k W[j, k]`` and ``torch.sum(
 out=s)``).  Interleaved in one process (medians of blocks of calls, tools in rotating
 order); every result is checked against numpy first.
 
-Each row ends with the roofline of its shape on this host: the FMA peak measured here
-(``tc.viz.fma_peak`` on the same threads, the best of bursts) and the read stream above
-make the roofs, ``2 * M`` FLOPs per float32 of W (``M / 2`` FLOP per byte, A and C
-counted too) the intensity (``tc.viz.Roofline``); the row says which roof is lower (a
-GEMV is memory-bound; on Zen 5 16 rows are compute-bound on one thread and memory-bound
-on two), the time it allows and each tool's share of that roof.
+Each row ends with its roof on this host, as two times: the stream's (A, W and C moved
+once at the read stream above) and the FMAs' (``2 * M * K * N`` FLOPs at the FMA peak:
+measured here, ``tc.viz.fma_peak`` on the same threads, the best of bursts, or given by
+``--peak``; where the default schedule computes more lanes than there are rows, vectors
+along A's rows with lanes masked off, e.g. 16 lanes for 12 rows, its FMAs' time too, in
+brackets); the roof is the larger of the two, and each tool's share of it is given.  (On
+a Zen 4 core, two 256-bit FMA pipes, 115-118 GFLOP/s, 16 rows of a 180 MB W need 12.5
+ms of FMAs against 6.8 ms to read W on one thread: 85% of the read stream is out of
+reach there; on two threads 6.3 against about 6.0.)
 
 ``--cpu-time`` (with ``--threads 1``) times each call by the process's CPU time rather
 than the wall clock: on a machine shared with other work, the time they take the core
 is left out (the read stream is timed the same way).  ``--knobs '{"skinny.stream": "off"}'`` adds the plain compute
 scheduled with those knob values (the rest as ``auto_schedule`` chooses them) as one
 more tool: an A/B of a schedule decision in the same process (given again, one more
-tool for each).
+tool for each).  ``--held`` (with more than one thread): the wall clock, but counting
+only the calls in which every thread held its core throughout (the process's CPU time
+97-103% of the threads times the call; ``common.interleaved_turns``), each tool's
+calls counted shown; on a loaded machine, with a smaller W (``--n 4104``: 67 MB) so
+that some calls find the cores free.
 
-    python3 benchmarks/skinny_gemm.py [--threads 2] [--rounds 7] [--m 1,2,4,8,16] [--layout wt,w] [--knobs JSON ...] [--cpu-time]
+    python3 benchmarks/skinny_gemm.py [--threads 2] [--rounds 7] [--m 1,2,4,8,16] [--layout wt,w] [--knobs JSON ...] [--cpu-time | --held] [--peak GFLOPS]
 """
 from __future__ import annotations
 
+import os
 import time
 
 from common import base_parser, interleaved_turns, pin_threads, torch_or_none
@@ -45,9 +53,16 @@ def main() -> None:
                     help="JSON knob values: one more tool, plain TE with them (repeatable)")
     ap.add_argument("--cpu-time", action="store_true",
                     help="time calls by the process's CPU time (needs --threads 1)")
+    ap.add_argument("--held", action="store_true",
+                    help="count only the calls in which every thread held its core")
+    ap.add_argument("--peak", type=float, default=0.0,
+                    help="the FMA peak of these threads, GFLOP/s (default: measured)")
     args = ap.parse_args()
     if args.cpu_time and args.threads != 1:
         ap.error("--cpu-time times one thread's calls: use it with --threads 1")
+    if args.held and (args.cpu_time or args.threads < 2):
+        ap.error("--held counts calls on several threads by the wall clock: use it with "
+                 "--threads 2 or more, without --cpu-time")
     pin_threads(args.threads)
     import numpy as np
 
@@ -57,6 +72,7 @@ def main() -> None:
     import tecomp.nn as nn
     from tecomp.strategy import Knobs, apply_rules
     from tecomp.strategy.cpu import cpu_model
+    from tecomp.strategy.cpu.skinny import skinny_knobs, skinny_plan
 
     torch = torch_or_none(args.threads)
     K, N = args.k, args.n
@@ -93,7 +109,13 @@ def main() -> None:
                 Cn = nn.matmul(A, W)
             c = tc.empty((M, N), "float32")
             key = (layout, M)
-            row = {"key": key, "tools": []}
+            # the rows the default schedule's FMAs compute (vectors along A's rows: whole
+            # vectors of lanes)
+            info = cpu_model()
+            plan = skinny_plan(C.op, info)
+            plan = plan and skinny_knobs(plan, Knobs(), info)
+            lanes_rows = -(-M // info.lanes) * info.lanes if plan and plan.rows_in_lanes else M
+            row = {"key": key, "tools": [], "lanes_rows": lanes_rows}
             tools = [("plain TE", C, None), ("tecomp.nn", Cn, None)]
             for kn in args.knobs:
                 tools.append((f"plain TE {kn}", C, json.loads(kn)))
@@ -115,16 +137,22 @@ def main() -> None:
                 fns[name] = lambda ta=ta, twx=twx, tcc=tcc: torch.matmul(ta, twx, out=tcc)
                 row["tools"].append(name)
             rows.append(row)
+    counts = {}
     t = interleaved_turns(fns, args.rounds, clock=time.process_time if args.cpu_time
-                          else time.perf_counter)
+                          else time.perf_counter, held=args.threads if args.held else 0,
+                          counts=counts)
     print(f"{tc.target.cpu_name()}, {args.threads} threads, {args.rounds} rounds, "
-          f"{'CPU time' if args.cpu_time else 'wall clock'}, "
+          f"{'CPU time' if args.cpu_time else 'wall clock'}"
+          f"{' (calls with every thread on its core)' if args.held else ''}, "
           f"K={K}, N={N} float32 (W {wbytes[layouts[0]] / 1e6:.0f} MB), "
-          f"tecomp auto_schedule trials=0")
+          f"tecomp auto_schedule trials=0, load {os.getloadavg()[0]:.1f}")
+    if args.held:
+        print("  calls counted: " + ", ".join(f"{n} {k}/{m}" for n, (k, m) in counts.items()))
     # the compute roof: the host's FMA peak on these threads (wall clock: the best of
-    # bursts of calls, what the core does when it is left to run)
-    peak = tc.viz.fma_peak(args.threads, calls=15, bursts=3, pause=0.2)
-    print(f"  FMA peak ({args.threads} threads): {peak:.0f} GFLOP/s")
+    # bursts of calls, what the core does when it is left to run), or as given
+    peak = args.peak or tc.viz.fma_peak(args.threads, calls=15, bursts=3, pause=0.2)
+    print(f"  FMA peak ({args.threads} threads): {peak:.0f} GFLOP/s"
+          f"{' (given)' if args.peak else ''}")
     stream = {}
     for layout in layouts:
         cands = {n: wbytes[layout] / t[n] / 1e9 for n in t if n.startswith(f"stream {layout}:")}
@@ -138,13 +166,17 @@ def main() -> None:
             gbs = wbytes[layout] / t[name] / 1e9
             line += (f" | {name.split(': ', 1)[1]} {t[name] * 1e3:6.2f} ms {gbs:5.1f} GB/s "
                      f"{100 * gbs / stream[layout]:3.0f}%")
-        roof = tc.viz.Roofline(line, t[row["tools"][0]], 2.0 * M * K * args.n,
-                               wbytes[layout] + 4.0 * M * (K + args.n), args.threads,
-                               peak, stream[layout])
-        line += (f" || {roof.intensity:.1f} FLOP/B, {roof.bound}-bound: roof "
-                 f"{roof.flops / roof.roof_gflops / 1e6:.2f} ms; " + ", ".join(
-                     f"{name.split(': ', 1)[1]} {roof.flops / t[name] / 1e9 / roof.roof_gflops:.0%}"
-                     for name in row["tools"]))
+        # the roof: the larger of the stream's time (A, W, C moved once) and the FMAs'
+        t_mem = (wbytes[layout] + 4.0 * M * (K + args.n)) / stream[layout] / 1e9
+        t_fma = 2.0 * M * K * args.n / peak / 1e9
+        t_lanes = t_fma * row["lanes_rows"] / M
+        roof = max(t_mem, t_fma)
+        line += (f" || roof: stream {t_mem * 1e3:.2f} ms, FMAs {t_fma * 1e3:.2f} ms"
+                 + (f" ({row['lanes_rows']} lanes: {t_lanes * 1e3:.2f})"
+                    if row["lanes_rows"] != M else "")
+                 + f" -> {roof * 1e3:.2f} ms ({'compute' if t_fma > t_mem else 'memory'}); "
+                 + ", ".join(f"{name.split(': ', 1)[1]} {roof / t[name]:.0%}"
+                             for name in row["tools"]))
         print(line)
 
 

@@ -213,7 +213,8 @@ def _host_costs(target, table: Optional[dict]) -> dict:
     (:data:`tecomp.target.machine.HOST_COSTS`): ``table`` (its entry in
     :data:`tecomp.target.x86.MEASURED`, or None), else its calibration (kept, or measured
     now where ``TECOMP_CALIBRATE`` allows, the table's facts that a calibration does not
-    measure kept: ``read_streams``, ``prefetch_burst_lines``), else ``{}`` (the
+    measure kept: ``read_streams``, ``prefetch_burst_lines``, ``strip_prefetch_rows``),
+    else ``{}`` (the
     defaults)."""
     m = mode()
     if table is not None and m != "force":

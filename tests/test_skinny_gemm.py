@@ -189,6 +189,86 @@ def _dense_and_matmul_stream_w(M, N, K, dense_schedule, matmul_schedule):
     return [X, Wm, Mm]
 
 
+def test_a_at_w_copy_a_knob():
+    """``A @ W`` with the knob ``skinny.copy_a`` on (off by default there): A read from a
+    copy whose rows are a cache line further apart than 4 KiB (rows 16 KiB apart fell
+    into one set of L1), W still read in place (no copy of it), numpy's results with
+    tails in N and K."""
+    A, W, C = args = _plain(16, 1100, 4096, "w")
+    s = apply_rules(args, Knobs({"skinny.copy_a": True}), cpu_model())
+    ir = _no_copy_of(s, args, W, 16 * 4112 + 1)
+    assert "allocate A.global: float32[16, 4096] (global, strides [4112, 1])" in ir, ir
+    assert "A.global[" in ir.split("parallel (", 1)[1], ir
+    for M in (3, 16):
+        args = _plain(M, 83, 45, "w")
+        s = apply_rules(args, Knobs({"skinny.copy_a": True}), cpu_model())
+        _no_copy_of(s, args, args[1])
+        c, want = _run(s, args, "w")
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_at_w_column_strips_knob():
+    """``A @ W`` with the knob ``skinny.strip_ahead`` (off by default): each tile of
+    columns accumulates all the rows over the whole reduction in a local buffer, and
+    every step prefetches W's rows that many steps ahead; W read in place; numpy's
+    results with tails in N and K, batched and under an epilogue too; offered only where
+    one register block holds all the rows."""
+    A, W, C = args = _plain(8, 1100, 4096, "w")
+    knobs = Knobs({"skinny.strip_ahead": 64})
+    s = apply_rules(args, knobs, cpu_model())
+    assert knobs.values["skinny.strip_ahead"] == 64
+    ir = _no_copy_of(s, args, W, 8 * 64 + 1)
+    assert re.search(r"allocate C\.local: float32\[8, \d+\] \(local\)", ir), ir
+    assert re.search(r"prefetch \(L2\) W\[min\(k \+ 64, 4095\), ", ir), ir
+    for M in (3, 8):
+        args = _plain(M, 83, 45, "w")
+        s = apply_rules(args, Knobs({"skinny.strip_ahead": 32}), cpu_model())
+        _no_copy_of(s, args, args[1])
+        c, want = _run(s, args, "w")
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+    A = tc.placeholder((3, 4, 45), name="A")
+    W = tc.placeholder((3, 45, 83), name="W")
+    k = tc.reduce_axis((0, 45), name="k")
+    C = tc.compute((3, 4, 83), lambda b, i, j: tc.sum(A[b, i, k] * W[b, k, j], axis=k),
+                   name="C")
+    R = tc.compute((3, 4, 83), lambda b, i, j: tc.max(C[b, i, j], tc.const(0.0, "float32")),
+                   name="R")
+    s = apply_rules([A, W, R], Knobs({"skinny.strip_ahead": 32}), cpu_model())
+    a = RNG.standard_normal((3, 4, 45)).astype("float32")
+    w = RNG.standard_normal((3, 45, 83)).astype("float32")
+    r = np.full((3, 4, 83), np.nan, "float32")
+    tc.build(s, [A, W, R])(a, w, r)
+    np.testing.assert_allclose(r, np.maximum(a @ w, 0), rtol=1e-4, atol=1e-4)
+    knobs = Knobs({"skinny.strip_ahead": 64})   # 16 rows: two register blocks
+    apply_rules(_plain(16, 83, 45, "w"), knobs, cpu_model())
+    assert "skinny.strip_ahead" not in knobs.values
+
+
+def test_a_at_w_column_strips_by_the_machine_model():
+    """By default ``A @ W`` reads W as column strips where the machine model has a
+    ``strip_prefetch_rows`` (AMD Zen 4's 64, ``-mcpu=znver4``) from ``STRIP_MIN_ROWS``
+    rows on while one register block holds them all (6 and 8 rows; not 4 nor 16); not
+    on Zen 5 (unmeasured: 0) nor with the field set to 0."""
+    import dataclasses
+
+    from tecomp.strategy.cpu.skinny import STRIP_MIN_ROWS
+
+    zen4 = dataclasses.replace(tc.Target("llvm -mcpu=znver4 -num-cores=2").machine,
+                               threads=2)
+    zen5 = dataclasses.replace(tc.Target("llvm -mcpu=znver5 -num-cores=2").machine,
+                               threads=2)
+    assert zen4.strip_prefetch_rows == 64 and zen5.strip_prefetch_rows == 0
+    assert STRIP_MIN_ROWS == 6
+    for M in (4, 6, 8, 16):
+        op = _plain(M, 11008, 4096, "w")[2].op
+        want = 64 if M in (6, 8) else 0
+        assert skinny_plan(op, zen4).strip_ahead == want, M
+        assert skinny_plan(op, zen5).strip_ahead == 0, M
+        off = dataclasses.replace(zen4, strip_prefetch_rows=0)
+        assert skinny_plan(op, off).strip_ahead == 0, M
+    assert skinny_plan(_plain(8, 11008, 4096, "wt")[2].op, zen4).strip_ahead == 0
+
+
 def test_nn_dense_and_matmul_get_the_skinny_schedule():
     """``tecomp.nn.dense`` with a bias and a ReLU (the epilogue applied on the way
     out) and ``tecomp.nn.matmul`` of 3 rows: the skinny schedule, no copy of W."""
@@ -344,7 +424,7 @@ def test_rows_of_w_read_in_one_run_per_thread():
 
     from tecomp.strategy.cpu.skinny import K_BLOCK
 
-    base = dataclasses.replace(cpu_model(), prefetch_burst_lines=0)
+    base = dataclasses.replace(cpu_model(), prefetch_burst_lines=0, strip_prefetch_rows=0)
     for l2 in (64 << 10, 256 << 10, 2 << 20):
         for threads in (1, 2, 8):
             info = dataclasses.replace(base, l2_bytes=l2, threads=threads)
@@ -443,7 +523,7 @@ def test_a_at_w_streams_each_thread_s_columns(M, threads, l2):
     if not LONG and (M, threads, l2) not in ROWS_W_DEFAULT:
         pytest.skip("the full matrix: set TECOMP_LONG_TESTS=1")
     info = dataclasses.replace(cpu_model(), threads=threads, memory_operands=True,
-                               prefetch_burst_lines=0)
+                               prefetch_burst_lines=0, strip_prefetch_rows=0)
     if l2 is not None:
         info = dataclasses.replace(info, l2_bytes=l2)
     N, K = 203, 37
@@ -673,7 +753,8 @@ def test_each_fma_loads_its_vector_of_w(M, layout):
 
     if not LONG and (M, layout) not in EACH_DEFAULT:
         pytest.skip("the full matrix: set TECOMP_LONG_TESTS=1")
-    info = dataclasses.replace(cpu_model(), memory_operands=True)
+    # (no column strips for A @ W, whatever the host: test_a_at_w_column_strips_knob)
+    info = dataclasses.replace(cpu_model(), memory_operands=True, strip_prefetch_rows=0)
     args = _plain(M, 37, 203, layout)
     knobs = Knobs()
     s = apply_rules(args, knobs, info)

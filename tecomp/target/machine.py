@@ -75,6 +75,9 @@ class CpuModel:
         The most lines of a matrix streamed from memory that one burst of software
         prefetches (a skinny ``A @ W`` tile's, of the next tile's block of rows) asks for
         (0: not measured).
+    strip_prefetch_rows : int, optional
+        How many rows of W ahead a skinny ``A @ W`` read as column strips prefetches at
+        every step (0: not measured; no strips, the tiles in blocks of rows).
     memory_operands : bool, optional
         Whether an arithmetic instruction may read one of its operands from memory (x86).
     stream_output_bytes : int, optional
@@ -151,6 +154,11 @@ class CpuModel:
     #: (``strategy.cpu.skinny.row_block``; 48 on AMD Zen 4: 4 rows at 1 and 2 rows of A,
     #: 8 at 3 and 4, 16 from 5 on).  0 where unmeasured: blocks of ``skinny.K_BLOCK`` (16) rows
     prefetch_burst_lines: int = 0
+    #: where measured (not 0), a skinny ``A @ W`` of 6 to 8 rows (one register block of
+    #: all of them) reads W as column strips, each tile accumulating over all of K and
+    #: prefetching W this many rows ahead at every step (``strategy.cpu.skinny``,
+    #: ``_schedule_strips``; 64 on AMD Zen 4)
+    strip_prefetch_rows: int = 0
     #: whether an arithmetic instruction may read one of its operands straight from
     #: memory (x86: an FMA's memory operand; not AArch64, whose arithmetic reads
     #: registers only): a vector that several FMAs read may then be loaded by each of

@@ -194,6 +194,12 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   least 2 M rows) (benchmarks/DECISIONS.md, "Skinny GEMM: A @ W's
 #:   block of rows by the lines a tile prefetches (Zen 4)"); unmeasured elsewhere (the
 #:   Xeon's blocks of 16 rows kept);
+#: * ``strip_prefetch_rows``: how many rows ahead a skinny ``A @ W`` read as column
+#:   strips (``strategy.cpu.skinny._schedule_strips``, 6 to 8 rows of A) prefetches W:
+#:   on Zen 4, 1 thread, CPU time, under load, 4096 x 11008 W, 8 rows 1.20x and 1.51x
+#:   faster than the blocks of rows in two runs 64 rows ahead (32: 1.20x in one), 6 rows
+#:   1.32x; 4 rows a tie, 3 rows 0.86x, 2 rows 0.61x (benchmarks/DECISIONS.md, "Skinny
+#:   GEMM: A @ W as column strips (Zen 4)"); unmeasured elsewhere (0: no strips);
 #: * ``selection_prefetch_bytes``: how far ahead an argmax/argmin along short rows
 #:   prefetches its rows (Zen 5 has no ``row_prefetch_bytes``: a row sum over rows of 1
 #:   KiB ran 0.87-1.05x with 1-16 KiB ahead, 1 thread, CPU time): there an int64
@@ -216,7 +222,7 @@ def vector_registers(features: FrozenSet[str]) -> int:
 MEASURED: Dict[str, Dict[str, object]] = {
     "znver4": {"fma_bits": 256, "gather_cost": 4.0, "transpose_cost": 0.8,
                "split_loads_cheap": True, "prefetch_burst_lines": 48,
-               "column_prefetch_bytes": 131072},
+               "column_prefetch_bytes": 131072, "strip_prefetch_rows": 64},
     "znver5": {"fma_bits": 512, "gather_cost": 2.1, "transpose_cost": 0.66,
                "split_loads_cheap": False, "gemm_load_cost": 0.5, "read_streams": 4,
                "selection_prefetch_bytes": 4096, "window_prefetch_bytes": 3584},

@@ -97,7 +97,7 @@ schedule, whether written in plain TE or with ``tecomp.nn``, its decisions as kn
 (``skinny``, ``skinny.rows``, ``skinny.cols``, ``skinny.kblock``, ``skinny.copy_a``,
 ``skinny.prefetch``, ``skinny.stream``, ``skinny.stream_level``, ``skinny.stream_bytes``,
 ``skinny.stream_carry``, ``skinny.rows_in_lanes``, ``skinny.lanes_rows``,
-``skinny.w_each_use``, ``skinny.task_tiles``).
+``skinny.w_each_use``, ``skinny.task_tiles``, ``skinny.strip_ahead``).
 """
 from __future__ import annotations
 
@@ -162,6 +162,12 @@ PREFETCH_BYTES = 1024
 #: of 16 lanes; see :data:`A_IN_L2_MIN_ROWS`)
 L2_PREFETCH_BYTES = 2048
 
+#: ``W[k, j]``: from this many rows on (and where one register block holds them all),
+#: a machine model with a ``strip_prefetch_rows`` has W read as column strips
+#: (:func:`_schedule_strips`; 1 thread, Zen 4, under load: 6 rows 1.32x faster, 8 rows
+#: 1.20-1.51x, 4 rows a tie, 3 rows 0.86x, 2 rows 0.61x)
+STRIP_MIN_ROWS = 6
+
 #: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
 #: of W are read as streams this many tiles long), fewer where the threads would get
 #: fewer than two tasks each
@@ -183,7 +189,8 @@ class SkinnyPlan:
     nb: int
     kb: int = K_BLOCK
     batch: int = 1      # the product of the batch axes' extents (a batched GEMV)
-    copy_a: bool = False  # W[j, k]: A read from a copy with its rows in other sets
+    copy_a: bool = False  # A read from a copy with its rows in other sets (W[k, j]:
+    #                       the knob only, off by default: within the noise on Zen 4)
     prefetch: int = 0     # W[j, k]: a tile's W prefetched this many blocks of k ahead
     stream: str = "off"   # W[j, k]: at each step, prefetch "rows" (the tile's own,
     #                       stream_bytes ahead) or "tile" (the next tile's), or "off";
@@ -202,6 +209,10 @@ class SkinnyPlan:
     #                       (_row_task_tiles); W[j, k]: 0 (_task_tiles decides)
     stream_carry: bool = True  # W[j, k], stream "rows": a tile's last steps prefetch the
     #                            next tile's rows (prefetch carry=), not its own ends again
+    strip_ahead: int = 0  # W[k, j]: 0, or each tile a column strip over all of K, its
+    #                       accumulators in a local buffer, W prefetched this many rows
+    #                       ahead at every step (_schedule_strips; by default the machine
+    #                       model's strip_prefetch_rows from STRIP_MIN_ROWS rows on)
 
 
 def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
@@ -250,7 +261,9 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
                       rows_in_lanes=not w_kfirst and nbatch == 0
                       and rows_fill_lanes(M, info.lanes),
                       w_each_use=info.memory_operands and (not w_kfirst or mb == M),
-                      task_tiles=tasks)
+                      task_tiles=tasks,
+                      strip_ahead=info.strip_prefetch_rows if w_kfirst and mb == M
+                      and M >= STRIP_MIN_ROWS else 0)
 
 
 def _row_task_tiles(M: int, N: int, nb: int, batch: int, info: CpuModel) -> int:
@@ -350,7 +363,7 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     # (W[k, j]: the block of rows for the chosen tile)
     kb = plan.kb if plan.rows_of_w else row_block(plan.M, plan.K, nb, info)
     kb = knobs.choose("skinny.kblock", sorted({kb} | {b for b in blocks if b <= plan.K}), kb)
-    copy_a = plan.rows_of_w and knobs.choose("skinny.copy_a", [False, True], plan.copy_a)
+    copy_a = knobs.choose("skinny.copy_a", [False, True], plan.copy_a)
     pf = knobs.choose("skinny.prefetch", [0, 1, 2], plan.prefetch) if plan.rows_of_w else 0
     stream = knobs.choose("skinny.stream", ["off", "rows", "tile"] if plan.rows_of_w
                           else ["off", "tile"], plan.stream)
@@ -380,10 +393,15 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     carry = plan.stream_carry
     if plan.rows_of_w and (stream == "rows" or lanes and stream != "off"):
         carry = knobs.choose("skinny.stream_carry", [True, False], carry)
+    strip = 0
+    if not plan.rows_of_w and mb == plan.M:
+        # (W[k, j], one register block of all the rows: column strips, W prefetched this
+        # many rows ahead at every step; see _schedule_strips)
+        strip = knobs.choose("skinny.strip_ahead", [0, 32, 64, 128], plan.strip_ahead)
     return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf,
                                stream=stream, rows_in_lanes=lanes, stream_level=level,
                                stream_bytes=ahead, w_each_use=each, task_tiles=task,
-                               stream_carry=carry)
+                               stream_carry=carry, strip_ahead=strip)
 
 
 def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
@@ -394,8 +412,15 @@ def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPl
     if plan.rows_of_w:
         _schedule_rows_of_w(s, C, info, plan)
         return
+    if plan.strip_ahead:
+        _schedule_strips(s, C, info, plan)
+        return
     L = info.lanes
     nr = plan.nb * L
+    if plan.copy_a:
+        # (knob skinny.copy_a: 1 thread, Zen 4, under load, 8 to 16 rows 0.97-1.10x, the
+        # same schedule timed twice differing by up to 9%: not the default)
+        _aligned_copy_of_a(s, C, C, L)
     st = s[C]
     *bs, i, j = st.op.axis
     tiles = _ceil(plan.N, nr)
@@ -417,6 +442,49 @@ def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPl
     if plan.w_each_use and plan.mb > 1:
         # each of the mb FMAs of a vector of W loads it (see the module docstring)
         st.pragma(ki, "load_each_use", _contraction_operands(C.op)[2][0].name)
+
+
+def _schedule_strips(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
+    """``C[i, j] = sum_k A[i, k] * W[k, j]`` as column strips (knob
+    ``skinny.strip_ahead``): each tile of ``nb`` vectors of columns accumulates all
+    ``M`` rows over the whole reduction in a local buffer (``cache_write``: registers,
+    which a prefetch in the step loop does not cost, unlike C's block accumulated in
+    place), and at every step prefetches the rows of W ``strip_ahead`` steps ahead (its
+    columns, into ``stream_level``'s cache).  W is read a few lines of each row at a
+    time, down the rows; the hardware prefetchers do not follow that, the prefetches
+    do.  By default where the machine model has a ``strip_prefetch_rows`` (the distance)
+    from :data:`STRIP_MIN_ROWS` rows on.  (W 4096 x 11008, 1 thread, Zen 4, under load,
+    against the blocks of rows: 8 rows 1.20x and 1.51x 64 rows ahead, 6 rows 1.32x, 4
+    rows a tie, 2 and 3 rows 0.61x and 0.86x; 16 rows x 1 vector, 17 loads per 16 FMAs,
+    1.7x slower: benchmarks/DECISIONS.md, "Skinny GEMM: A @ W as column strips
+    (Zen 4)".)"""
+    L = info.lanes
+    nr = plan.nb * L
+    W = _contraction_operands(C.op)[2][0]
+    CL = s.cache_write(C, "local")
+    st = s[C]
+    *bs, i, j = st.op.axis
+    tiles = _ceil(plan.N, nr)
+    per_task = max(1, min(plan.task_tiles or tiles, tiles))
+    jo, jr = st.split(j, factor=per_task * nr)
+    jt, ji = st.split(jr, factor=nr)
+    st.reorder(*bs, jo, jt, i, ji)
+    st.unroll(i)
+    vector_columns(st, ji, nr, L)
+    _parallel_tasks(st, bs, jo, plan.batch * _ceil(tiles, per_task), info)
+    cs = s[CL]
+    cs.compute_at(st, jt)
+    *_, ci, cj = cs.op.axis
+    ck, = cs.op.reduce_axis
+    _, cv = cs.split(cj, factor=nr)    # a tile's columns (the last one's guarded)
+    cvo, cvi = cs.split(cv, factor=L)
+    cs.reorder(ck, ci, cvo, cvi)
+    cs.unroll(ci)
+    cs.unroll(cvo)
+    cs.vectorize(cvi)
+    cs.pragma(ck, "fp_contract")
+    cs.pragma(ck, "unroll_count", 4)
+    cs.prefetch(W, ck, plan.strip_ahead, level=plan.stream_level)
 
 
 def _task_tiles(plan: SkinnyPlan, tiles: int, info: CpuModel) -> int:
@@ -567,12 +635,13 @@ def _schedule_rows_in_lanes(s: Schedule, C: Tensor, info: CpuModel,
 
 
 def _aligned_copy_of_a(s: Schedule, C: Tensor, rf: Tensor, L: int) -> None:
-    """``W[j, k]``: the accumulation reads A from a copy whose rows are one cache line
-    further apart than a multiple of :data:`CACHE_WAY_BYTES` (``storage_align``): a
-    step reads the same columns of the ``mb`` rows of a block, which, rows of 4096
+    """The accumulation (the stage ``rf``) reads A from a copy whose rows are one cache
+    line further apart than a multiple of :data:`CACHE_WAY_BYTES` (``storage_align``):
+    a step reads the same columns of the ``mb`` rows of a block, which, rows of 4096
     float32 apart, all fell into one set of L1 with the ``nb`` rows of W (16 rows: 8 + 3
-    lines a step in one set of 12 ways, with the lines of the steps before).  A is
-    ``M x K``, a few hundred KiB copied once; W is not copied."""
+    lines a step in one set of 12 ways, with the lines of the steps before; ``W[k, j]``:
+    the block's ``M`` lines of A, re-read by every tile, in one set).  A is ``M x K``, a
+    few hundred KiB copied once; W is not copied."""
     copy = s.cache_read(_contraction_operands(C.op)[1][0], "global", [rf])
     cs = s[copy]
     *_, ci, ck = cs.op.axis
