@@ -43,10 +43,17 @@ In every kind, a third of the cases also return a second output that reads the
 templated operator's output (``Y`` used twice: ``Y`` and ``relu(Y) + Y``), the
 arguments ``[inputs..., Y, Z]``; and a third (``expose``) return the producers of its
 inputs too (the ReLU, cast, pad, view, transpose or scaled weights: a stage a template
-would inline into the operator is also an output).  Outcomes: ``ok``, ``refused`` (a TecompError raised
-for the DAG: allowed, counted apart; an
-:class:`~tecomp.errors.InternalError` is a crash), ``mismatch`` (a wrong value) or
-``crash`` (any other exception).
+would inline into the operator is also an output).  A stream of its own
+(``RandomDraw(seed * 7919 + 72)``) makes the batch (the rows of a GEMM, the batch of a
+convolution, a batch_matmul or attention) a ``tc.var`` in a fifth of the cases (passed last;
+not for one tensor used as both operands).
+
+Every DAG here is legal: a kind may meet only the refusals :func:`expected_refusals` lists
+for its draws (the class and a phrase of the message: ``algorithm="winograd"`` of a
+depthwise grouping or of a symbolic batch, a ``ShapeError``).  Outcomes: ``ok``,
+``refused`` (one of those), ``mismatch`` (a wrong value) or ``crash`` (any other exception:
+an :class:`~tecomp.errors.InternalError`, a Python error, or a TecompError the kind does not
+expect -- a legal DAG refused, e.g. a ``ScheduleError`` or ``LowerError`` from a template).
 
     python -m tecomp.testing.fuzz --only producers --cases 300 --case-timeout 200
 """
@@ -59,7 +66,7 @@ import numpy as np
 
 import tecomp as tc
 from .. import nn
-from ..errors import InternalError, TecompError
+from ..errors import InternalError, ShapeError, TecompError
 from ..strategy.cpu import matmul_packed
 from ..te.tensor import PlaceholderOp
 from .diff import Outcome, SpecCase
@@ -93,8 +100,30 @@ def draw_producer_case(seed: int, target: str = "llvm") -> ProducerCase:
     sp["twice"] = d.bool(1 / 3)
     data_seed = d.int(0, 2**16)
     sp["expose"] = d.bool(1 / 3)
+    # (a stream of its own: the draws above stay what they were) a symbolic batch
+    e = RandomDraw(seed * 7919 + 72)
+    sp["sym"] = e.bool(0.2) and not (sp.get("same") or sp.get("data") == "same"
+                                     or sp.get("how") == "same" or sp.get("share") == "all")
     return ProducerCase(sp, data_seed, target, f"fuzz seed {seed} (producers: {kind})",
                         fuzz_seed=seed, twist={"kind": kind})
+
+
+def expected_refusals(sp) -> tuple:
+    """The refusals a case may meet, ``((TecompError subclass, a phrase of its message),
+    ...)``: the documented ones of its kind for its draws.  Every other TecompError is a
+    crash (a legal DAG refused)."""
+    out = []
+    if sp["kind"] in ("winograd", "winograd_pre"):
+        if sp["c"] == sp["groups"]:      # one input channel per group: no Winograd
+            out.append((ShapeError, "depthwise grouping"))
+        if sp.get("sym"):
+            out.append((ShapeError, "symbolic batch"))
+    return tuple(out)
+
+
+def _expected(sp, e) -> bool:
+    msg = str(e)
+    return any(isinstance(e, cls) and phrase in msg for cls, phrase in expected_refusals(sp))
 
 
 # ---------------------------------------------------------------------------------
@@ -193,17 +222,29 @@ _DRAW = {"winograd_pre": _draw_winograd_pre, "winograd": _draw_winograd, "conv":
 class _Inputs:
     """The placeholders and their data, in argument order."""
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, sym: bool = False):
         self.rng = np.random.default_rng(seed)
         self.tensors, self.arrays = [], []
         self.stages = []    # (a producer compute, its float64 value): outputs too with expose
+        self.var = tc.var("n") if sym else None     # the symbolic batch, passed last
+        self.n = None                               # its value (the first batched shape's)
+
+    def te(self, shape, batch: bool = True):
+        """``shape`` as a TE shape: its first extent the symbolic batch where there is one
+        (and ``batch``)."""
+        if self.var is None or not batch:
+            return tuple(shape)
+        if self.n is None:
+            self.n = int(shape[0])
+        assert self.n == shape[0], (self.n, shape)   # (a fuzzer bug: one batch)
+        return (self.var,) + tuple(shape[1:])
 
     def stage(self, t, value):
         if not isinstance(t.op, PlaceholderOp):
             self.stages.append((t, np.asarray(value, np.float64)))
 
-    def add(self, shape, dtype="float32", name="I", data=None):
-        t = tc.placeholder(tuple(shape), dtype, name=name)
+    def add(self, shape, dtype="float32", name="I", data=None, batch=False):
+        t = tc.placeholder(self.te(shape, batch), dtype, name=name)
         if data is None:
             data = (self.rng.standard_normal(tuple(shape))).astype(dtype)
         self.tensors.append(t)
@@ -221,19 +262,20 @@ def _data_producer_(ins, how, shape, pad_dims, name="X"):
     """The data of a convolution as ``how`` produces it: (the tensor, its float64 value,
     the extra padding an ``nn.pad`` added on each of ``pad_dims``)."""
     if how == "cast":
-        X, x = ins.add(shape, "float16", name)
+        X, x = ins.add(shape, "float16", name, batch=True)
         return nn.cast(X, "float32", name=f"{name}.cast"), x, 0
-    X, x = ins.add(shape, name=name)
-    if how == "relu":
-        return nn.relu(X, name=f"{name}.relu"), np.maximum(x, 0), 0
     if how == "view":    # every other row of a taller tensor (a strided view compute)
-        Xb, xb = ins.add((shape[0], 2 * shape[1]) + tuple(shape[2:]), name=name)
-        V = tc.compute(shape, lambda a, b, *r: Xb(a, 2 * b + 1, *r), name=f"{name}.view")
+        Xb, xb = ins.add((shape[0], 2 * shape[1]) + tuple(shape[2:]), name=name, batch=True)
+        V = tc.compute(ins.te(shape), lambda a, b, *r: Xb(a, 2 * b + 1, *r),
+                       name=f"{name}.view")
         return V, xb[:, 1::2], 0
     if how == "bcast":   # one image broadcast along the batch
         X1, x1 = ins.add((1,) + tuple(shape[1:]), name=f"{name}1")
-        V = tc.compute(shape, lambda a, *r: X1(0, *r), name=f"{name}.bcast")
+        V = tc.compute(ins.te(shape), lambda a, *r: X1(0, *r), name=f"{name}.bcast")
         return V, np.broadcast_to(x1, shape), 0
+    X, x = ins.add(shape, name=name, batch=True)
+    if how == "relu":
+        return nn.relu(X, name=f"{name}.relu"), np.maximum(x, 0), 0
     if how == "pad":
         before = [1 if i in pad_dims else 0 for i in range(len(shape))]
         xp = np.pad(x, [(b, b) for b in before], constant_values=0.5)
@@ -363,17 +405,17 @@ def _build_conv(ins, sp):
     return Y, ref, 1e-4
 
 
-def _operand(ins, how, shape, name):
-    A, a = _operand_(ins, how, shape, name)
+def _operand(ins, how, shape, name, batch=False):
+    A, a = _operand_(ins, how, shape, name, batch)
     ins.stage(A, a)
     return A, a
 
 
-def _operand_(ins, how, shape, name):
+def _operand_(ins, how, shape, name, batch):
     if how == "cast":
-        A, a = ins.add(shape, "float16", name)
+        A, a = ins.add(shape, "float16", name, batch=batch)
         return nn.cast(A, "float32", name=f"{name}.cast"), a
-    A, a = ins.add(shape, name=name)
+    A, a = ins.add(shape, name=name, batch=batch)
     if how == "relu":
         return nn.relu(A, name=f"{name}.relu"), np.maximum(a, 0)
     return A, a
@@ -382,7 +424,7 @@ def _operand_(ins, how, shape, name):
 def _build_gemm(ins, sp):
     op, m, n, k, b = sp["op"], sp["m"], sp["n"], sp["k"], sp["b"]
     ash = {"matmul": (m, k), "dense": (m, k), "batch_matmul": (b, m, k)}[op]
-    A, a = _operand(ins, sp["a"], ash, "A")
+    A, a = _operand(ins, sp["a"], ash, "A", batch=True)   # (its rows or batch symbolic)
     # B as the op reads it: matmul [K, N], dense [N, K], batch_matmul [b, K, N] or [b, N, K]
     bsh = {"matmul": (k, n), "dense": (n, k),
            "batch_matmul": (b, n, k) if sp["tb"] else (b, k, n)}[op]
@@ -390,11 +432,11 @@ def _build_gemm(ins, sp):
         B, bv = A, a
     elif sp["bop"] == "transposed":
         perm = (1, 0) if len(bsh) == 2 else (0, 2, 1)
-        Bs, bs = ins.add(tuple(bsh[p] for p in perm), name="Bt")
+        Bs, bs = ins.add(tuple(bsh[p] for p in perm), name="Bt", batch=op == "batch_matmul")
         B, bv = nn.transpose(Bs, perm, name="B.t"), bs.transpose(perm)
         ins.stage(B, bv)
     else:
-        B, bv = _operand(ins, sp["bop"], bsh, "B")
+        B, bv = _operand(ins, sp["bop"], bsh, "B", batch=op == "batch_matmul")
     if op == "matmul":
         return nn.matmul(A, B), a @ bv, 1e-4
     if op == "batch_matmul":
@@ -410,7 +452,7 @@ def _build_gemm(ins, sp):
 
 def _build_packed(ins, sp):
     m, n, k, nr, how = sp["m"], sp["n"], sp["k"], sp["nr"], sp["how"]
-    A, a = ins.add((m, k), name="A")
+    A, a = ins.add((m, k), name="A", batch=True)
     if how == "ph_packed":
         # weights packed once, apart, into [N/nr, K, nr] panels (zeros past N)
         nb = -(-n // nr)
@@ -421,7 +463,8 @@ def _build_packed(ins, sp):
         P, _ = ins.add(pk.shape, name="packB", data=pk.astype("float32"))
         bv = bv.astype("float32").astype(np.float64)
         r = tc.reduce_axis((0, k), name="k")
-        Y = tc.compute((m, n), lambda i, j: tc.sum(A[i, r] * P[j // nr, r, j % nr], axis=r),
+        Y = tc.compute(ins.te((m, n)),
+                       lambda i, j: tc.sum(A[i, r] * P[j // nr, r, j % nr], axis=r),
                        name="matmul", tag="matmul,matmul_packed", attrs={"nr": nr})
         return Y, a @ bv, 1e-4
     if how == "same":
@@ -460,12 +503,12 @@ def _build_pool_conv(ins, sp):
 def _build_softmax_mm(ins, sp):
     m, n, k, b = sp["m"], sp["n"], sp["k"], sp["b"]
     if sp["op"] == "matmul":
-        A, a = ins.add((m, k), name="A")
+        A, a = ins.add((m, k), name="A", batch=True)
         B, bv = ins.add((k, n), name="B")
         Y = nn.matmul(A, B)
     else:
-        A, a = ins.add((b, m, k), name="A")
-        B, bv = ins.add((b, k, n), name="B")
+        A, a = ins.add((b, m, k), name="A", batch=True)
+        B, bv = ins.add((b, k, n), name="B", batch=True)
         Y = nn.batch_matmul(A, B)
     y = a @ bv
     ax = sp["axis"]
@@ -485,17 +528,17 @@ def _build_sdpa(ins, sp):
         e = np.exp(s - s.max(-1, keepdims=True))
         return Y, e / e.sum(-1, keepdims=True) @ q, 1e-4
     shape = (b, h, L, dd)
-    Q, q = ins.add(shape, name="Q")
+    Q, q = ins.add(shape, name="Q", batch=True)
     share = sp["share"]
-    K, k = (Q, q) if share in ("qkv", "qk") else ins.add(shape, name="K")
+    K, k = (Q, q) if share in ("qkv", "qk") else ins.add(shape, name="K", batch=True)
     if share == "qkv":
         V, v = Q, q
     elif share == "kv":
         V, v = K, k
     else:
-        V, v = ins.add(shape, name="V")
+        V, v = ins.add(shape, name="V", batch=True)
     if sp["q"] == "scaled":
-        Q = tc.compute(shape, lambda *i: Q(*i) * tc.const(0.5, "float32"), name="Q.scaled")
+        Q = tc.compute(ins.te(shape), lambda *i: Q(*i) * tc.const(0.5, "float32"), name="Q.scaled")
         q = q * 0.5
         ins.stage(Q, q)
     mask, mv = None, 0.0
@@ -525,9 +568,10 @@ _BUILD = {"winograd_pre": _build_winograd_pre, "winograd": _build_winograd,
 
 
 def build_case(case: ProducerCase):
-    """``(inputs, their arrays, outputs, float64 references, tolerance)`` of a case."""
+    """``(inputs, their arrays, outputs, float64 references, tolerance, the symbolic
+    batch's ``(var, value)`` or None)`` of a case."""
     sp = case.spec
-    ins = _Inputs(case.seed)
+    ins = _Inputs(case.seed, sp.get("sym", False))
     Y, ref, tol = _BUILD[sp["kind"]](ins, sp)
     outs, refs = [Y], [np.asarray(ref, np.float64)]
     if sp.get("twice"):     # Y used twice: an output and read by a second one
@@ -539,7 +583,8 @@ def build_case(case: ProducerCase):
         for t, v in ins.stages:
             outs.append(t)
             refs.append(v)
-    return ins.tensors, ins.arrays, outs, refs, tol
+    sym = (ins.var, ins.n) if ins.var is not None and ins.n is not None else None
+    return ins.tensors, ins.arrays, outs, refs, tol, sym
 
 
 # ---------------------------------------------------------------------------------
@@ -549,19 +594,22 @@ def run_producer_case(case: ProducerCase) -> Outcome:
     """Run a case (see the module doc): never raises for a finding."""
     stage = "dag"
     try:
-        tensors, arrays, outs, refs, tol = build_case(case)
-        args = tensors + outs
+        tensors, arrays, outs, refs, tol, sym = build_case(case)
+        args = tensors + outs + ([sym[0]] if sym else [])
         stage = "auto_schedule"
         s = tc.auto_schedule(args, target=case.target, trials=0)
         stage = "build"
         f = tc.build(s, args, target=case.target)
         stage = "call"
-        got = [np.zeros(tc.utils.get_const_tuple(o.shape), o.dtype) for o in outs]
-        f(*arrays, *got)
+        got = [np.zeros(r.shape, o.dtype) for o, r in zip(outs, refs)]
+        f(*arrays, *got, *([sym[1]] if sym else []))
     except InternalError as e:
         return Outcome("crash", case, stage, _exc(e))
     except TecompError as e:
-        return Outcome("refused", case, stage, f"{type(e).__name__}: {e}")
+        if _expected(case.spec, e):
+            return Outcome("refused", case, stage, f"{type(e).__name__}: {e}")
+        return Outcome("crash", case, stage, "a legal DAG refused (not a refusal this kind "
+                       f"expects: {expected_refusals(case.spec)!r}):\n" + _exc(e))
     except Exception as e:  # noqa: BLE001
         return Outcome("crash", case, stage, _exc(e))
     for k, (g, w) in enumerate(zip(got, refs)):
