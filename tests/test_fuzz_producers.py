@@ -14,7 +14,7 @@ import tecomp as tc
 from tecomp.errors import InternalError, ScheduleError, ShapeError
 from tecomp.testing import producers
 from tecomp.testing.fuzz import case_for_seed, producers_family_residue
-from tecomp.testing.producers import (KINDS, ProducerCase, draw_producer_case,
+from tecomp.testing.producers import (KINDS, LATE_KINDS, ProducerCase, draw_producer_case,
                                       run_producer_case)
 
 from helpers import fuzz_cli
@@ -32,7 +32,8 @@ def _first_seed(pred, start=0):
     return seed
 
 
-_DEFAULT = sorted({_first_seed(lambda sp, k=k: sp["kind"] == k and _small(sp)) for k in KINDS})
+_DEFAULT = sorted({_first_seed(lambda sp, k=k: sp["kind"] == k and _small(sp))
+                   for k in KINDS + LATE_KINDS})
 
 
 @pytest.mark.parametrize("seed", _DEFAULT)

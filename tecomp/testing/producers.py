@@ -38,6 +38,11 @@ float64 numpy reference.  Each case is drawn from its own random stream
 ``sdpa``
     ``scaled_dot_product_attention`` with ``q``, ``k`` and ``v`` the same tensor (or two
     of them), ``q`` a scaled compute, the mask a compute or a placeholder.
+``convnd``
+    (12% of the seeds, from a stream of their own: ``RandomDraw(seed * 7919 + 73)``)
+    ``conv1d_ncw`` / ``conv1d_nwc`` / ``conv3d_ncdhw`` / ``conv3d_ndhwc`` of a computed
+    input (ReLU, pad, cast, strided view, broadcast) or of scaled weights; stride,
+    padding, dilation, groups (depthwise too).
 
 In every kind, a third of the cases also return a second output that reads the
 templated operator's output (``Y`` used twice: ``Y`` and ``relu(Y) + Y``), the
@@ -75,6 +80,8 @@ from .draw import RandomDraw
 FAMILY = "producers"
 KINDS = ("winograd_pre", "winograd", "conv", "gemm", "packed", "pool_conv", "softmax_mm",
          "sdpa")
+#: kinds drawn from a stream of their own (the seeds of KINDS keep their cases otherwise)
+LATE_KINDS = ("convnd",)
 
 
 @dataclass
@@ -96,6 +103,10 @@ def draw_producer_case(seed: int, target: str = "llvm") -> ProducerCase:
     d = RandomDraw(seed * 7919 + 71)
     kind = d.choice(KINDS)
     sp = _DRAW[kind](d)
+    late = RandomDraw(seed * 7919 + 73)
+    if late.bool(0.12):      # (the draws of d above and below stay what they were)
+        kind = late.choice(LATE_KINDS)
+        sp = _DRAW[kind](late)
     sp["kind"] = kind
     sp["twice"] = d.bool(1 / 3)
     data_seed = d.int(0, 2**16)
@@ -211,9 +222,26 @@ def _draw_sdpa(d):
             "scale": d.choice((None, 0.5, 2.0))}
 
 
+def _draw_convnd(d):
+    nd = d.choice((1, 3))
+    first = d.bool()
+    kind = d.choice(("plain", "plain", "grouped", "depthwise"))
+    g = d.choice((2, 3)) if kind != "plain" else 1
+    c = g if kind == "depthwise" else g * d.int(1, 3)
+    o = g * d.int(1, 3)
+    k = [d.choice((1, 2, 3)) for _ in range(nd)]
+    dil = [d.choice((1, 1, 2)) for _ in range(nd)]
+    size = [d.int(dd * (kk - 1) + 1, (9 if nd == 3 else 20)) for kk, dd in zip(k, dil)]
+    return {"nd": nd, "first": first, "groups": g, "n": d.int(1, 2), "c": c, "o": o,
+            "k": k, "size": size, "stride": [d.choice((1, 1, 2)) for _ in range(nd)],
+            "dil": dil, "pad": [d.int(0, kk // 2) for kk in k],
+            "data": d.choice(("relu", "pad", "cast", "ph", "view", "bcast")),
+            "weight": d.choice(("ph", "ph", "scaled"))}
+
+
 _DRAW = {"winograd_pre": _draw_winograd_pre, "winograd": _draw_winograd, "conv": _draw_conv,
          "gemm": _draw_gemm, "packed": _draw_packed, "pool_conv": _draw_pool_conv,
-         "softmax_mm": _draw_softmax_mm, "sdpa": _draw_sdpa}
+         "softmax_mm": _draw_softmax_mm, "sdpa": _draw_sdpa, "convnd": _draw_convnd}
 
 
 # ---------------------------------------------------------------------------------
@@ -561,10 +589,54 @@ def _build_sdpa(ins, sp):
     return Y, p @ v, 1e-4
 
 
+def _convnd_ref(x, w, stride, pads, dil, groups):
+    """A float64 N-d convolution: ``x`` [N, C, *S], ``w`` [O, C / groups, *K] (channels
+    first; the caller moves them)."""
+    nd = x.ndim - 2
+    x = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in pads])
+    O, I = w.shape[:2]
+    K = w.shape[2:]
+    outs = [(x.shape[2 + j] - dil[j] * (K[j] - 1) - 1) // stride[j] + 1 for j in range(nd)]
+    out = np.zeros((x.shape[0], O, *outs))
+    og = O // groups
+    for g in range(groups):
+        xs = x[:, g * I:(g + 1) * I]
+        for taps in np.ndindex(*K):
+            sl = tuple(slice(t * dd, t * dd + s_ * (n - 1) + 1, s_)
+                       for t, dd, s_, n in zip(taps, dil, stride, outs))
+            out[:, g * og:(g + 1) * og] += np.einsum(
+                "nc...,oc->no...", xs[(slice(None), slice(None)) + sl],
+                w[(slice(g * og, (g + 1) * og), slice(None)) + tuple(taps)])
+    return out
+
+
+def _build_convnd(ins, sp):
+    nd, first, g = sp["nd"], sp["first"], sp["groups"]
+    n, c, o, k, size = sp["n"], sp["c"], sp["o"], sp["k"], sp["size"]
+    shape = (n, c, *size) if first else (n, *size, c)
+    spatial = tuple(range(2, nd + 2)) if first else tuple(range(1, nd + 1))
+    X, x, _ = _data_producer(ins, sp["data"], shape, spatial)
+    wshape = (o, c // g, *k) if first else (*k, c // g, o)
+    W, w = ins.add(wshape, name="W")
+    if sp["weight"] == "scaled":
+        W = tc.compute(wshape, lambda *i: W(*i) * tc.const(0.5, "float32"), name="W.scaled")
+        w = w * 0.5
+        ins.stage(W, w)
+    if not first:   # to channels first: x [N, *S, C] -> [N, C, *S], w [*K, I, O] -> [O, I, *K]
+        x = np.moveaxis(x, -1, 1)
+        w = np.moveaxis(np.moveaxis(w, -1, 0), -1, 1)
+    op = {(1, True): nn.conv1d_ncw, (1, False): nn.conv1d_nwc,
+          (3, True): nn.conv3d_ncdhw, (3, False): nn.conv3d_ndhwc}[nd, first]
+    Y = op(X, W, stride=sp["stride"], padding=sp["pad"], dilation=sp["dil"], groups=g)
+    # (an nn.pad data producer added one row of 0.5 on each spatial side: in x already)
+    ref = _convnd_ref(x, w, sp["stride"], sp["pad"], sp["dil"], g)
+    return Y, (ref if first else np.moveaxis(ref, 1, -1)), 1e-4
+
+
 _BUILD = {"winograd_pre": _build_winograd_pre, "winograd": _build_winograd,
           "conv": _build_conv, "gemm": _build_gemm, "packed": _build_packed,
           "pool_conv": _build_pool_conv, "softmax_mm": _build_softmax_mm,
-          "sdpa": _build_sdpa}
+          "sdpa": _build_sdpa, "convnd": _build_convnd}
 
 
 def build_case(case: ProducerCase):
