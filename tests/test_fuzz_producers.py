@@ -161,6 +161,13 @@ def test_each_kind_expects_only_its_documented_refusals():
     assert producers._expected(sp, ShapeError("x: a depthwise grouping (one input ...)"))
     assert not producers._expected(sp, ScheduleError("x: a depthwise grouping"))
     assert not producers._expected(sp, ShapeError("something else"))
+    # one tensor [k, k, c, c] as NHWC data and its HWIO weights, c + 2 * pad < k: the
+    # kernel does not fit its width (seed 9065, the first refusal the list caught)
+    same = {"kind": "conv", "layout": "NHWC", "depthwise": False, "groups": 1, "n": 1,
+            "c": 2, "o": 2, "k": 5, "hw": [6, 6], "stride": 2, "pad": 1, "data": "same",
+            "weight": "ph", "algorithm": "direct", "twice": False, "expose": False}
+    out = run_producer_case(ProducerCase(same, seed=6))
+    assert out.kind == "refused" and "does not fit" in out.detail, out.report()
 
 
 @pytest.mark.parametrize("change", [{}, {"layout": "NHWC", "groups": 1, "tile": 2,
