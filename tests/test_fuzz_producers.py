@@ -191,3 +191,23 @@ def test_a_symbolic_batch_through_a_template(kind, seed):
     assert case.spec["kind"] == kind and case.spec["sym"]
     out = run_producer_case(case)
     assert out.kind == "ok", out.report()
+
+
+@pytest.mark.parametrize("how", producers.KNOB_TWISTS)
+def test_a_knob_set_by_hand(how):
+    """Session 25: a knob of the template's schedule set through Config.set to its default
+    written another way; 2.0 for channel_vectors' 2 reached the NHWC template (InternalError).
+    A numpy integer is taken, the rest refused naming the knob."""
+    sp = {"kind": "conv", "layout": "NHWC", "depthwise": False, "groups": 1, "n": 1, "c": 32,
+          "o": 64, "k": 3, "hw": [12, 12], "stride": 1, "pad": 1, "data": "ph",
+          "weight": "ph", "algorithm": "direct", "twice": False, "expose": False,
+          "knob": {"how": how, "pick": 1}}     # (knob 1 of 5: conv2d_nhwc.channel_vectors)
+    case = ProducerCase(sp, seed=7)
+    tensors, _, outs, _, _, _ = producers.build_case(case)
+    space = tc.autoschedule.default_config(tensors + outs, "llvm").space
+    assert sorted(space)[1] == "conv2d_nhwc.channel_vectors", sorted(space)
+    out = run_producer_case(case)
+    assert out.kind == "ok", out.report()
+    assert producers._knob_value(2, "float") == (2.0, False)
+    assert producers._knob_value(True, "int_bool") == (1, False)
+    assert producers._knob_value(4, "np_int") == (4, True)

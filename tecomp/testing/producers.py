@@ -44,6 +44,13 @@ float64 numpy reference.  Each case is drawn from its own random stream
     input (ReLU, pad, cast, strided view, broadcast) or of scaled weights; stride,
     padding, dilation, groups (depthwise too).
 
+In 15% of the cases (a stream of their own, ``RandomDraw(seed * 7919 + 74)``) one knob of
+the schedule (``tc.autoschedule.default_config``) is set by hand to its default written
+another way (:data:`KNOB_TWISTS`): a numpy integer must be taken (``apply_config``, then
+built and compared as any case); a float equal to an int choice, an int for a bool, a
+string, ``2**40`` or ``-1`` must be refused by ``Config.set`` with an ``AutoScheduleError``
+naming the knob (session 25: ``2.0`` reached a template, which split by it).
+
 In every kind, a third of the cases also return a second output that reads the
 templated operator's output (``Y`` used twice: ``Y`` and ``relu(Y) + Y``), the
 arguments ``[inputs..., Y, Z]``; and a third (``expose``) return the producers of its
@@ -71,6 +78,7 @@ import numpy as np
 
 import tecomp as tc
 from .. import nn
+from ..autoschedule import apply_config, default_config
 from ..errors import InternalError, ShapeError, TecompError
 from ..strategy.cpu import matmul_packed
 from ..te.tensor import PlaceholderOp
@@ -82,6 +90,10 @@ KINDS = ("winograd_pre", "winograd", "conv", "gemm", "packed", "pool_conv", "sof
          "sdpa")
 #: kinds drawn from a stream of their own (the seeds of KINDS keep their cases otherwise)
 LATE_KINDS = ("convnd",)
+#: how a knob of the schedule is set by hand (``tc.autoschedule.default_config(...).set``):
+#: the default as a numpy integer (legal), or as a float, an int for a bool (or a bool for
+#: an int), a string, 2**40 or -1 (each refused with an AutoScheduleError naming the knob)
+KNOB_TWISTS = ("np_int", "float", "int_bool", "string", "huge", "negative")
 
 
 @dataclass
@@ -115,6 +127,10 @@ def draw_producer_case(seed: int, target: str = "llvm") -> ProducerCase:
     e = RandomDraw(seed * 7919 + 72)
     sp["sym"] = e.bool(0.2) and not (sp.get("same") or sp.get("data") == "same"
                                      or sp.get("how") == "same" or sp.get("share") == "all")
+    # (another stream) a knob of the schedule set by hand, as a careless user writes it
+    kn = RandomDraw(seed * 7919 + 74)
+    if kn.bool(0.15):
+        sp["knob"] = {"how": kn.choice(KNOB_TWISTS), "pick": kn.int(0, 999)}
     return ProducerCase(sp, data_seed, target, f"fuzz seed {seed} (producers: {kind})",
                         fuzz_seed=seed, twist={"kind": kind})
 
@@ -675,7 +691,13 @@ def run_producer_case(case: ProducerCase) -> Outcome:
         tensors, arrays, outs, refs, tol, sym = build_case(case)
         args = tensors + outs + ([sym[0]] if sym else [])
         stage = "auto_schedule"
-        s = tc.auto_schedule(args, target=case.target, trials=0)
+        if case.spec.get("knob"):
+            stage = "knob"
+            s, bad = _knob_schedule(case, args, sym)
+            if bad:
+                return Outcome("mismatch", case, stage, bad)
+        else:
+            s = tc.auto_schedule(args, target=case.target, trials=0)
         stage = "build"
         f = tc.build(s, args, target=case.target)
         stage = "call"
@@ -695,6 +717,44 @@ def run_producer_case(case: ProducerCase) -> Outcome:
         if bad:
             return Outcome("mismatch", case, "compare", f"output {k}: {bad}")
     return Outcome("ok", case, "compare")
+
+
+def _knob_value(c, how):
+    """The default choice ``c`` of a knob written as ``how`` says: ``(value, legal)``."""
+    num = isinstance(c, int) and not isinstance(c, bool)
+    if how == "np_int" and num:
+        return np.int64(c), True
+    if how == "float" and isinstance(c, (int, bool)):
+        return float(c), False
+    if how == "int_bool" and isinstance(c, bool):
+        return int(c), False
+    if how == "int_bool" and num and c in (0, 1):
+        return bool(c), False
+    if how == "huge":
+        return 2**40, False
+    if how == "negative" and num:
+        return -1, c == -1
+    return (c + " " if isinstance(c, str) else str(c)), False
+
+
+def _knob_schedule(case, args, sym):
+    """``(schedule, what went wrong or "")`` with one knob set by hand (``spec["knob"]``)."""
+    shapes = {sym[0].name: sym[1]} if sym else None
+    cfg = default_config(args, case.target, shapes)
+    names = sorted(cfg.space)
+    if not names:
+        return tc.auto_schedule(args, target=case.target, trials=0), ""
+    name = names[case.spec["knob"]["pick"] % len(names)]
+    value, legal = _knob_value(cfg[name], case.spec["knob"]["how"])
+    if legal:
+        return apply_config(args, cfg.set(name, value)), ""
+    try:
+        cfg.set(name, value)
+    except tc.AutoScheduleError as e:
+        if name not in str(e):
+            return None, f"the refusal of {name} = {value!r} does not name it: {e}"
+        return tc.auto_schedule(args, target=case.target, trials=0), ""
+    return None, f"Config.set({name!r}, {value!r}) taken; its choices: {cfg.space[name]!r}"
 
 
 def _differs(got, want, tol) -> str:
