@@ -538,3 +538,28 @@ def test_a_reshape_across_dimensions_is_kept_as_a_stage():
         if op.reduce_axis:
             assert not collect(op.body, lambda n: isinstance(n, (FloorDiv, FloorMod))), op.name
     tc.autodiff.gradcheck(S, [K, Q])
+
+
+def test_atan2_gradient_at_the_origin_is_zero_as_pytorch():
+    """Session 25: the rule gave x / r2 and -y / r2 = NaN at (0, 0) (its table said "as
+    PyTorch"; PyTorch 2.13's atan2_backward gives 0 and -0 there); elsewhere the same."""
+    import numpy as np
+    import tecomp as tc
+
+    y = np.array([0.0, -0.0, 0.0, 1.0, -2.0, 1e-200, 3.0], np.float64)
+    x = np.array([0.0, 0.0, -0.0, 1.0, 0.5, 1e-200, 0.0], np.float64)
+    Y = tc.placeholder((7,), "float64", name="Y")
+    X = tc.placeholder((7,), "float64", name="X")
+    C = tc.compute((7,), lambda i: tc.atan2(Y[i], X[i]), name="C")
+    H = tc.placeholder((7,), "float64", name="H")
+    gy, gx = tc.gradient(C, [Y, X], head=H)
+    f = tc.build(tc.create_schedule([gy.op, gx.op]), [Y, X, H, gy, gx])
+    dy, dx = np.zeros(7), np.zeros(7)
+    f(y, x, np.ones(7), dy, dx)
+    r2 = x * x + y * y
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want_y = np.where(r2 == 0, 0.0, x / r2)
+        want_x = np.where(r2 == 0, 0.0, -y / r2)
+    np.testing.assert_allclose(dy, want_y, rtol=1e-15)
+    np.testing.assert_allclose(dx, want_x, rtol=1e-15)
+    assert not np.isnan(dy).any() and not np.isnan(dx).any()

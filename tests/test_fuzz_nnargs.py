@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tecomp.testing.fuzz import args_family_residue, case_for_seed
-from tecomp.testing.nnargs import (KINDS, ArgsCase, decode, draw_nnargs_case,
+from tecomp.testing.nnargs import (KINDS, LATE_KINDS, ArgsCase, decode, draw_nnargs_case,
                                    run_nnargs_case)
 
 from helpers import fuzz_cli
@@ -24,7 +24,7 @@ def _first_seed(pred, start=0):
 
 _DEFAULT = sorted({_first_seed(lambda sp, k=k, bad=bad: sp["kind"] == k
                                and bool(sp.get("illegal")) == bad)
-                   for k in KINDS for bad in (False, True)})
+                   for k in KINDS + LATE_KINDS for bad in (False, True)})
 
 
 @pytest.mark.parametrize("seed", _DEFAULT)
@@ -116,3 +116,15 @@ def test_fuzz_only_nnargs(tmp_path):
                  env_extra={"TECOMP_CACHE_DIR": str(tmp_path / "cache")}, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "cases run: 3 (nnargs:" in p.stdout and "mismatches: 0" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("seed", [110, 384, 1688, 351, 1481])
+def test_quantized_dense_to_int32_and_its_refusals(seed):
+    """Session 25's qdense kind found: (110, 384, 1688) quantized_dense to int32 of a value
+    in (2**30, 2**31) gave 2**30 + out_zp (the 8-bit clamp to +-2**30 before the zero
+    point), not the value or int32's bound; (351, 1481) the refusal of a product of scales
+    outside float32 began "quantized_dense:", not "quantized_dense <name>:" as the others."""
+    case = draw_nnargs_case(seed)
+    assert case.spec["op"] == "quantized_dense"
+    out = run_nnargs_case(case)
+    assert out.kind == ("refused" if case.spec.get("illegal") else "ok"), out.report()

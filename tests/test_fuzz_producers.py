@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.errors import InternalError, ShapeError
+from tecomp.errors import InternalError, ScheduleError, ShapeError
 from tecomp.testing import producers
 from tecomp.testing.fuzz import case_for_seed, producers_family_residue
-from tecomp.testing.producers import (KINDS, ProducerCase, draw_producer_case,
+from tecomp.testing.producers import (KINDS, LATE_KINDS, ProducerCase, draw_producer_case,
                                       run_producer_case)
 
 from helpers import fuzz_cli
@@ -32,7 +32,8 @@ def _first_seed(pred, start=0):
     return seed
 
 
-_DEFAULT = sorted({_first_seed(lambda sp, k=k: sp["kind"] == k and _small(sp)) for k in KINDS})
+_DEFAULT = sorted({_first_seed(lambda sp, k=k: sp["kind"] == k and _small(sp))
+                   for k in KINDS + LATE_KINDS})
 
 
 @pytest.mark.parametrize("seed", _DEFAULT)
@@ -73,8 +74,8 @@ def test_one_tensor_as_both_operands():
 
 
 def test_the_checker_sees_each_kind_of_failure(monkeypatch):
-    """A template's InternalError and any other exception are crashes, a TecompError a
-    refusal, a wrong value a mismatch."""
+    """A template's InternalError and any other exception are crashes, a TecompError the
+    kind does not expect a crash too (a legal DAG refused), a wrong value a mismatch."""
     case = draw_producer_case(_DEFAULT[0])
     assert json.loads(json.dumps(case.spec)) == case.spec
     assert "run_producer_case" in case.source()
@@ -89,13 +90,15 @@ def test_the_checker_sees_each_kind_of_failure(monkeypatch):
     monkeypatch.setattr(tc, "auto_schedule", raising(IndexError("list index out of range")))
     assert run_producer_case(case).kind == "crash"
     monkeypatch.setattr(tc, "auto_schedule", raising(ShapeError("a documented refusal")))
-    assert run_producer_case(case).kind == "refused"
+    assert run_producer_case(case).kind == "crash"
+    monkeypatch.setattr(tc, "auto_schedule", raising(ScheduleError("a template's refusal")))
+    assert run_producer_case(case).kind == "crash"
     monkeypatch.undo()
     real = producers.build_case
 
     def wrong(c):
-        ins, arrays, outs, refs, tol = real(c)
-        return ins, arrays, outs, [r + 1 for r in refs], tol
+        ins, arrays, outs, refs, tol, sym = real(c)
+        return ins, arrays, outs, [r + 1 for r in refs], tol, sym
     monkeypatch.setattr(producers, "build_case", wrong)
     assert run_producer_case(case).kind == "mismatch"
 
@@ -142,3 +145,69 @@ def test_a_batch_matmul_of_one_batch_with_b_transposed():
           "expose": False}
     out = run_producer_case(ProducerCase(sp, seed=57594))
     assert out.kind == "ok", out.report()
+
+
+def test_each_kind_expects_only_its_documented_refusals():
+    """Session 25: only Winograd of a depthwise grouping (or of a symbolic batch, through
+    conv2d_nchw/nhwc) may be refused; a ShapeError with another message, or the right
+    message in another class, is a crash."""
+    sp = {"kind": "winograd", "layout": "NCHW", "groups": 2, "n": 1, "c": 2, "o": 2,
+          "hw": [5, 3], "pad": 0, "data": "ph", "epi": False, "weight": "ph",
+          "twice": False, "expose": False}
+    out = run_producer_case(ProducerCase(sp, seed=4))
+    assert out.kind == "refused" and "depthwise grouping" in out.detail, out.report()
+    assert producers.expected_refusals(dict(sp, c=4)) == ()
+    assert producers.expected_refusals({"kind": "gemm"}) == ()
+    assert producers._expected(sp, ShapeError("x: a depthwise grouping (one input ...)"))
+    assert not producers._expected(sp, ScheduleError("x: a depthwise grouping"))
+    assert not producers._expected(sp, ShapeError("something else"))
+    # one tensor [k, k, c, c] as NHWC data and its HWIO weights, c + 2 * pad < k: the
+    # kernel does not fit its width (seed 9065, the first refusal the list caught)
+    same = {"kind": "conv", "layout": "NHWC", "depthwise": False, "groups": 1, "n": 1,
+            "c": 2, "o": 2, "k": 5, "hw": [6, 6], "stride": 2, "pad": 1, "data": "same",
+            "weight": "ph", "algorithm": "direct", "twice": False, "expose": False}
+    out = run_producer_case(ProducerCase(same, seed=6))
+    assert out.kind == "refused" and "does not fit" in out.detail, out.report()
+
+
+@pytest.mark.parametrize("change", [{}, {"layout": "NHWC", "groups": 1, "tile": 2,
+                                         "data": "ph", "u": "scaled", "expose": True}])
+def test_winograd_of_transformed_weights_over_a_symbolic_batch(change):
+    """Session 25's first finding (producers seed 223, a symbolic batch): conv2d_winograd
+    takes a symbolic batch, but the CPU template divided the transform's tiles by the
+    batch (None) and crashed (InternalError, TypeError); the tiles of one image now come
+    from the output plane."""
+    sp = {"kind": "winograd_pre", "layout": "NCHW", "tile": 4, "groups": 2, "n": 2, "c": 4,
+          "o": 2, "hw": [7, 3], "pad": 0, "data": "relu", "epi": True, "u": "ph",
+          "twice": False, "expose": False, "sym": True}
+    out = run_producer_case(ProducerCase(dict(sp, **change), seed=5))
+    assert out.kind == "ok", out.report()
+
+
+@pytest.mark.parametrize("kind,seed", [("gemm", 73), ("sdpa", 131), ("conv", 59),
+                                       ("softmax_mm", 430)])
+def test_a_symbolic_batch_through_a_template(kind, seed):
+    case = draw_producer_case(seed)
+    assert case.spec["kind"] == kind and case.spec["sym"]
+    out = run_producer_case(case)
+    assert out.kind == "ok", out.report()
+
+
+@pytest.mark.parametrize("how", producers.KNOB_TWISTS)
+def test_a_knob_set_by_hand(how):
+    """Session 25: a knob of the template's schedule set through Config.set to its default
+    written another way; 2.0 for channel_vectors' 2 reached the NHWC template (InternalError).
+    A numpy integer is taken, the rest refused naming the knob."""
+    sp = {"kind": "conv", "layout": "NHWC", "depthwise": False, "groups": 1, "n": 1, "c": 32,
+          "o": 64, "k": 3, "hw": [12, 12], "stride": 1, "pad": 1, "data": "ph",
+          "weight": "ph", "algorithm": "direct", "twice": False, "expose": False,
+          "knob": {"how": how, "pick": 1}}     # (knob 1 of 5: conv2d_nhwc.channel_vectors)
+    case = ProducerCase(sp, seed=7)
+    tensors, _, outs, _, _, _ = producers.build_case(case)
+    space = tc.autoschedule.default_config(tensors + outs, "llvm").space
+    assert sorted(space)[1] == "conv2d_nhwc.channel_vectors", sorted(space)
+    out = run_producer_case(case)
+    assert out.kind == "ok", out.report()
+    assert producers._knob_value(2, "float") == (2.0, False)
+    assert producers._knob_value(True, "int_bool") == (1, False)
+    assert producers._knob_value(4, "np_int") == (4, True)

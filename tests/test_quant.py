@@ -151,6 +151,27 @@ def test_quantized_add_saturates_past_int32():
     np.testing.assert_array_equal(c[far], np.where(real[far] > 0, 255, 0))
 
 
+@pytest.mark.parametrize("out_zp", [0, -128, 1000])
+def test_quantized_dense_to_int32_saturates_at_int32(out_zp):
+    """Session 25: a requantized value in (2**30, 2**31) came out 2**30 + out_zp (the clamp
+    that keeps 8-bit outputs saturated); int32 outputs now hold the value, or int32's
+    bound past it."""
+    X = tc.placeholder((2, 4), "uint8", name="X")
+    W = tc.placeholder((3, 4), "int8", name="W")
+    Y = quant.quantized_dense(X, 3.0, 0, W, 1.0, 0, None, 1e-7, out_zp, out_dtype="int32")
+    x = np.array([[255, 255, 255, 255], [50, 0, 0, 0]], np.uint8)
+    w = np.array([[127] * 4, [-128] * 4, [1, 0, 0, 0]], np.int8)
+    y = np.zeros((2, 3), np.int32)
+    _build([X, W], Y, True)(x, w, y)
+    acc = x.astype(np.int64) @ w.astype(np.int64).T
+    m = np.float32(np.float32(3.0) * np.float32(1.0) / np.float32(1e-7))
+    want = np.clip(np.rint((acc.astype(np.float32) * m).astype(np.float64)) + out_zp,
+                   -2**31, 2**31 - 1)
+    np.testing.assert_array_equal(y, want)
+    assert 2**30 + 1000 < want[1, 2] < 2**31 - 1000    # (1.5e9: the value itself)
+    assert y[0, 0] == 2**31 - 1 and y[0, 1] == -2**31
+
+
 def test_quantized_concatenate_matches_torch():
     rng = np.random.default_rng(3)
     qa = rng.integers(0, 256, (64, 100)).astype(np.uint8)

@@ -21,7 +21,7 @@ erf            ``2/sqrt(pi) * exp(-x*x)``
 sin, cos       ``cos(x)``, ``-sin(x)``
 tan            ``1 + tan(x)**2``
 atan           ``1 / (1 + x*x)``
-atan2(y, x)    ``x/(x*x+y*y)``, ``-y/(x*x+y*y)``       NaN at (0, 0), as PyTorch
+atan2(y, x)    ``x/(x*x+y*y)``, ``-y/(x*x+y*y)``       0 where ``x*x+y*y`` is 0, as PyTorch
 cbrt           ``1 / (3 cbrt(x)**2)``                  ``inf`` at 0
 erfc           ``-2/sqrt(pi) * exp(-x*x)``             (also ``fast_erfc``)
 abs            ``sign(x)``                             0 at 0 (PyTorch's ``sgn``)
@@ -77,9 +77,13 @@ def _pow_rule(args, out):
 
 
 def _atan2_rule(args, out):
+    """``x / r2``, ``-y / r2`` with ``1 / r2`` taken as 0 where ``r2 = x*x + y*y`` is 0 (the
+    origin, or both squares under the dtype's range): PyTorch's ``atan2_backward``, whose
+    gradient there is 0 (and -0), not NaN."""
     y, x = args
     r2 = x * x + y * y
-    return x / r2, -y / r2
+    recip = _op.if_then_else(_op.compare(EQ, r2, 0), _c(0, r2), _c(1, r2) / r2)
+    return x * recip, -y * recip
 
 
 def _erfc_rule(a, out):

@@ -27,6 +27,7 @@ from ..errors import AutoScheduleError
 from ..target import Target, cpu_model
 from .checks import check_args, check_shapes, cpu_target
 from ..strategy import Knobs, apply_rules
+from ..strategy.rules import _NONE, choice_of
 
 if TYPE_CHECKING:
     from ..ir.expr import Var
@@ -71,12 +72,16 @@ class Config:
             raise AutoScheduleError(
                 f"config: no knob {name!r:.80} in this workload's schedule; its knobs: "
                 f"{', '.join(sorted(self.space)) or '(none)'}")
-        if value not in self.space[name]:
+        choice = choice_of(value, self.space[name])
+        if choice is _NONE:
+            like = [c for c in self.space[name] if _equal(c, value)]
             raise AutoScheduleError(
                 f"config: knob {name} cannot be {value!r:.60}; its choices: "
-                f"{', '.join(repr(c) for c in self.space[name])}")
+                f"{', '.join(repr(c) for c in self.space[name])}" + (
+                    f" ({value!r:.30} is a {type(value).__name__}: give the choice itself, "
+                    f"{like[0]!r}, of type {type(like[0]).__name__})" if like else ""))
         values = dict(self.values)
-        values[name] = value
+        values[name] = choice
         return Config(self.target, values, self.space, self.defaults, self.shapes,
                       self.explicit | {name})
 
@@ -93,6 +98,13 @@ class Config:
             choices = ", ".join(repr(c) for c in self.space[k])
             lines.append(f" {mark} {k:{w}s} = {self.values[k]!r}   of [{choices}]")
         return "\n".join(lines)
+
+
+def _equal(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
 
 
 def _run(args, target, shapes, values):

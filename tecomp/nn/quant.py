@@ -142,9 +142,16 @@ def _add_zero_point(v, zero_point: int, dtype: str, bound: Optional[float] = Non
     """``clamp(rint(v) + zero_point)`` as ``dtype``, ``v`` float32, the zero point added in
     int32 (the rounded value is first clamped to +-2**30 in float32, which keeps saturated
     values saturated; left out when ``bound``, a bound of ``|v|`` known from the inputs'
-    dtypes and the scales, is below 2**29)."""
+    dtypes and the scales, is below 2**29).  For ``int32`` the sum and the clamp are in
+    float64, which holds every float32 and int32 exactly: a clamp to +-2**30 would leave
+    a value in (2**30, 2**31) at 2**30 + zero_point instead of the value or int32's bound
+    (session 25: quantized_dense to int32 gave 1073741834 for 2147483647)."""
     lo, hi = QDTYPES[dtype]
     r = _te.round(v)
+    if dtype == "int32":
+        r = r.astype("float64") + Const(float(zero_point), "float64")
+        return _te.minimum(_te.maximum(r, Const(float(lo), "float64")),
+                           Const(float(hi), "float64")).astype(dtype)
     if bound is None or not bound < 2.0 ** 29:
         r = _te.minimum(_te.maximum(r, Const(-2.0 ** 30, "float32")),
                         Const(2.0 ** 30, "float32"))
@@ -284,16 +291,19 @@ def _qmm_args(chk: Args, x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, ou
     return xz, wz, (scales, yz, out_dtype)
 
 
-def _requantize_acc(acc, bias, out_axis: int, requant, name: str, correction=None):
+def _requantize_acc(acc, bias, out_axis: int, requant, name: str, correction=None,
+                    where: Optional[str] = None):
     """The int32 accumulator ``acc`` of a quantized matmul/conv (plus ``correction(*i)``, an
     int32 expression, when given) plus ``bias`` (indexed by ``acc``'s axis ``out_axis``),
-    requantized as fbgemm does (see the module docstring)."""
+    requantized as fbgemm does (see the module docstring).  ``where``: the operator and
+    its name, as its other refusals begin (``Args.where``)."""
     (xs, ws, ys), yz, out_dtype = requant
+    where = where or name
     with np.errstate(over="ignore", under="ignore"):
         s = np.float32(xs) * np.float32(ws)
-    _float32_scale(float(s), f"{name}: x_scale * w_scale (the accumulator's scale)")
+    _float32_scale(float(s), f"{where}: x_scale * w_scale (the accumulator's scale)")
     with np.errstate(over="ignore", under="ignore"):
-        _float32_scale(float(s / np.float32(ys)), f"{name}: x_scale * w_scale / out_scale "
+        _float32_scale(float(s / np.float32(ys)), f"{where}: x_scale * w_scale / out_scale "
                        f"(the requantization multiplier)")
     m = Const(_f32(s / np.float32(ys)), "float32")
 
@@ -350,7 +360,8 @@ def quantized_dense(x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, out_zp,
             total = total + t(i, j)
         return total
 
-    return _requantize_acc(acc, bias, 1, requant, name, correction if terms else None)
+    return _requantize_acc(acc, bias, 1, requant, name, correction if terms else None,
+                           where=chk.where)
 
 
 def quantized_conv2d(x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, out_zp, stride=1,
@@ -409,4 +420,4 @@ def quantized_conv2d(x, x_scale, x_zp, w, w_scale, w_zp, bias, out_scale, out_zp
             src[n, o // per * dims["wI"] + c, y * sh + ky * dh, xx * sw + kx * dw] *
             _q(w[o, c, ky, kx], wz), axis=[c, ky, kx]), name=f"{name}.acc",
             tag="quantized_conv2d_grouped")
-    return _requantize_acc(acc, bias, 1, requant, name)
+    return _requantize_acc(acc, bias, 1, requant, name, where=chk.where)

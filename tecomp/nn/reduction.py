@@ -37,6 +37,10 @@ _ANY = _te.comm_reducer(lambda x, y: x | y, lambda t: Const(False, t), name="any
 def _axes(a: Args, x: Tensor, axis: Axis, allow_empty: bool = True) -> Tuple[int, ...]:
     """``axis`` as sorted non-negative axes of ``x``."""
     nd = x.ndim
+    if axis is None and not nd and not allow_empty:
+        a.fail(f"axis=None of x ({x.name}), a 0-d tensor: there is no axis to take the "
+               f"position along; give a tensor of at least one axis "
+               f"(tecomp.nn.reshape(x, (1,)))")
     if axis is None:
         return tuple(range(nd))
     many = isinstance(axis, (tuple, list))

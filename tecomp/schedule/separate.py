@@ -40,10 +40,14 @@ def separate(sch, tensor, axis) -> Tensor:
         raise ScheduleError(f"{what}: its loops are already transformed; call separate "
                             "first (it makes new loops), then schedule them")
     if not isinstance(axis, IterVar) or not any(axis is r for r in op.reduce_axis):
+        same = isinstance(axis, IterVar) and any(r.name == axis.name for r in op.reduce_axis)
         raise ScheduleError(
             f"{what}: axis {getattr(axis, 'name', axis)!r:.40} is not one of its reduce axes "
-            f"({', '.join(r.name for r in op.reduce_axis)}); give the window's axis along "
-            "the data's row")
+            f"({', '.join(r.name for r in op.reduce_axis)}); " + (
+                "it is another object of the same name (an axis of the stage before a "
+                "separate, rfactor or cache_write made new ones, or of another stage): take "
+                f"it from s[{st.name}].op.reduce_axis" if same else
+                "give the window's axis along the data's row"))
     k = axis
     others = [r for r in op.reduce_axis if r is not k]
     cond = simplify(body.condition)

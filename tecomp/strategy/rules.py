@@ -80,6 +80,7 @@ width, vector registers, L1 / L2 sizes, threads) from :func:`tecomp.target.cpu_m
 from __future__ import annotations
 
 import math
+import numbers
 import random
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -207,6 +208,30 @@ COLUMN_STEPS_PREFETCHED = 8
 # knobs
 
 
+_NONE = object()
+
+
+def choice_of(value, choices: Sequence):
+    """The choice of ``choices`` that ``value`` names, or ``_NONE``: equal and of the same
+    kind (``2.0`` is not the int choice ``2``, ``0`` not ``False``, ``True`` not ``1``; a
+    numpy integer names an int choice), so that a template never gets a float where it
+    splits by the value (session 25: ``Config.set("conv2d_nhwc.channel_vectors", 2.0)``
+    crashed the template)."""
+    for c in choices:
+        if isinstance(c, bool) or isinstance(value, bool):
+            same = isinstance(c, bool) and isinstance(value, bool)
+        elif isinstance(c, int):
+            same = isinstance(value, numbers.Integral)
+        else:
+            same = type(value) is type(c)
+        try:
+            if same and value == c:
+                return c
+        except (TypeError, ValueError):
+            continue
+    return _NONE
+
+
 class Knobs:
     """The decisions of one schedule: ``choose(name, choices, default)`` returns the value
     of knob ``name``.
@@ -231,8 +256,9 @@ class Knobs:
             choices.append(default)
         self.space[name] = choices
         self.defaults[name] = default
-        if name in self.given and self.given[name] in choices:
-            v = self.given[name]
+        given = choice_of(self.given[name], choices) if name in self.given else _NONE
+        if given is not _NONE:
+            v = given
         elif self.rng is not None:
             v = self.rng.choice(choices)
         else:

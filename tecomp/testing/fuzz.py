@@ -564,8 +564,9 @@ def main(argv=None) -> int:
         print(f"  [{len(seeds)}x] {sig}  (seeds {', '.join(map(str, seeds[:8]))}"
               f"{', ...' if len(seeds) > 8 else ''})")
     if refusals:
-        print(f"cases refused as documented (an edge or store_root case's TecompError where "
-              f"its family allows one): {kinds['refused']}")
+        print(f"cases refused as documented (a TecompError where the case's family allows "
+              f"one: an illegal call of ops/nnargs, a refusal a producers kind lists, an edge "
+              f"or store_root case's): {kinds['refused']}")
         for sig, seeds in sorted(refusals.items(), key=lambda x: -len(x[1])):
             print(f"  [{len(seeds)}x] {sig}  (seeds {', '.join(map(str, seeds[:8]))}"
                   f"{', ...' if len(seeds) > 8 else ''})")

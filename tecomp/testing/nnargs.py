@@ -47,6 +47,13 @@ drawn from its own random stream (``RandomDraw(seed * 7919 + 61)``) and is one o
     ``1e-45`` and ``1e39`` past float32's normal range, ``True``, a string) and zero
     points (out of the dtype's range, ``True``, ``2.0``, numpy ints) and the dtypes;
     against ``torch.quantize_per_tensor`` (exactly).
+``qdense``
+    (8% of the seeds, from a stream of their own: ``RandomDraw(seed * 7919 + 62)``)
+    ``quantized_dense``: the dtypes of ``x`` and ``w`` (``int32`` and ``float32``
+    among them), the three scales (the bad ones, and pairs whose product or ratio leaves
+    float32's normal range: ``1e-20 * 1e-20``), the zero points, ``out_dtype`` (``int32``,
+    ``"int16"``, None), the bias (None, float32, int32, the wrong length or rank);
+    against the exact int64 accumulator requantized in float32 as fbgemm does.
 
 Every drawn value is labelled, by the documented rules of the operator, ``legal`` or
 ``illegal``.  An illegal call must raise a :class:`~tecomp.errors.TecompError` whose
@@ -80,6 +87,8 @@ from .draw import RandomDraw
 
 FAMILY = "nnargs"
 KINDS = ("scalar", "window", "axis", "flag", "norm", "shape", "pool", "attention", "quant")
+#: kinds drawn from a stream of their own (the seeds of KINDS keep their cases otherwise)
+LATE_KINDS = ("qdense",)
 NAN, INF = float("nan"), float("inf")
 
 
@@ -196,6 +205,10 @@ def draw_nnargs_case(seed: int, target: str = "llvm") -> ArgsCase:
     sp = {"scalar": _draw_scalar, "window": _draw_window, "axis": _draw_axis,
           "flag": _draw_flag, "norm": _draw_norm, "shape": _draw_shape, "pool": _draw_pool,
           "attention": _draw_attention, "quant": _draw_quant}[kind](d)
+    late = RandomDraw(seed * 7919 + 62)
+    if late.bool(0.08):     # (a stream of its own: d's draws stay what they were)
+        kind = late.choice(LATE_KINDS)
+        sp = {"qdense": _draw_qdense}[kind](late)
     sp["kind"] = kind
     return ArgsCase(sp, d.int(0, 2**16), target, f"fuzz seed {seed} (nnargs: {sp['op']})",
                     fuzz_seed=seed, twist={"op": sp["op"]})
@@ -654,6 +667,59 @@ def _legal_zp(v, dtype) -> bool:
     return _is_int(v) and lo <= int(decode(v)) <= hi
 
 
+_QD_SCALES = _SCALES + (1e-20, 1e20, 1e-30, 1e30)
+
+
+def _f32_normal(v: float) -> bool:
+    with np.errstate(over="ignore", under="ignore"):
+        f = abs(float(np.float32(v)))
+    return float(np.finfo(np.float32).tiny) <= f <= float(np.finfo(np.float32).max)
+
+
+def _draw_qdense(d):
+    b, k, o = d.int(1, 3), d.int(1, 40), d.int(1, 12)
+    xd = d.choice(("uint8",) * 6 + ("int8", "int8", "int32", "float32"))
+    wd = d.choice(("int8",) * 6 + ("uint8", "int32"))
+    sp = {"op": "quantized_dense", "kwargs": {}}
+    kw = sp["kwargs"]
+    kw["x_scale"], kw["w_scale"], kw["out_scale"] = (
+        d.choice(_BAD_SCALES if d.bool(1 / 8) else _QD_SCALES) for _ in range(3))
+    kw["x_zp"], kw["w_zp"], kw["out_zp"] = (
+        d.choice(_BAD_ZPS if d.bool(1 / 8) else _ZPS) for _ in range(3))
+    od = d.choice(("uint8",) * 4 + ("int8", "int32", "int32", "int16", None))
+    if od != "uint8" or d.bool(0.5):
+        kw["out_dtype"] = od
+    bias = d.choice(("none", "float32", "float32", "int32", "long", "2d"))
+    sp["inputs"] = [[[b, k], xd], [[o, k], wd]]
+    if bias != "none":
+        sp["inputs"].append([[o + 1] if bias == "long" else [o, 1] if bias == "2d" else [o],
+                             "int32" if bias == "int32" else "float32"])
+    for arg, dt in (("x", xd), ("w", wd)):
+        if dt not in ("uint8", "int8"):
+            _illegal(sp, arg)
+    if od not in ("uint8", "int8", "int32"):
+        _illegal(sp, "out_dtype")
+    scales_ok = True
+    for arg in ("x_scale", "w_scale", "out_scale"):
+        if not _legal_scale(kw[arg]):
+            _illegal(sp, arg)
+            scales_ok = False
+    for arg, dt in (("x_zp", xd), ("w_zp", wd), ("out_zp", od)):
+        if dt in ("uint8", "int8", "int32") and not _legal_zp(kw[arg], dt):
+            _illegal(sp, arg)
+    if bias in ("long", "2d"):
+        _illegal(sp, "bias")
+    if scales_ok:   # the accumulator's scale and the multiplier: normal float32 too
+        with np.errstate(over="ignore", under="ignore"):
+            s32 = np.float32(_fl(kw["x_scale"])) * np.float32(_fl(kw["w_scale"]))
+            m32 = s32 / np.float32(_fl(kw["out_scale"]))
+        if not _f32_normal(float(s32)) or not _f32_normal(float(m32)):
+            _illegal(sp, "x_scale")      # (the message names "x_scale * w_scale")
+    sp["qdtype"] = od
+    sp["bias"] = bias
+    return sp
+
+
 def _draw_quant(d):
     op = d.choice(("quantize", "dequantize", "requantize"))
     shape = [d.int(1, 3), d.int(1, 20)]
@@ -730,6 +796,9 @@ def _call(sp, phs):
         return fn(*phs[:3], mask=phs[3] if len(phs) > 3 else None, **kw)[0]
     if sp["op"] in ("quantize", "dequantize", "requantize"):
         return getattr(quant, sp["op"])(*phs, **kw)
+    if sp["op"] == "quantized_dense":
+        return quant.quantized_dense(phs[0], w=phs[1], bias=phs[2] if len(phs) > 2 else None,
+                                     **kw)
     if sp["op"] == "concatenate":
         return fn(phs, **kw)
     if sp["op"] == "batch_norm":
@@ -871,6 +940,8 @@ def _quant_reference(sp, kw, arrays):
             return torch.quantize_per_tensor(t, scale, zp, tq[sp["qdtype"]]).int_repr()
 
     op, x = sp["op"], torch.from_numpy(arrays[0])
+    if op == "quantized_dense":
+        return _qdense_reference(sp, kw, arrays), True
     if op == "quantize":
         return quantize(x, float(kw["scale"]), int(kw["zero_point"])).numpy(), True
     if op == "dequantize":
@@ -880,6 +951,25 @@ def _quant_reference(sp, kw, arrays):
     deq = (arrays[0].astype(np.int64) - z).astype(np.float32) * np.float32(s)
     return quantize(torch.from_numpy(deq), float(kw["out_scale"]),
                     int(kw["out_zp"])).numpy(), True
+
+
+def _qdense_reference(sp, kw, arrays):
+    """The exact accumulator (int64), requantized in float32 as fbgemm does (the module
+    docstring of tecomp.nn.quant): ``clamp(rint((acc + bias / s) * m) + out_zp)``, an int32
+    bias added to ``acc``; clamped to the output dtype's range as a whole number."""
+    xq, wq = arrays[0].astype(np.int64), arrays[1].astype(np.int64)
+    acc = (xq - int(kw["x_zp"])) @ (wq - int(kw["w_zp"])).T
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        s = np.float32(float(kw["x_scale"])) * np.float32(float(kw["w_scale"]))
+        m = np.float32(s / np.float32(float(kw["out_scale"])))
+        if len(arrays) > 2 and arrays[2].dtype == np.int32:
+            v = (acc + arrays[2].astype(np.int64)).astype(np.float32) * m
+        elif len(arrays) > 2:
+            v = (acc.astype(np.float32) + arrays[2] / s) * m
+        else:
+            v = acc.astype(np.float32) * m
+        lo, hi = quant.QDTYPES[sp["qdtype"] or "uint8"]
+        return np.clip(np.rint(v.astype(np.float64)) + int(kw["out_zp"]), lo, hi)
 
 
 def _softmax(x, ax):
@@ -986,6 +1076,6 @@ def _reference(sp, arrays, dtype):
     if op == "dropout":
         p = float(kw["p"])
         return (x * 0 if p == 1 else x / (1 - p)), False
-    if op in ("quantize", "dequantize", "requantize"):
+    if op in ("quantize", "dequantize", "requantize", "quantized_dense"):
         return _quant_reference(sp, kw, arrays)
     raise AssertionError(f"no reference for {op}")   # (a fuzzer bug: a crash)

@@ -38,15 +38,34 @@ float64 numpy reference.  Each case is drawn from its own random stream
 ``sdpa``
     ``scaled_dot_product_attention`` with ``q``, ``k`` and ``v`` the same tensor (or two
     of them), ``q`` a scaled compute, the mask a compute or a placeholder.
+``convnd``
+    (12% of the seeds, from a stream of their own: ``RandomDraw(seed * 7919 + 73)``)
+    ``conv1d_ncw`` / ``conv1d_nwc`` / ``conv3d_ncdhw`` / ``conv3d_ndhwc`` of a computed
+    input (ReLU, pad, cast, strided view, broadcast) or of scaled weights; stride,
+    padding, dilation, groups (depthwise too).
+
+In 15% of the cases (a stream of their own, ``RandomDraw(seed * 7919 + 74)``) one knob of
+the schedule (``tc.autoschedule.default_config``) is set by hand to its default written
+another way (:data:`KNOB_TWISTS`): a numpy integer must be taken (``apply_config``, then
+built and compared as any case); a float equal to an int choice, an int for a bool, a
+string, ``2**40`` or ``-1`` must be refused by ``Config.set`` with an ``AutoScheduleError``
+naming the knob (session 25: ``2.0`` reached a template, which split by it).
 
 In every kind, a third of the cases also return a second output that reads the
 templated operator's output (``Y`` used twice: ``Y`` and ``relu(Y) + Y``), the
 arguments ``[inputs..., Y, Z]``; and a third (``expose``) return the producers of its
 inputs too (the ReLU, cast, pad, view, transpose or scaled weights: a stage a template
-would inline into the operator is also an output).  Outcomes: ``ok``, ``refused`` (a TecompError raised
-for the DAG: allowed, counted apart; an
-:class:`~tecomp.errors.InternalError` is a crash), ``mismatch`` (a wrong value) or
-``crash`` (any other exception).
+would inline into the operator is also an output).  A stream of its own
+(``RandomDraw(seed * 7919 + 72)``) makes the batch (the rows of a GEMM, the batch of a
+convolution, a batch_matmul or attention) a ``tc.var`` in a fifth of the cases (passed last;
+not for one tensor used as both operands).
+
+Every DAG here is legal: a kind may meet only the refusals :func:`expected_refusals` lists
+for its draws (the class and a phrase of the message: ``algorithm="winograd"`` of a
+depthwise grouping or of a symbolic batch, a ``ShapeError``).  Outcomes: ``ok``,
+``refused`` (one of those), ``mismatch`` (a wrong value) or ``crash`` (any other exception:
+an :class:`~tecomp.errors.InternalError`, a Python error, or a TecompError the kind does not
+expect -- a legal DAG refused, e.g. a ``ScheduleError`` or ``LowerError`` from a template).
 
     python -m tecomp.testing.fuzz --only producers --cases 300 --case-timeout 200
 """
@@ -59,7 +78,8 @@ import numpy as np
 
 import tecomp as tc
 from .. import nn
-from ..errors import InternalError, TecompError
+from ..autoschedule import apply_config, default_config
+from ..errors import InternalError, ShapeError, TecompError
 from ..strategy.cpu import matmul_packed
 from ..te.tensor import PlaceholderOp
 from .diff import Outcome, SpecCase
@@ -68,6 +88,12 @@ from .draw import RandomDraw
 FAMILY = "producers"
 KINDS = ("winograd_pre", "winograd", "conv", "gemm", "packed", "pool_conv", "softmax_mm",
          "sdpa")
+#: kinds drawn from a stream of their own (the seeds of KINDS keep their cases otherwise)
+LATE_KINDS = ("convnd",)
+#: how a knob of the schedule is set by hand (``tc.autoschedule.default_config(...).set``):
+#: the default as a numpy integer (legal), or as a float, an int for a bool (or a bool for
+#: an int), a string, 2**40 or -1 (each refused with an AutoScheduleError naming the knob)
+KNOB_TWISTS = ("np_int", "float", "int_bool", "string", "huge", "negative")
 
 
 @dataclass
@@ -89,12 +115,48 @@ def draw_producer_case(seed: int, target: str = "llvm") -> ProducerCase:
     d = RandomDraw(seed * 7919 + 71)
     kind = d.choice(KINDS)
     sp = _DRAW[kind](d)
+    late = RandomDraw(seed * 7919 + 73)
+    if late.bool(0.12):      # (the draws of d above and below stay what they were)
+        kind = late.choice(LATE_KINDS)
+        sp = _DRAW[kind](late)
     sp["kind"] = kind
     sp["twice"] = d.bool(1 / 3)
     data_seed = d.int(0, 2**16)
     sp["expose"] = d.bool(1 / 3)
+    # (a stream of its own: the draws above stay what they were) a symbolic batch
+    e = RandomDraw(seed * 7919 + 72)
+    sp["sym"] = e.bool(0.2) and not (sp.get("same") or sp.get("data") == "same"
+                                     or sp.get("how") == "same" or sp.get("share") == "all")
+    # (another stream) a knob of the schedule set by hand, as a careless user writes it
+    kn = RandomDraw(seed * 7919 + 74)
+    if kn.bool(0.15):
+        sp["knob"] = {"how": kn.choice(KNOB_TWISTS), "pick": kn.int(0, 999)}
     return ProducerCase(sp, data_seed, target, f"fuzz seed {seed} (producers: {kind})",
                         fuzz_seed=seed, twist={"kind": kind})
+
+
+def expected_refusals(sp) -> tuple:
+    """The refusals a case may meet, ``((TecompError subclass, a phrase of its message),
+    ...)``: the documented ones of its kind for its draws.  Every other TecompError is a
+    crash (a legal DAG refused)."""
+    out = []
+    if sp["kind"] in ("winograd", "winograd_pre"):
+        if sp["c"] == sp["groups"]:      # one input channel per group: no Winograd
+            out.append((ShapeError, "depthwise grouping"))
+        if sp.get("sym"):
+            out.append((ShapeError, "symbolic batch"))
+    if sp["kind"] in ("conv", "pool_conv") and sp["data"] == "same" and \
+            not sp["depthwise"] and sp["layout"] == "NHWC" and \
+            sp["c"] + 2 * sp["pad"] < sp["k"]:
+        # one tensor [k, k, c, c] as data and HWIO weights: its width c (padded) is
+        # narrower than the kernel (seed 9065)
+        out.append((ShapeError, "the kernel does not fit"))
+    return tuple(out)
+
+
+def _expected(sp, e) -> bool:
+    msg = str(e)
+    return any(isinstance(e, cls) and phrase in msg for cls, phrase in expected_refusals(sp))
 
 
 # ---------------------------------------------------------------------------------
@@ -182,9 +244,26 @@ def _draw_sdpa(d):
             "scale": d.choice((None, 0.5, 2.0))}
 
 
+def _draw_convnd(d):
+    nd = d.choice((1, 3))
+    first = d.bool()
+    kind = d.choice(("plain", "plain", "grouped", "depthwise"))
+    g = d.choice((2, 3)) if kind != "plain" else 1
+    c = g if kind == "depthwise" else g * d.int(1, 3)
+    o = g * d.int(1, 3)
+    k = [d.choice((1, 2, 3)) for _ in range(nd)]
+    dil = [d.choice((1, 1, 2)) for _ in range(nd)]
+    size = [d.int(dd * (kk - 1) + 1, (9 if nd == 3 else 20)) for kk, dd in zip(k, dil)]
+    return {"nd": nd, "first": first, "groups": g, "n": d.int(1, 2), "c": c, "o": o,
+            "k": k, "size": size, "stride": [d.choice((1, 1, 2)) for _ in range(nd)],
+            "dil": dil, "pad": [d.int(0, kk // 2) for kk in k],
+            "data": d.choice(("relu", "pad", "cast", "ph", "view", "bcast")),
+            "weight": d.choice(("ph", "ph", "scaled"))}
+
+
 _DRAW = {"winograd_pre": _draw_winograd_pre, "winograd": _draw_winograd, "conv": _draw_conv,
          "gemm": _draw_gemm, "packed": _draw_packed, "pool_conv": _draw_pool_conv,
-         "softmax_mm": _draw_softmax_mm, "sdpa": _draw_sdpa}
+         "softmax_mm": _draw_softmax_mm, "sdpa": _draw_sdpa, "convnd": _draw_convnd}
 
 
 # ---------------------------------------------------------------------------------
@@ -193,17 +272,29 @@ _DRAW = {"winograd_pre": _draw_winograd_pre, "winograd": _draw_winograd, "conv":
 class _Inputs:
     """The placeholders and their data, in argument order."""
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, sym: bool = False):
         self.rng = np.random.default_rng(seed)
         self.tensors, self.arrays = [], []
         self.stages = []    # (a producer compute, its float64 value): outputs too with expose
+        self.var = tc.var("n") if sym else None     # the symbolic batch, passed last
+        self.n = None                               # its value (the first batched shape's)
+
+    def te(self, shape, batch: bool = True):
+        """``shape`` as a TE shape: its first extent the symbolic batch where there is one
+        (and ``batch``)."""
+        if self.var is None or not batch:
+            return tuple(shape)
+        if self.n is None:
+            self.n = int(shape[0])
+        assert self.n == shape[0], (self.n, shape)   # (a fuzzer bug: one batch)
+        return (self.var,) + tuple(shape[1:])
 
     def stage(self, t, value):
         if not isinstance(t.op, PlaceholderOp):
             self.stages.append((t, np.asarray(value, np.float64)))
 
-    def add(self, shape, dtype="float32", name="I", data=None):
-        t = tc.placeholder(tuple(shape), dtype, name=name)
+    def add(self, shape, dtype="float32", name="I", data=None, batch=False):
+        t = tc.placeholder(self.te(shape, batch), dtype, name=name)
         if data is None:
             data = (self.rng.standard_normal(tuple(shape))).astype(dtype)
         self.tensors.append(t)
@@ -221,19 +312,20 @@ def _data_producer_(ins, how, shape, pad_dims, name="X"):
     """The data of a convolution as ``how`` produces it: (the tensor, its float64 value,
     the extra padding an ``nn.pad`` added on each of ``pad_dims``)."""
     if how == "cast":
-        X, x = ins.add(shape, "float16", name)
+        X, x = ins.add(shape, "float16", name, batch=True)
         return nn.cast(X, "float32", name=f"{name}.cast"), x, 0
-    X, x = ins.add(shape, name=name)
-    if how == "relu":
-        return nn.relu(X, name=f"{name}.relu"), np.maximum(x, 0), 0
     if how == "view":    # every other row of a taller tensor (a strided view compute)
-        Xb, xb = ins.add((shape[0], 2 * shape[1]) + tuple(shape[2:]), name=name)
-        V = tc.compute(shape, lambda a, b, *r: Xb(a, 2 * b + 1, *r), name=f"{name}.view")
+        Xb, xb = ins.add((shape[0], 2 * shape[1]) + tuple(shape[2:]), name=name, batch=True)
+        V = tc.compute(ins.te(shape), lambda a, b, *r: Xb(a, 2 * b + 1, *r),
+                       name=f"{name}.view")
         return V, xb[:, 1::2], 0
     if how == "bcast":   # one image broadcast along the batch
         X1, x1 = ins.add((1,) + tuple(shape[1:]), name=f"{name}1")
-        V = tc.compute(shape, lambda a, *r: X1(0, *r), name=f"{name}.bcast")
+        V = tc.compute(ins.te(shape), lambda a, *r: X1(0, *r), name=f"{name}.bcast")
         return V, np.broadcast_to(x1, shape), 0
+    X, x = ins.add(shape, name=name, batch=True)
+    if how == "relu":
+        return nn.relu(X, name=f"{name}.relu"), np.maximum(x, 0), 0
     if how == "pad":
         before = [1 if i in pad_dims else 0 for i in range(len(shape))]
         xp = np.pad(x, [(b, b) for b in before], constant_values=0.5)
@@ -363,17 +455,17 @@ def _build_conv(ins, sp):
     return Y, ref, 1e-4
 
 
-def _operand(ins, how, shape, name):
-    A, a = _operand_(ins, how, shape, name)
+def _operand(ins, how, shape, name, batch=False):
+    A, a = _operand_(ins, how, shape, name, batch)
     ins.stage(A, a)
     return A, a
 
 
-def _operand_(ins, how, shape, name):
+def _operand_(ins, how, shape, name, batch):
     if how == "cast":
-        A, a = ins.add(shape, "float16", name)
+        A, a = ins.add(shape, "float16", name, batch=batch)
         return nn.cast(A, "float32", name=f"{name}.cast"), a
-    A, a = ins.add(shape, name=name)
+    A, a = ins.add(shape, name=name, batch=batch)
     if how == "relu":
         return nn.relu(A, name=f"{name}.relu"), np.maximum(a, 0)
     return A, a
@@ -382,7 +474,7 @@ def _operand_(ins, how, shape, name):
 def _build_gemm(ins, sp):
     op, m, n, k, b = sp["op"], sp["m"], sp["n"], sp["k"], sp["b"]
     ash = {"matmul": (m, k), "dense": (m, k), "batch_matmul": (b, m, k)}[op]
-    A, a = _operand(ins, sp["a"], ash, "A")
+    A, a = _operand(ins, sp["a"], ash, "A", batch=True)   # (its rows or batch symbolic)
     # B as the op reads it: matmul [K, N], dense [N, K], batch_matmul [b, K, N] or [b, N, K]
     bsh = {"matmul": (k, n), "dense": (n, k),
            "batch_matmul": (b, n, k) if sp["tb"] else (b, k, n)}[op]
@@ -390,11 +482,11 @@ def _build_gemm(ins, sp):
         B, bv = A, a
     elif sp["bop"] == "transposed":
         perm = (1, 0) if len(bsh) == 2 else (0, 2, 1)
-        Bs, bs = ins.add(tuple(bsh[p] for p in perm), name="Bt")
+        Bs, bs = ins.add(tuple(bsh[p] for p in perm), name="Bt", batch=op == "batch_matmul")
         B, bv = nn.transpose(Bs, perm, name="B.t"), bs.transpose(perm)
         ins.stage(B, bv)
     else:
-        B, bv = _operand(ins, sp["bop"], bsh, "B")
+        B, bv = _operand(ins, sp["bop"], bsh, "B", batch=op == "batch_matmul")
     if op == "matmul":
         return nn.matmul(A, B), a @ bv, 1e-4
     if op == "batch_matmul":
@@ -410,7 +502,7 @@ def _build_gemm(ins, sp):
 
 def _build_packed(ins, sp):
     m, n, k, nr, how = sp["m"], sp["n"], sp["k"], sp["nr"], sp["how"]
-    A, a = ins.add((m, k), name="A")
+    A, a = ins.add((m, k), name="A", batch=True)
     if how == "ph_packed":
         # weights packed once, apart, into [N/nr, K, nr] panels (zeros past N)
         nb = -(-n // nr)
@@ -421,7 +513,8 @@ def _build_packed(ins, sp):
         P, _ = ins.add(pk.shape, name="packB", data=pk.astype("float32"))
         bv = bv.astype("float32").astype(np.float64)
         r = tc.reduce_axis((0, k), name="k")
-        Y = tc.compute((m, n), lambda i, j: tc.sum(A[i, r] * P[j // nr, r, j % nr], axis=r),
+        Y = tc.compute(ins.te((m, n)),
+                       lambda i, j: tc.sum(A[i, r] * P[j // nr, r, j % nr], axis=r),
                        name="matmul", tag="matmul,matmul_packed", attrs={"nr": nr})
         return Y, a @ bv, 1e-4
     if how == "same":
@@ -460,12 +553,12 @@ def _build_pool_conv(ins, sp):
 def _build_softmax_mm(ins, sp):
     m, n, k, b = sp["m"], sp["n"], sp["k"], sp["b"]
     if sp["op"] == "matmul":
-        A, a = ins.add((m, k), name="A")
+        A, a = ins.add((m, k), name="A", batch=True)
         B, bv = ins.add((k, n), name="B")
         Y = nn.matmul(A, B)
     else:
-        A, a = ins.add((b, m, k), name="A")
-        B, bv = ins.add((b, k, n), name="B")
+        A, a = ins.add((b, m, k), name="A", batch=True)
+        B, bv = ins.add((b, k, n), name="B", batch=True)
         Y = nn.batch_matmul(A, B)
     y = a @ bv
     ax = sp["axis"]
@@ -485,17 +578,17 @@ def _build_sdpa(ins, sp):
         e = np.exp(s - s.max(-1, keepdims=True))
         return Y, e / e.sum(-1, keepdims=True) @ q, 1e-4
     shape = (b, h, L, dd)
-    Q, q = ins.add(shape, name="Q")
+    Q, q = ins.add(shape, name="Q", batch=True)
     share = sp["share"]
-    K, k = (Q, q) if share in ("qkv", "qk") else ins.add(shape, name="K")
+    K, k = (Q, q) if share in ("qkv", "qk") else ins.add(shape, name="K", batch=True)
     if share == "qkv":
         V, v = Q, q
     elif share == "kv":
         V, v = K, k
     else:
-        V, v = ins.add(shape, name="V")
+        V, v = ins.add(shape, name="V", batch=True)
     if sp["q"] == "scaled":
-        Q = tc.compute(shape, lambda *i: Q(*i) * tc.const(0.5, "float32"), name="Q.scaled")
+        Q = tc.compute(ins.te(shape), lambda *i: Q(*i) * tc.const(0.5, "float32"), name="Q.scaled")
         q = q * 0.5
         ins.stage(Q, q)
     mask, mv = None, 0.0
@@ -518,16 +611,61 @@ def _build_sdpa(ins, sp):
     return Y, p @ v, 1e-4
 
 
+def _convnd_ref(x, w, stride, pads, dil, groups):
+    """A float64 N-d convolution: ``x`` [N, C, *S], ``w`` [O, C / groups, *K] (channels
+    first; the caller moves them)."""
+    nd = x.ndim - 2
+    x = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in pads])
+    O, I = w.shape[:2]
+    K = w.shape[2:]
+    outs = [(x.shape[2 + j] - dil[j] * (K[j] - 1) - 1) // stride[j] + 1 for j in range(nd)]
+    out = np.zeros((x.shape[0], O, *outs))
+    og = O // groups
+    for g in range(groups):
+        xs = x[:, g * I:(g + 1) * I]
+        for taps in np.ndindex(*K):
+            sl = tuple(slice(t * dd, t * dd + s_ * (n - 1) + 1, s_)
+                       for t, dd, s_, n in zip(taps, dil, stride, outs))
+            out[:, g * og:(g + 1) * og] += np.einsum(
+                "nc...,oc->no...", xs[(slice(None), slice(None)) + sl],
+                w[(slice(g * og, (g + 1) * og), slice(None)) + tuple(taps)])
+    return out
+
+
+def _build_convnd(ins, sp):
+    nd, first, g = sp["nd"], sp["first"], sp["groups"]
+    n, c, o, k, size = sp["n"], sp["c"], sp["o"], sp["k"], sp["size"]
+    shape = (n, c, *size) if first else (n, *size, c)
+    spatial = tuple(range(2, nd + 2)) if first else tuple(range(1, nd + 1))
+    X, x, _ = _data_producer(ins, sp["data"], shape, spatial)
+    wshape = (o, c // g, *k) if first else (*k, c // g, o)
+    W, w = ins.add(wshape, name="W")
+    if sp["weight"] == "scaled":
+        W = tc.compute(wshape, lambda *i: W(*i) * tc.const(0.5, "float32"), name="W.scaled")
+        w = w * 0.5
+        ins.stage(W, w)
+    if not first:   # to channels first: x [N, *S, C] -> [N, C, *S], w [*K, I, O] -> [O, I, *K]
+        x = np.moveaxis(x, -1, 1)
+        w = np.moveaxis(np.moveaxis(w, -1, 0), -1, 1)
+    op = {(1, True): nn.conv1d_ncw, (1, False): nn.conv1d_nwc,
+          (3, True): nn.conv3d_ncdhw, (3, False): nn.conv3d_ndhwc}[nd, first]
+    Y = op(X, W, stride=sp["stride"], padding=sp["pad"], dilation=sp["dil"], groups=g)
+    # (an nn.pad data producer added one row of 0.5 on each spatial side: in x already)
+    ref = _convnd_ref(x, w, sp["stride"], sp["pad"], sp["dil"], g)
+    return Y, (ref if first else np.moveaxis(ref, 1, -1)), 1e-4
+
+
 _BUILD = {"winograd_pre": _build_winograd_pre, "winograd": _build_winograd,
           "conv": _build_conv, "gemm": _build_gemm, "packed": _build_packed,
           "pool_conv": _build_pool_conv, "softmax_mm": _build_softmax_mm,
-          "sdpa": _build_sdpa}
+          "sdpa": _build_sdpa, "convnd": _build_convnd}
 
 
 def build_case(case: ProducerCase):
-    """``(inputs, their arrays, outputs, float64 references, tolerance)`` of a case."""
+    """``(inputs, their arrays, outputs, float64 references, tolerance, the symbolic
+    batch's ``(var, value)`` or None)`` of a case."""
     sp = case.spec
-    ins = _Inputs(case.seed)
+    ins = _Inputs(case.seed, sp.get("sym", False))
     Y, ref, tol = _BUILD[sp["kind"]](ins, sp)
     outs, refs = [Y], [np.asarray(ref, np.float64)]
     if sp.get("twice"):     # Y used twice: an output and read by a second one
@@ -539,7 +677,8 @@ def build_case(case: ProducerCase):
         for t, v in ins.stages:
             outs.append(t)
             refs.append(v)
-    return ins.tensors, ins.arrays, outs, refs, tol
+    sym = (ins.var, ins.n) if ins.var is not None and ins.n is not None else None
+    return ins.tensors, ins.arrays, outs, refs, tol, sym
 
 
 # ---------------------------------------------------------------------------------
@@ -549,19 +688,28 @@ def run_producer_case(case: ProducerCase) -> Outcome:
     """Run a case (see the module doc): never raises for a finding."""
     stage = "dag"
     try:
-        tensors, arrays, outs, refs, tol = build_case(case)
-        args = tensors + outs
+        tensors, arrays, outs, refs, tol, sym = build_case(case)
+        args = tensors + outs + ([sym[0]] if sym else [])
         stage = "auto_schedule"
-        s = tc.auto_schedule(args, target=case.target, trials=0)
+        if case.spec.get("knob"):
+            stage = "knob"
+            s, bad = _knob_schedule(case, args, sym)
+            if bad:
+                return Outcome("mismatch", case, stage, bad)
+        else:
+            s = tc.auto_schedule(args, target=case.target, trials=0)
         stage = "build"
         f = tc.build(s, args, target=case.target)
         stage = "call"
-        got = [np.zeros(tc.utils.get_const_tuple(o.shape), o.dtype) for o in outs]
-        f(*arrays, *got)
+        got = [np.zeros(r.shape, o.dtype) for o, r in zip(outs, refs)]
+        f(*arrays, *got, *([sym[1]] if sym else []))
     except InternalError as e:
         return Outcome("crash", case, stage, _exc(e))
     except TecompError as e:
-        return Outcome("refused", case, stage, f"{type(e).__name__}: {e}")
+        if _expected(case.spec, e):
+            return Outcome("refused", case, stage, f"{type(e).__name__}: {e}")
+        return Outcome("crash", case, stage, "a legal DAG refused (not a refusal this kind "
+                       f"expects: {expected_refusals(case.spec)!r}):\n" + _exc(e))
     except Exception as e:  # noqa: BLE001
         return Outcome("crash", case, stage, _exc(e))
     for k, (g, w) in enumerate(zip(got, refs)):
@@ -569,6 +717,44 @@ def run_producer_case(case: ProducerCase) -> Outcome:
         if bad:
             return Outcome("mismatch", case, "compare", f"output {k}: {bad}")
     return Outcome("ok", case, "compare")
+
+
+def _knob_value(c, how):
+    """The default choice ``c`` of a knob written as ``how`` says: ``(value, legal)``."""
+    num = isinstance(c, int) and not isinstance(c, bool)
+    if how == "np_int" and num:
+        return np.int64(c), True
+    if how == "float" and isinstance(c, (int, bool)):
+        return float(c), False
+    if how == "int_bool" and isinstance(c, bool):
+        return int(c), False
+    if how == "int_bool" and num and c in (0, 1):
+        return bool(c), False
+    if how == "huge":
+        return 2**40, False
+    if how == "negative" and num:
+        return -1, c == -1
+    return (c + " " if isinstance(c, str) else str(c)), False
+
+
+def _knob_schedule(case, args, sym):
+    """``(schedule, what went wrong or "")`` with one knob set by hand (``spec["knob"]``)."""
+    shapes = {sym[0].name: sym[1]} if sym else None
+    cfg = default_config(args, case.target, shapes)
+    names = sorted(cfg.space)
+    if not names:
+        return tc.auto_schedule(args, target=case.target, trials=0), ""
+    name = names[case.spec["knob"]["pick"] % len(names)]
+    value, legal = _knob_value(cfg[name], case.spec["knob"]["how"])
+    if legal:
+        return apply_config(args, cfg.set(name, value)), ""
+    try:
+        cfg.set(name, value)
+    except tc.AutoScheduleError as e:
+        if name not in str(e):
+            return None, f"the refusal of {name} = {value!r} does not name it: {e}"
+        return tc.auto_schedule(args, target=case.target, trials=0), ""
+    return None, f"Config.set({name!r}, {value!r}) taken; its choices: {cfg.space[name]!r}"
 
 
 def _differs(got, want, tol) -> str:

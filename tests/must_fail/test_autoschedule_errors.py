@@ -3,6 +3,7 @@ the value and says what to do."""
 import re
 import sys
 
+import numpy as np
 import pytest
 
 import tecomp as tc
@@ -271,6 +272,23 @@ def test_config_value_outside_the_choices():
     with pytest.raises(tc.AutoScheduleError, match=r"config: knob gemm.nr cannot be 7; its "
                        r"choices: 8, 16, 24"):
         cfg.set("gemm.nr", 7)
+
+
+def test_config_value_equal_to_a_choice_of_another_type():
+    """Session 25: 2.0 for the int choice 2 (or 1.0 for True) was taken, and the float
+    reached the template, which split by it (InternalError)."""
+    X = tc.placeholder((1, 12, 12, 32), name="X")
+    W = tc.placeholder((3, 3, 32, 64), name="W")
+    cfg = tc.autoschedule.default_config([X, W, tc.nn.conv2d_nhwc(X, W, 1, 1)], "llvm")
+    with pytest.raises(tc.AutoScheduleError, match=r"config: knob conv2d_nhwc.channel_vectors "
+                       r"cannot be 2.0; its choices: 2, 4 \(2.0 is a float: give the choice "
+                       r"itself, 2, of type int\)"):
+        cfg.set("conv2d_nhwc.channel_vectors", 2.0)
+    with pytest.raises(tc.AutoScheduleError, match=r"knob template cannot be 1; its choices: "
+                       r"True, False \(1 is a int: give the choice itself, True, of type "
+                       r"bool\)"):
+        cfg.set("template", 1)
+    assert cfg.set("conv2d_nhwc.block", np.int64(2))["conv2d_nhwc.block"] == 2
 
 
 def test_config_knob_that_the_other_values_remove():

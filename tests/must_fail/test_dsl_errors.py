@@ -384,11 +384,12 @@ def test_quantization_scales_outside_float32():
         quant.dequantize(Q, 1e39, 0, name="dq")
     with pytest.raises(ComputeError, match=r"requantize requantize: out_scale is 1e-300"):
         quant.requantize(Q, 0.1, 0, 1e-300, 0)
-    with pytest.raises(ComputeError, match=r"quantized_dense: x_scale \* w_scale \(the "
-                                           r"accumulator's scale\) is 1e-40"):
+    with pytest.raises(ComputeError, match=r"quantized_dense quantized_dense: x_scale \* "
+                                           r"w_scale \(the accumulator's scale\) is 1e-40"):
         quant.quantized_dense(Q, 1e-20, 0, W, 1e-20, 0, None, 1e-30, 0)
-    with pytest.raises(ComputeError, match=r"quantized_dense: x_scale \* w_scale / out_scale "
-                                           r"\(the requantization multiplier\) is inf"):
+    with pytest.raises(ComputeError, match=r"quantized_dense quantized_dense: x_scale \* "
+                                           r"w_scale / out_scale \(the requantization "
+                                           r"multiplier\) is inf"):
         quant.quantized_dense(Q, 1e10, 0, W, 1e10, 0, None, 1e-20, 0)
     for sc in (1.2e-38, 3e38):      # the ends of the range still build and run
         x = np.array([0.0, 1e-30, 1e30, -1.0], np.float32)

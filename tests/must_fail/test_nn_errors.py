@@ -761,3 +761,14 @@ def _public_operators():
 def test_every_public_operator_has_a_bad_call_in_the_table():
     missing = sorted(_public_operators() - {c[0] for c in CASES})
     assert not missing, f"operators without a bad call in CASES: {missing}"
+
+
+def test_argmax_of_a_0d_tensor():
+    """Session 25 (nnargs seed 50482): argmax/argmin over every axis of a 0-d tensor raised
+    "tc.argmax: axis= is empty" from the DSL, naming neither the operator nor the fix."""
+    X = tc.placeholder((), name="X")
+    with pytest.raises(tc.ShapeError, match=r"argmax argmax: axis=None of x \(X\), a 0-d "
+                                            r"tensor: there is no axis .*reshape"):
+        tc.nn.argmax(X)
+    with pytest.raises(tc.ShapeError, match=r"argmin am: axis=None of x \(X\), a 0-d"):
+        tc.nn.argmin(X, name="am")

@@ -1911,3 +1911,21 @@ def test_separate_errors():
     with pytest.raises(tc.ScheduleError, match=r"separate on stage H: its reduction has a "
                                                r"where= condition"):
         tc.create_schedule(H.op).separate(H, k4)
+
+
+def test_separate_with_an_axis_of_the_stage_before():
+    """Session 25: separate twice, or after cache_write, with the axis object of the stage
+    as it was: the message named kx and listed kx (another object of that name)."""
+    A = tc.placeholder((10, 41), name="A")
+    r, k = tc.reduce_axis((0, 3), name="r"), tc.reduce_axis((0, 5), name="k")
+    C = tc.compute((8, 19), lambda i, j: tc.max(A[i + r, j * 2 + k], axis=[r, k]), name="C")
+    s = tc.create_schedule(C.op)
+    s.separate(C, k)
+    with pytest.raises(tc.ScheduleError, match=r"separate on stage C: axis 'k' is not one of "
+                                               r"its reduce axes \(k\); it is another object "
+                                               r"of the same name .*s\[C\]\.op\.reduce_axis"):
+        s.separate(C, k)
+    s2 = tc.create_schedule(C.op)
+    CC = s2.cache_write(C, "global")
+    with pytest.raises(tc.ScheduleError, match=r"take it from s\[C\.global\]\.op\.reduce_axis"):
+        s2.separate(CC, k)

@@ -141,8 +141,9 @@ def winograd_into(s: Schedule, outs, info: CpuModel) -> None:
     U = M.op.input_tensors[1]
     al, _, P, C = (_cint(e) for e in V.shape)
     G, kg = _cint(M.shape[3]), _cint(M.shape[4])
-    N = _cint(Y.shape[0])
-    per = P // N
+    N = _cint(Y.shape[0])     # (None: a symbolic batch, which conv2d_winograd takes)
+    oh, ow = (_cint(e) for e in (Y.shape[2:4] if nchw else Y.shape[1:3]))
+    per = (-(-oh // m)) * (-(-ow // m))      # the tiles of one image
     block = 2 * al * al * per * max(C // G, kg) * (_dt.bits(V.dtype) // 8)
     fused = G > 1 and block <= info.l2_bytes // 2
     # a fused NCHW convolution's input copied channels last ([n, row, column, channel])
@@ -263,7 +264,7 @@ def winograd_into(s: Schedule, outs, info: CpuModel) -> None:
         _par(sv, [p], info)
     # the GEMM per point and group
     nr = kg if kg <= L else (2 * L if kg % (2 * L) == 0 else L)
-    rows = per if fused else P
+    rows = per if fused or P is None else P
     mr = max(1, min(rows, (info.vregs - 4) // max(1, nr // L), 12))
     CC = s.cache_write(M, "local")
     sm = s[M]
