@@ -223,7 +223,7 @@ def choice_of(value, choices: Sequence):
         elif isinstance(c, int):
             same = isinstance(value, numbers.Integral)
         else:
-            same = type(value) is type(c)
+            same = isinstance(value, type(c))    # (numpy's float64 and str_ included)
         try:
             if same and value == c:
                 return c
