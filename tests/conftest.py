@@ -33,7 +33,6 @@ THINNED = {
     "tests/test_autoschedule.py::test_random_knobs_are_correct": 3,
     "tests/test_autoschedule_cuda.py::test_gpu_rules_have_no_race": 2,
     "tests/test_autoschedule_cuda.py::test_gpu_rules_match_numpy_in_the_emulation": 3,
-    "tests/test_codegen_llvm.py::test_more_float32_functions": 3,
     "tests/test_cuda_emu.py::test_examples_match_numpy": 3,
     "tests/test_flash_attention.py::test_flash_attention_matches_float64": 3,
     "tests/test_flash_attention.py::test_the_register_form_with_a_padding_mask": 3,
