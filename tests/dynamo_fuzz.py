@@ -71,6 +71,13 @@ _BINARY: List[Tuple[str, Callable]] = [
 ]
 
 
+#: steps after which the sign of a zero may differ from eager's, as documented
+#: (docs/torch_compile.md): PyTorch's relu, maximum and amax keep -0.0 where an operand
+#: equal to it is +0.0 (they return the first of equal operands), tecomp's give +0.0
+#: (IEEE 754's maximum); amin the other way round
+_ZERO_SIGN_FREE = ("relu", "maximum", "amax", "amin")
+
+
 class Program:
     """A drawn program: ``inputs`` (shapes in sets A and B), ``steps`` (name, function,
     operand indices), ``values`` (each value, numbered as drawn: ``("input", k)`` or
@@ -117,6 +124,25 @@ class Program:
                 if kind == "step":
                     todo.extend(self.steps[k][2])
         return {self.values[v][1] for v in seen if self.values[v][0] == "input"}
+
+    def zero_sign_exact(self) -> List[bool]:
+        """Per output: whether no step it depends on is one of ``_ZERO_SIGN_FREE``, so
+        that each zero it holds has eager's sign (``max_error(signs=)``)."""
+        exact = []
+        for v in self.outputs:
+            todo, seen, ok = [v], set(), True
+            while todo and ok:
+                u = todo.pop()
+                if u in seen:
+                    continue
+                seen.add(u)
+                kind, k = self.values[u]
+                if kind == "step":
+                    name, _, idx = self.steps[k]
+                    ok = not name.startswith(_ZERO_SIGN_FREE)
+                    todo.extend(idx)
+            exact.append(ok)
+        return exact
 
     def describe(self) -> str:
         lines = [f"seed {self.seed}{' (special values)' if self.specials else ''}:"]
@@ -435,16 +461,22 @@ def _input(shape, ids, specials: bool, gen: torch.Generator) -> torch.Tensor:
     return x
 
 
-def max_error(got, want) -> float:
+def max_error(got, want, signs: Optional[Sequence[bool]] = None) -> float:
     """max |got - want| / max(max |want|, 1), over the outputs (inf where shapes or dtypes
-    differ, or where the non-finite values -- NaN, +-inf -- differ)."""
+    differ, or where the non-finite values -- NaN, +-inf -- differ; with ``signs``, a
+    flag per output, also where a zero of a flagged output has another sign than
+    eager's: -x of +0.0 was +0.0)."""
     worst = 0.0
-    for g, w in zip(got, want):
+    for n, (g, w) in enumerate(zip(got, want)):
         if g.shape != w.shape or g.dtype != w.dtype:
             return math.inf
         fw, fg = torch.isfinite(w), torch.isfinite(g)
         if not torch.equal(fw, fg) or not torch.equal(g[~fg].nan_to_num(), w[~fw].nan_to_num()):
             return math.inf
+        if signs is not None and n < len(signs) and signs[n] and w.is_floating_point():
+            zero = (w == 0) & (g == 0)
+            if not torch.equal(torch.signbit(g[zero]), torch.signbit(w[zero])):
+                return math.inf
         if not fw.any():
             continue
         g, w = g[fw], w[fw]
@@ -502,7 +534,8 @@ def _run(prog, dynamic, options, grad, check_failed) -> float:
             with torch.no_grad():
                 want = prog(*xs)
                 got = c(*xs)
-            worst = max(worst, max_error(got, want))
+            worst = max(worst, max_error(
+                got, want, prog.zero_sign_exact() if prog.specials else None))
             continue
         results = []
         for fn in (prog, c):

@@ -525,3 +525,19 @@ def test_emulation_traps_a_vector_copy_at_a_misaligned_address(monkeypatch):
                                           r"not 16-byte aligned: on a GPU a misaligned-address "
                                           r"fault"):
         f(*_offset_views(1))
+
+
+def test_negation_and_subtraction_from_zero_keep_their_sign_of_zero():
+    """CUDA C printed every 0 - x as (-x): right for -x (-0.0 - x of a float), wrong for
+    0.0 - x, which is +0.0 at x = +0.0."""
+    A = tc.placeholder((64,), name="A")
+    a = np.zeros(64, "float32")
+    for fn, sign in ((lambda i: -A[i], True), (lambda i: 0.0 - A[i], False)):
+        B = tc.compute((64,), fn, name="B")
+        s = tc.create_schedule(B.op)
+        bx, tx = s[B].split(B.op.axis[0], 32)
+        s[B].bind(bx, tc.thread_axis("blockIdx.x"))
+        s[B].bind(tx, tc.thread_axis("threadIdx.x"))
+        out = np.ones(64, "float32")
+        tc.build(s, [A, B], target="cuda-emu")(a, out)
+        assert np.signbit(out).all() == sign and not out.any()

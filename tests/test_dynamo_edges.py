@@ -36,6 +36,18 @@ def test_sign_matches_torch():
             assert torch.equal(torch.signbit(g), torch.signbit(want))
 
 
+def test_negation_flips_the_sign_of_zero():
+    """torch.neg(+0.0) is -0.0 (IEEE's negation); tecomp's -x was 0 - x, +0.0 there.
+    0.0 - x stays a subtraction (+0.0 at +0.0), as in eager."""
+    x = torch.tensor([0.0, -0.0, 1.5, -INF, NAN])
+    for t in (x, x.double()):
+        got = _compiled(lambda v: (-v, torch.neg(v) * 1.0, 0.0 - v, v.neg().exp()), t)
+        want = (-t, torch.neg(t) * 1.0, 0.0 - t, t.neg().exp())
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, equal_nan=True)
+            assert torch.equal(torch.signbit(g[:4]), torch.signbit(w[:4])), (g, w)
+
+
 def test_cache_entry_holding_another_kernel_is_rebuilt(tmp_path, monkeypatch, caplog):
     """A library in the disk cache under one kernel's name that holds another kernel of
     the same signature (copied over it, with a matching sha256 sidecar): loaded and run

@@ -59,8 +59,9 @@ def test_random_training_program_matches_eager():
 
 # the edges (make_program(edges=True)): an embedding whose ids are called past the table
 # (131: its rows were zeros, no IndexError), sign with NaN among the inputs (258: NaN,
-# eager 0), means of 2**19 to 2**21 float32 terms (131, 181: 0.3 % off)
-@pytest.mark.parametrize("seed,specials", [(131, False), (258, True), (181, True)])
+# eager 0), means of 2**19 to 2**21 float32 terms (131, 181: 0.3 % off), neg of +0.0
+# (88: +0.0, eager -0.0; the sign of a zero is compared with special values)
+@pytest.mark.parametrize("seed,specials", [(131, False), (258, True), (181, True), (88, True)])
 def test_random_program_at_the_edges_matches_eager(seed, specials):
     prog = fz.make_program(seed, specials=specials, edges=True)
     err = fz.run(prog, dynamic=False, options={"cache": False})

@@ -752,3 +752,17 @@ def test_environment_family_finds_the_settings_the_old_code_got_wrong():
     assert got["opt_timeout_nan"][0] in ("crash", "ok"), got     # ok: no worker here
     if got["opt_timeout_nan"][0] == "crash":
         assert "bug in tecomp or LLVM" in got["opt_timeout_nan"][1], got
+
+
+def test_lazy_bits_family_reads_zero_tensors_as_zeros():
+    """ZeroTensor inputs (torch._efficientzerotensor: data pointer 0; the fast binder
+    passed it and the kernel read address 0) run as zeros; ZeroTensor outputs are
+    refused."""
+    pytest.importorskip("torch")
+    seeds = [s for s in _seeds("lazy_bits", 60)
+             if draw_edge_case(s).twist["variant"].startswith("zero_tensor")]
+    assert {draw_edge_case(s).twist["variant"] for s in seeds} == {"zero_tensor_input",
+                                                                  "zero_tensor_output"}
+    for seed in seeds[:12 if LONG else 4]:
+        out = run_edge_case(draw_edge_case(seed))
+        assert out.kind in ("ok", "refused"), out.report()

@@ -444,3 +444,25 @@ def _attention():
 def test_the_nn_templates_round_trip(make):
     s, args = make()
     round_trip(tc.lower(s, args))
+
+
+def test_negation_and_subtraction_from_zero_print_apart():
+    """A float's -x is -0.0 - x (IEEE's negation: -0.0 at +0.0), printed `-x`; 0.0 - x is a
+    subtraction (+0.0 at +0.0), printed `0f - x`; both parse back to themselves and run
+    with their own sign of zero."""
+    A = tc.placeholder((2,), name="A")
+    B = tc.compute((2,), lambda i: -A[i], name="B")
+    C = tc.compute((2,), lambda i: 0.0 - A[i], name="C")
+    a = np.array([0.0, -0.0], "float32")
+    for T, text, signs in ((B, "B[i] = -A[i]", [True, False]),
+                           (C, "C[i] = 0f - A[i]", [False, False])):
+        s = tc.create_schedule(T.op)
+        fn = tc.lower(s, [A, T])
+        assert text in str(fn)
+        round_trip(fn)
+        out = np.ones(2, "float32")
+        tc.build(s, [A, T])(a, out)
+        assert np.signbit(out).tolist() == signs
+    I = tc.placeholder((2,), "int32", name="I")    # an integer's -x is 0 - x
+    assert "J[i] = -I[i]" in str(tc.lower(tc.create_schedule(
+        (J := tc.compute((2,), lambda i: -I[i], name="J")).op), [I, J]))

@@ -130,6 +130,30 @@ def test_tensors_with_the_negation_bit_are_read_as_they_show(name):
     torch.testing.assert_close(xg.grad, torch.full((5, 8), 3.0))
 
 
+def test_zero_tensors_are_read_as_zeros():
+    """torch._efficientzerotensor (a zero tangent of forward-mode AD and torch.func) has
+    elements but no memory (data pointer 0): the fast binder passed that pointer and the
+    kernel read address 0 (a segmentation fault).  Read as zeros, fast path or not."""
+    z = torch._efficientzerotensor(5, 8)
+    assert z._is_zerotensor() and z.data_ptr() == 0
+    b = torch.ones(5, 8)
+    for f in (_axpy(), _axpy_const()):
+        c = torch.full((5, 8), 7.0)
+        f(z, b, c)
+        torch.testing.assert_close(c, b)
+        f(b, z, c)
+        torch.testing.assert_close(c, 2 * b)
+    X = tc.placeholder((tc.var("n"), 8), name="X")
+    op = tct.op([X], tc.compute(X.shape, lambda i, j: X[i, j] * 3.0 + 1.0, name="Y"))
+    torch.testing.assert_close(op(z), torch.ones(5, 8))
+
+
+def _axpy_const():
+    A, B = tc.placeholder((5, 8), name="A"), tc.placeholder((5, 8), name="B")
+    C = tc.compute((5, 8), lambda i, j: A[i, j] * 2 + B[i, j], name="C")
+    return tc.build(tc.create_schedule(C.op), [A, B, C])
+
+
 def test_generic_dlpack_producers():
     """Any object with __dlpack__/__dlpack_device__ (JAX, CuPy, TensorFlow, a wrapper) is
     taken zero-copy, as np.from_dlpack and torch.from_dlpack take it: its producer owns

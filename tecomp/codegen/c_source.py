@@ -457,7 +457,9 @@ class CSource:
         return self._binary(e, "+")
 
     def _e_Sub(self, e):
-        if isinstance(e.a, Const) and e.a.value == 0 and not _dt.is_uint(e.dtype):
+        # (-x of a float is -0.0 - x, IEEE's negation; 0.0 - x is +0.0 at x = +0.0)
+        if isinstance(e.a, Const) and e.a.value == 0 and not _dt.is_uint(e.dtype) and \
+                (not _dt.is_float(e.dtype) or math.copysign(1.0, e.a.value) < 0):
             return self._narrow(e.dtype, f"(-{self.expr(e.b)})")
         return self._binary(e, "-")
 

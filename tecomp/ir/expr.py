@@ -125,7 +125,10 @@ class Expr(Node):
     def __neg__(self):
         if _dt.is_bool(self.dtype):
             _bad_bool_arith("-")
-        return _make_arith("-", Const(0, self.dtype), self)
+        # a float is negated as -0.0 - x, IEEE's negation (LLVM's fneg): 0.0 - x is +0.0
+        # for x = +0.0, where -x is -0.0 (torch.neg, numpy's negative)
+        zero = -0.0 if _dt.is_float(self.dtype) else 0
+        return _make_arith("-", Const(zero, self.dtype), self)
 
     def __pos__(self):
         return self

@@ -99,7 +99,7 @@ class Printer:
             return self.name_of(e.var)
         if t in _BIN:
             op, prec = _BIN[t]
-            if t is Sub and _is_zero(e.a) and not isinstance(e.b, Const) \
+            if t is Sub and _is_negation_zero(e.a) and not isinstance(e.b, Const) \
                     and not _dt.is_bool(e.dtype):
                 # `-x`; not for a constant (`-5` is the constant, `0 - 5` the subtraction)
                 s = "-" + self.expr(e.b, 7)
@@ -304,9 +304,12 @@ def _flatten(s: SeqStmt) -> list:
     return out
 
 
-def _is_zero(e) -> bool:
-    """A constant 0 (not -0.0): what ``-x`` subtracts from."""
-    return isinstance(e, Const) and e.value == 0 and math.copysign(1.0, e.value) > 0
+def _is_negation_zero(e) -> bool:
+    """What ``-x`` subtracts from: an integer 0, a float -0.0 (``-x`` of a float is
+    ``-0.0 - x``, IEEE's negation; ``0.0 - x`` is a subtraction, +0.0 for x = +0.0)."""
+    if not isinstance(e, Const) or e.value != 0:
+        return False
+    return math.copysign(1.0, e.value) < 0 if _dt.is_float(e.dtype) else True
 
 
 def _shape_vars(b: Buffer) -> list:

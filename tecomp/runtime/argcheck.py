@@ -369,6 +369,16 @@ def _plain_tensor(t, label: str, written: bool):
         raise ArgumentError(
             f"{label}: the torch tensor is on the meta device, which holds no data: pass a "
             f"tensor with memory (e.g. torch.empty(shape) on the CPU)")
+    if t._is_zerotensor():
+        # torch._efficientzerotensor (a zero tangent of forward-mode AD and torch.func):
+        # its elements read as 0 but it has no memory (data pointer 0)
+        if written:
+            raise ArgumentError(
+                f"{label}: the torch tensor is a ZeroTensor (torch._efficientzerotensor, "
+                f"a zero gradient or tangent of autograd's), which has no memory for the "
+                f"kernel to write: pass a tensor with memory, e.g. out = torch.zeros_like(x) "
+                f"or torch.empty(shape), and read the result from it")
+        t = sys.modules["torch"].zeros(t.shape, dtype=t.dtype, device=t.device)
     _check_inside_storage(t, label, written)
     neg, conj = t.is_neg(), t.is_conj()
     if neg or conj:

@@ -44,6 +44,8 @@ STT_GNU_IFUNC = 10
 DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_RELA, DT_RELASZ = 1, 5, 10, 7, 8
 DT_HASH, DT_SYMTAB, DT_SYMENT, DT_GNU_HASH = 4, 6, 11, 0x6FFFFEF5
 DT_RPATH, DT_RUNPATH, DT_JMPREL, DT_PLTRELSZ = 15, 29, 23, 2
+DT_VERSYM, DT_VERDEF, DT_VERDEFNUM = 0x6FFFFFF0, 0x6FFFFFFC, 0x6FFFFFFD
+DT_VERNEED, DT_VERNEEDNUM = 0x6FFFFFFE, 0x6FFFFFFF
 #: filter libraries: the loader loads (and initialises) them together with the library
 FILTER_TAGS = {0x7FFFFFFD: "DT_AUXILIARY", 0x7FFFFFFF: "DT_FILTER"}
 #: dynamic tags whose code the dynamic loader runs on load or unload
@@ -194,6 +196,7 @@ def inspect_library(data: bytes, where: str, section_name: str,
                     relocated.append(info >> 32)
     if _ifunc_symbols(data, where, tags, relocated, at):
         run_tags.append("IFUNC resolvers (STT_GNU_IFUNC symbols)")
+    _check_versions(data, where, tags, _symbol_count(data, tags, relocated, at), at)
     names = _strings(data, where, tags, dynamic, at)
     sections = _sections(data, where, e_shoff, e_shnum, e_shstrndx, need)
     plain = PLAIN_TAGS | PLAIN_MACHINE_TAGS.get(e_machine, frozenset())
@@ -259,11 +262,7 @@ def _ifunc_symbols(data: bytes, where: str, tags: Dict[int, int], relocated: Lis
     the hash tables (``dlsym``) -- is an IFUNC defined in the library: looking it up
     calls its resolver.  The symbol table is the one ``DT_SYMTAB`` gives (what the loader
     reads; the section headers may say otherwise)."""
-    count = max(relocated, default=-1) + 1
-    if DT_HASH in tags:      # nbucket, nchain: nchain symbols
-        count = max(count, struct.unpack_from("<II", data, at(tags[DT_HASH], 8, "hash table"))[1])
-    if DT_GNU_HASH in tags:
-        count = max(count, _gnu_hash_count(data, tags[DT_GNU_HASH], at))
+    count = _symbol_count(data, tags, relocated, at)
     if count == 0:
         return False
     if DT_SYMTAB not in tags or tags.get(DT_SYMENT, 24) != 24:
@@ -275,6 +274,72 @@ def _ifunc_symbols(data: bytes, where: str, tags: Dict[int, int], relocated: Lis
         if st_info & 0xF == STT_GNU_IFUNC and st_shndx != 0:
             return True
     return False
+
+
+def _symbol_count(data: bytes, tags: Dict[int, int], relocated: List[int],
+                  at: Callable) -> int:
+    """How many symbols the loader may read: those relocations refer to and those the
+    hash tables cover."""
+    count = max(relocated, default=-1) + 1
+    if DT_HASH in tags:      # nbucket, nchain: nchain symbols
+        count = max(count, struct.unpack_from("<II", data, at(tags[DT_HASH], 8, "hash table"))[1])
+    if DT_GNU_HASH in tags:
+        count = max(count, _gnu_hash_count(data, tags[DT_GNU_HASH], at))
+    return count
+
+
+def _check_versions(data: bytes, where: str, tags: Dict[int, int], count: int,
+                    at: Callable) -> None:
+    """A LoadError unless the symbol versions are whole: the loader indexes its table of
+    versions (those ``DT_VERNEED`` and ``DT_VERDEF`` declare) with each symbol's entry of
+    ``DT_VERSYM`` unchecked, and reads their names in the string table (a damaged one
+    made ``dlopen`` crash)."""
+    if DT_VERSYM not in tags or count == 0:
+        return
+
+    def damaged(what: str) -> LoadError:
+        return LoadError(f"{where} is damaged: {what}; export it again")
+
+    strsz = tags.get(DT_STRSZ, 0)
+    known = {0, 1}          # local and global: no version table entry
+    for tag, num_tag, size, what in ((DT_VERNEED, DT_VERNEEDNUM, 16, "version needs"),
+                                     (DT_VERDEF, DT_VERDEFNUM, 20, "version definitions")):
+        if tag not in tags:
+            continue
+        addr, num = tags[tag], tags.get(num_tag, 0)
+        if num > 4096:
+            raise damaged(f"it declares {num} {what}")
+        for _ in range(num):
+            off = at(addr, size, what)
+            if tag == DT_VERNEED:
+                version, cnt, file, aux, nxt = struct.unpack_from("<HHIII", data, off)
+                names = [file]
+            else:
+                version, _, ndx, cnt, _, aux, nxt = struct.unpack_from("<HHHHIII", data, off)
+                known.add(ndx & 0x7FFF)
+                names = []
+            if version != 1 or cnt > 4096:
+                raise damaged(f"its {what} are not version 1 records")
+            a = addr + aux
+            for _ in range(cnt):
+                aoff = at(a, 16 if tag == DT_VERNEED else 8, what)
+                if tag == DT_VERNEED:
+                    _, _, other, name, anext = struct.unpack_from("<IHHII", data, aoff)
+                    known.add(other & 0x7FFF)
+                else:
+                    name, anext = struct.unpack_from("<II", data, aoff)
+                names.append(name)
+                a += anext
+            if any(n >= strsz for n in names):
+                raise damaged(f"its {what} name strings outside the string table")
+            if nxt == 0:
+                break
+            addr += nxt
+    start = at(tags[DT_VERSYM], 2 * count, "symbol version table")
+    bad = sorted({v & 0x7FFF for v in struct.unpack_from(f"<{count}H", data, start)} - known)
+    if bad:
+        raise damaged(f"its symbol version table names versions {bad[:4]} that it does not "
+                      f"declare")
 
 
 def _gnu_hash_count(data: bytes, addr: int, at: Callable) -> int:

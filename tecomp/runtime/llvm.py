@@ -495,6 +495,10 @@ def _fast_path_source(plan: _CallPlan, tensors: bool = False, grad_inputs: bool 
         if tensors:
             w(f"    if not {nm}.is_contiguous(): return None")
             w(f"    d{k} = ints[{k}] = {nm}.data_ptr()")
+            # a ZeroTensor (torch._efficientzerotensor, what forward-mode AD and
+            # torch.func give for a zero tangent) has elements but no memory: its data
+            # pointer is 0; the generic path reads it as zeros or refuses it as an output
+            w(f"    if not d{k}: return None")
             # a tensor is not always inside its storage: untyped_storage().resize_()
             # (FSDP's way of freeing a parameter) shrinks the memory under a tensor whose
             # shape stays; the generic path refuses such a tensor

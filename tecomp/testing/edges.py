@@ -25,7 +25,9 @@ read the docs, or one who wants to crash the caller, would:
     torch tensors with the negation bit (``torch._neg_view``, ``z.conj().imag``) as
     inputs (read with their sign) and outputs (refused with an ``ArgumentError``); or
     an input or output whose storage was shrunk after a first call
-    (``untyped_storage().resize_``, as FSDP frees a parameter; refused likewise).
+    (``untyped_storage().resize_``, as FSDP frees a parameter; refused likewise); or a
+    ZeroTensor (``torch._efficientzerotensor``, data pointer 0) as an input (read as
+    zeros) or an output (refused).
 ``foreign_target``
     the case built for another CPU (``-mcpu``, ``-mattr`` additions and removals), called
     here: the right answer, or a :class:`~tecomp.errors.TecompError` naming the target --
@@ -445,6 +447,9 @@ def draw_edge_case(seed: int) -> EdgeCase:
         if d.bool(0.3):       # drawn after the variant (the other seeds keep their draws)
             twist = {"variant": "shrunk_storage", "pick": d.int(0, 10**6),
                      "to": d.choice(("empty", "one_element_less", "half", "offset_past"))}
+        zero = RandomDraw(seed * 7919 + 91)   # (a stream of its own: other draws stay)
+        if zero.bool(0.2):
+            twist = {"variant": zero.choice(("zero_tensor_input", "zero_tensor_output"))}
     elif family == "library_file":
         twist = {"tamper": d.choice(("flip_byte", "truncate", "append", "swap_sidecar",
                                      "empty", "fifo", "directory", "symlink_to_dev",
@@ -999,6 +1004,8 @@ def _run_lazy_bits(ec: EdgeCase) -> Outcome:
     mod, ir, ins, outs, arrs, v = c.mod, c.ir, c.ins, c.outs, c.arrs, c.variant
     if v == "shrunk_storage":
         return _run_shrunk_storage(ec, torch, c)
+    if v in ("zero_tensor_input", "zero_tensor_output"):
+        return _run_zero_tensor(ec, torch, c)
     call = []
     twisted = False
     for pos, a in enumerate(arrs):
@@ -1029,6 +1036,38 @@ def _run_lazy_bits(ec: EdgeCase) -> Outcome:
     msg = _same_outputs(ec, arrs, c.want, f"{v} vs plain arrays")
     return Outcome("mismatch", ec, f"lazy_bits {v}", msg, ir) if msg else \
         Outcome("ok", ec, "", "", ir)
+
+
+def _run_zero_tensor(ec: EdgeCase, torch, c) -> Outcome:
+    """A ZeroTensor (``torch._efficientzerotensor``: elements, no memory, data pointer 0)
+    for the first float input that is not also an output: the outputs of the same call
+    with zeros there (the fast binder passed the pointer 0: a segfault); for the first
+    float output: an ArgumentError."""
+    mod, ins, outs, arrs = c.mod, c.ins, c.outs, c.arrs
+    want_out = c.variant == "zero_tensor_output"
+    pick = next((pos for pos, a in enumerate(arrs) if isinstance(a, np.ndarray) and
+                 a.dtype.kind == "f" and a.dtype.itemsize >= 4 and a.size and
+                 ((pos in outs) if want_out else (pos in ins and pos not in outs))), None)
+    if pick is None:
+        return Outcome("ok", ec, "", "", c.ir)
+    a = arrs[pick]
+    zt = torch._efficientzerotensor(a.shape, dtype=torch.from_numpy(a[:0]).dtype)
+    call = [zt if pos == pick else (torch.from_numpy(x) if isinstance(x, np.ndarray) and
+                                     x.dtype.kind == "f" and x.dtype.itemsize >= 4 else x)
+            for pos, x in enumerate(arrs)]
+    if want_out:
+        return _expect_refusal(ec, lambda: mod(*call), (tc.ArgumentError,), "lazy_bits",
+                               c.ir, "a ZeroTensor output")
+    ref = [np.zeros_like(x) if pos == pick else
+           (x.copy() if isinstance(x, np.ndarray) else x) for pos, x in enumerate(arrs)]
+    try:
+        mod(*ref)
+        mod(*call)
+    except Exception as e:  # noqa: BLE001
+        return Outcome("crash", ec, "lazy_bits zero_tensor_input", _exc_text(e), c.ir)
+    msg = _same_outputs(ec, arrs, ref, "a ZeroTensor input vs zeros")
+    return Outcome("mismatch", ec, "lazy_bits zero_tensor_input", msg, c.ir) if msg else \
+        Outcome("ok", ec, "", "", c.ir)
 
 
 def _run_shrunk_storage(ec: EdgeCase, torch, c) -> Outcome:

@@ -229,6 +229,45 @@ def test_ifunc_hidden_from_the_section_headers(good, tmp_path):
     assert not marker.exists()
 
 
+def _dynamic_entry(data: bytes, tag: int) -> int:
+    """The file offset of the value of the dynamic entry ``tag`` (addresses are file
+    offsets in the segments of a library tecomp links up to its dynamic section's)."""
+    import struct
+
+    phoff, = struct.unpack_from("<Q", data, 32)
+    phnum, = struct.unpack_from("<H", data, 56)
+    for k in range(phnum):
+        p_type, _, p_offset, _, _, p_filesz, _, _ = struct.unpack_from("<IIQQQQQQ", data,
+                                                                       phoff + 56 * k)
+        if p_type == 2:  # PT_DYNAMIC
+            for off in range(p_offset, p_offset + p_filesz, 16):
+                if struct.unpack_from("<q", data, off)[0] == tag:
+                    return off + 8
+    raise AssertionError(f"no dynamic entry {tag:#x}")
+
+
+@pytest.mark.parametrize("how", ["versym moved onto the string table",
+                                 "a version index nothing declares"])
+def test_damaged_symbol_versions(good, tmp_path, how):
+    """The loader indexes its version table with each symbol's DT_VERSYM entry unchecked:
+    a DT_VERSYM moved by one bit (onto the string table) made dlopen crash."""
+    import struct
+
+    data = bytearray(good)
+    versym = _dynamic_entry(data, 0x6FFFFFF0)
+    if how.startswith("versym moved"):
+        strtab = struct.unpack_from("<Q", data, _dynamic_entry(data, 5))[0]
+        struct.pack_into("<Q", data, versym, strtab)
+    else:
+        table = struct.unpack_from("<Q", data, versym)[0]
+        struct.pack_into("<H", data, table + 2, 0x7FF0)    # the first symbol after the null one
+    path = write(tmp_path, bytes(data))
+    with pytest.raises(tc.LoadError, match=r"lib\.so' is damaged: its symbol version table "
+                                           r"names versions \[.*\] that it does not declare; "
+                                           r"export it again"):
+        tc.load_module(path)
+
+
 def test_library_for_another_machine(good, tmp_path):
     data = bytearray(good)
     data[18:20] = (183).to_bytes(2, "little")  # e_machine: AArch64

@@ -253,6 +253,16 @@ def test_outputs_with_a_lazy_bit(axpy):
     torch.testing.assert_close(out, 3 * x)
 
 
+def test_a_zero_tensor_as_an_output(axpy):
+    """A ZeroTensor (torch._efficientzerotensor) has no memory to write: its data pointer
+    is 0.  (As an input it is read as zeros: tests/test_torch.py.)"""
+    x = torch.ones(4, 8)
+    with pytest.raises(ArgumentError, match=r"parameter C \(argument 3\): the torch tensor is "
+                                            r"a ZeroTensor .*no memory for the kernel to "
+                                            r"write: .*out = torch\.zeros_like\(x\)"):
+        axpy(x, x, torch._efficientzerotensor(4, 8))
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_tensors_that_are_not_dense_memory(axpy):
     x = torch.ones(4, 8)
