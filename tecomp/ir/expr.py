@@ -125,7 +125,10 @@ class Expr(Node):
     def __neg__(self):
         if _dt.is_bool(self.dtype):
             _bad_bool_arith("-")
-        return _make_arith("-", Const(0, self.dtype), self)
+        # a float's negation subtracts from -0.0: -(+0.0) is -0.0 (IEEE's negation, as
+        # numpy's and PyTorch's); 0.0 - x would give +0.0
+        zero = Const(-0.0, self.dtype) if _dt.is_float(self.dtype) else Const(0, self.dtype)
+        return _make_arith("-", zero, self)
 
     def __pos__(self):
         return self

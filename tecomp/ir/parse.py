@@ -922,7 +922,7 @@ class _Parser:
             self.depth -= 1
             if _dt.is_bool(b.dtype):
                 raise ln.error(t.col, "unary `-` of a bool")
-            return Sub(Const(0.0 if _dt.is_float(b.dtype) else 0, b.dtype), b, b.dtype)
+            return Sub(Const(-0.0 if _dt.is_float(b.dtype) else 0, b.dtype), b, b.dtype)
         if t.kind == "op" and t.text == "!":
             ln.next()
             self.nest(ln)

@@ -305,8 +305,13 @@ def _flatten(s: SeqStmt) -> list:
 
 
 def _is_zero(e) -> bool:
-    """A constant 0 (not -0.0): what ``-x`` subtracts from."""
-    return isinstance(e, Const) and e.value == 0 and math.copysign(1.0, e.value) > 0
+    """What ``-x`` subtracts from: an integer 0, a float -0.0 (``-(+0.0)`` is -0.0; a
+    float ``0.0 - x`` is a subtraction, printed as one)."""
+    if not (isinstance(e, Const) and e.value == 0):
+        return False
+    if _dt.is_float(e.dtype):
+        return math.copysign(1.0, e.value) < 0
+    return True
 
 
 def _shape_vars(b: Buffer) -> list:

@@ -57,11 +57,10 @@ KNOWN_GRAD = {
     ("cbrt", 0, 0.0): ("+inf", "rules.py: cbrt's gradient is inf at 0"),
     ("cbrt", 0, -0.0): ("+inf", "rules.py: cbrt's gradient is inf at 0"),
 }
-#: the sign of a zero gradient that comes from a negation (``-sin(x)``, ``-y / r2``):
-#: tecomp's unary minus is ``0 - x``, which gives +0 for x = +0 where PyTorch's gives -0
-#: (session 25, reported; not fixed: it changes the printed IR and its parser).  A
-#: difference only in the sign of a zero is reported where ``zero_sign`` is True.
-ZERO_SIGN_FROM_NEGATION = (("cos", 0), ("atan2", 1))
+#: where only a zero's sign may differ: none (session 25: tecomp's unary minus was
+#: ``0 - x``, +0 for x = +0, so ``d cos / dx`` at +0 and atan2's ``d / dx`` at y = +0
+#: were +0 where PyTorch's are -0; fixed)
+ZERO_SIGN_FROM_NEGATION = ()
 
 _F32_TINY, _F64_TINY = 1e-40, 1e-310
 
@@ -130,7 +129,7 @@ def _compute(name, dtype, n):
 
 
 def grad_differences(name: str, dtype: str = "float32", target: str = "llvm",
-                     zero_sign: bool = False) -> list:
+                     zero_sign: bool = True) -> list:
     """Where ``tc.gradient`` of ``name`` differs in class (:func:`value_class`) from
     PyTorch's at the points, beyond :data:`KNOWN_GRAD` (and, unless ``zero_sign``, a
     zero's sign in :data:`ZERO_SIGN_FROM_NEGATION`): a list of lines (empty: none)."""
