@@ -97,7 +97,7 @@ def _mul(s: Optional[Expr], x: Optional[Expr]) -> Optional[Expr]:
 def _neg(s: Optional[Expr], dtype: str) -> Expr:
     if s is None:
         return Const(-1.0, dtype)
-    return _op.binary("-", Const(0.0, s.dtype), s)
+    return _op.binary("-", Const(-0.0, s.dtype), s)   # -s (IEEE's: -(+0.0) is -0.0)
 
 
 def _named(names: Sequence[str], fn):
@@ -215,7 +215,7 @@ class _Partials:
         elif t is Div:
             self.back(e.a, _mul(s, _op.binary("/", Const(1.0, e.dtype), e.b)), g)
             num = _mul(s, e.a)
-            self.back(e.b, _op.binary("-", Const(0.0, e.dtype),
+            self.back(e.b, _op.binary("-", Const(-0.0, e.dtype),
                                       _op.binary("/", num, _op.binary("*", e.b, e.b))), g)
         elif t is Max or t is Min:
             cmp = _op.compare(GT, e.a, e.b) if t is Max else _op.compare(GT, e.b, e.a)

@@ -92,6 +92,8 @@ from .. import nn
 from ..errors import TecompError
 from .diff import Outcome, SpecCase
 from .draw import RandomDraw
+from . import mathpoints
+from .machines import drawn_machine, machine_line, maybe_machine
 
 FAMILY = "ops"
 KINDS = ("pool", "adaptive", "global", "reduce", "depthwise", "grouped")
@@ -116,6 +118,11 @@ class OpCase(SpecCase):
 
     def source(self) -> str:
         sp = self.spec
+        if sp["kind"] == "mathpoint":
+            return "\n".join([
+                f"# ops family: {sp['fn']} ({sp['dtype']}) at its special points, check "
+                f"{sp['check']!r} (tecomp.testing.mathpoints)",
+                *self.replay_lines("tecomp.testing.fuzz --only ops", "ops", "run_op_case")])
         lines = [f"# ops family: {self.call_source()}",
                  f"# X {sp['shape']} {sp['dtype']}" + (f", W {sp['wshape']}" if "wshape" in sp
                                                         else ""),
@@ -123,6 +130,7 @@ class OpCase(SpecCase):
                  + (f", NaN/inf/-0.0 among the values" if sp.get("specials") else "")
                  + (f"; illegal: must raise a TecompError naming {sp['illegal']!r}"
                     if sp.get("illegal") else ""),
+                 *([machine_line(sp["machine"])] if sp.get("machine") else []),
                  "import numpy as np",
                  *self.replay_lines("tecomp.testing.fuzz --only ops", "ops", "run_op_case")]
         return "\n".join(lines)
@@ -183,6 +191,20 @@ def draw_op_case(seed: int, target: str = "llvm") -> OpCase:
     if kind == "grouped" and not sp.get("illegal") and not sp.get("lenient") and \
             not sp["big"] and not sp["sym_batch"] and v.bool(1 / 3):
         _make_winograd(v, sp)
+    # (a sixth stream) a drawn machine model of small caches and thresholds, so that
+    # these small shapes take the schedules' big-shape paths (tecomp.testing.machines)
+    m = maybe_machine(seed, 46)
+    if m is not None and not sp.get("illegal"):
+        sp["machine"] = m
+    # (a seventh stream) an elementwise math function at its special points instead:
+    # its gradient against PyTorch's, or its NaN bits vectorized against serial
+    w = RandomDraw(seed * 7919 + 47)
+    if w.bool(0.05):
+        check = w.choice(("grad", "nan_bits"))
+        names = list(mathpoints.UNARY) + list(
+            mathpoints.GRAD_BINARY if check == "grad" else mathpoints.BINARY)
+        sp = {"kind": "mathpoint", "op": "mathpoint", "check": check, "fn": w.choice(names),
+              "dtype": w.choice(("float32", "float64")), "nan_seed": w.int(0, 2**16)}
     return OpCase(sp, d.int(0, 2**16), target, f"fuzz seed {seed} (ops: {sp['op']})",
                   fuzz_seed=seed, twist={"op": sp["op"]})
 
@@ -914,7 +936,14 @@ def build_op(case: OpCase):
 
 def run_op_case(case: OpCase, check_passes: bool = False) -> "Outcome":
     """Run a case (see the module doc): never raises for a finding."""
+    with drawn_machine(case.spec.get("machine")):
+        return _run_op_case(case)
+
+
+def _run_op_case(case: OpCase) -> "Outcome":
     sp = case.spec
+    if sp["kind"] == "mathpoint":
+        return _run_mathpoint(case)
     illegal = sp.get("illegal")
     try:
         X, W, Y, n = build_op(case)
@@ -994,6 +1023,22 @@ def run_op_case(case: OpCase, check_passes: bool = False) -> "Outcome":
     except Exception as e:  # noqa: BLE001
         return Outcome("crash", case, stage, _exc(e), ir)
     return Outcome("ok", case, "compare")
+
+
+def _run_mathpoint(case: OpCase) -> "Outcome":
+    """A ``mathpoint`` case: :mod:`tecomp.testing.mathpoints`' check of one function."""
+    sp = case.spec
+    try:
+        if sp["check"] == "grad":
+            bad = mathpoints.grad_differences(sp["fn"], sp["dtype"], case.target)
+        else:
+            bad = mathpoints.nan_bit_differences(sp["fn"], sp["dtype"], case.target,
+                                                 seed=sp["nan_seed"])
+    except Exception as e:  # noqa: BLE001
+        return Outcome("crash", case, sp["check"], _exc(e))
+    if bad:
+        return Outcome("mismatch", case, sp["check"], "\n".join(bad))
+    return Outcome("ok", case, sp["check"])
 
 
 def _reference(case, x, w):

@@ -84,6 +84,7 @@ from ..strategy.cpu import matmul_packed
 from ..te.tensor import PlaceholderOp
 from .diff import Outcome, SpecCase
 from .draw import RandomDraw
+from .machines import drawn_machine, machine_line, maybe_machine
 
 FAMILY = "producers"
 KINDS = ("winograd_pre", "winograd", "conv", "gemm", "packed", "pool_conv", "softmax_mm",
@@ -106,6 +107,7 @@ class ProducerCase(SpecCase):
         sp = self.spec
         return "\n".join([
             f"# producers family: {sp['kind']} {sp}",
+            *([machine_line(sp["machine"])] if sp.get("machine") else []),
             *self.replay_lines("tecomp.testing.fuzz --only producers", "producers",
                                "run_producer_case")])
 
@@ -131,6 +133,11 @@ def draw_producer_case(seed: int, target: str = "llvm") -> ProducerCase:
     kn = RandomDraw(seed * 7919 + 74)
     if kn.bool(0.15):
         sp["knob"] = {"how": kn.choice(KNOB_TWISTS), "pick": kn.int(0, 999)}
+    # (another) a drawn machine model of small caches and thresholds: the templates'
+    # big-shape paths for these small shapes (tecomp.testing.machines)
+    m = maybe_machine(seed, 75)
+    if m is not None:
+        sp["machine"] = m
     return ProducerCase(sp, data_seed, target, f"fuzz seed {seed} (producers: {kind})",
                         fuzz_seed=seed, twist={"kind": kind})
 
@@ -686,6 +693,11 @@ def build_case(case: ProducerCase):
 
 def run_producer_case(case: ProducerCase) -> Outcome:
     """Run a case (see the module doc): never raises for a finding."""
+    with drawn_machine(case.spec.get("machine")):
+        return _run_producer_case(case)
+
+
+def _run_producer_case(case: ProducerCase) -> Outcome:
     stage = "dag"
     try:
         tensors, arrays, outs, refs, tol, sym = build_case(case)
