@@ -22,7 +22,6 @@ LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
 #: ``path::function`` -> ``k``: the parametrized tests whose default run keeps one case in
 #: ``k`` (0: none; the slowest matrices of the suite, CI of 2026-12-02)
 THINNED = {
-    "tests/must_fail/test_load_errors.py::test_sidecar_that_is_not_one": 3,
     "tests/test_aarch64.py::test_int8_gemm_on_dot_products_under_qemu": 3,
     "tests/test_align_bounds.py::test_gemm_column_edge_is_one_kernel": 3,
     "tests/test_autodiff_nn.py::test_conv_gradients_are_scheduled_as_convolutions": 3,
