@@ -649,6 +649,18 @@ def _short_row_cases():
     ]
 
 
+def _pool_data(name, shape):
+    """float32 data for a pooling case ``name``: normal values, and for a max pooling
+    NaNs and infinities of both signs scattered in (the windows' NaN tests)."""
+    x = rng.standard_normal(shape).astype("float32")
+    if name.startswith("max"):
+        flat = x.reshape(-1)
+        flat[rng.choice(flat.size, 7, replace=False)] = np.nan
+        flat[rng.choice(flat.size, 5, replace=False)] = np.inf
+        flat[rng.choice(flat.size, 5, replace=False)] = -np.inf
+    return x
+
+
 def _pool_template_case(case):
     """A ``(name, shape, build, taken)`` case's pooling scheduled by the template, its
     lowered text (the auto-scheduler's at trials=0 the same): ``(name, shape, taken, X,
@@ -746,12 +758,7 @@ def test_separable_windows(case, monkeypatch):
         assert ".sep: float32" in text and "(local)" in text, text
         again = replay(s.trace.to_json(), [Y])
         assert str(tc.lower(again, [X, Y])) == text
-    x = rng.standard_normal(shape).astype("float32")
-    if name.startswith("max"):
-        flat = x.reshape(-1)
-        flat[rng.choice(flat.size, 7, replace=False)] = np.nan
-        flat[rng.choice(flat.size, 5, replace=False)] = np.inf
-        flat[rng.choice(flat.size, 5, replace=False)] = -np.inf
+    x = _pool_data(name, shape)
     got = run([X], Y, [x], schedule=s)
     monkeypatch.setattr(pool, "SEPARABLE", False)
     before = run([X], Y, [x])
@@ -956,12 +963,7 @@ def test_planes_first(case, monkeypatch):
         assert f"{red.name}.sep.sep[" not in again and f"{red.name}.sep[" in again, again
     monkeypatch.setattr(pool, "PLANES_FIRST", False)
     assert f"{red.name}.sep.sep[" not in str(tc.lower(schedule(info), [X, Y]))
-    x = rng.standard_normal(shape).astype("float32")
-    if name.startswith("max"):
-        flat = x.reshape(-1)
-        flat[rng.choice(flat.size, 7, replace=False)] = np.nan
-        flat[rng.choice(flat.size, 5, replace=False)] = np.inf
-        flat[rng.choice(flat.size, 5, replace=False)] = -np.inf
+    x = _pool_data(name, shape)
     got = run([X], Y, [x], schedule=s)
     ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
     if name.startswith("max"):
