@@ -242,15 +242,28 @@ def test_a_at_w_column_strips_knob():
     knobs = Knobs({"skinny.strip_ahead": 64})   # 16 rows: two register blocks
     apply_rules(_plain(16, 83, 45, "w"), knobs, cpu_model())
     assert "skinny.strip_ahead" not in knobs.values
+    # 12 rows in one register block (skinny.rows 12): strips, numpy's results with tails
+    args = _plain(12, 83, 45, "w")
+    knobs = Knobs({"skinny.rows": 12, "skinny.cols": 2, "skinny.strip_ahead": 32})
+    s = apply_rules(args, knobs, cpu_model())
+    assert knobs.values["skinny.strip_ahead"] == 32
+    ir = _no_copy_of(s, args, args[1])
+    assert re.search(r"allocate C\.local: float32\[12, \d+\] \(local\)", ir), ir
+    c, want = _run(s, args, "w")
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
 
 
-def test_a_at_w_column_strips_by_the_machine_model():
+def test_a_at_w_column_strips_by_the_machine_model(monkeypatch):
     """By default ``A @ W`` reads W as column strips where the machine model has a
     ``strip_prefetch_rows`` (AMD Zen 4's 64, ``-mcpu=znver4``) from ``STRIP_MIN_ROWS``
-    rows on while one register block holds them all (6 and 8 rows; not 4 nor 16); not
-    on Zen 5 (unmeasured: 0) nor with the field set to 0."""
+    rows on while one register block holds them all (6 and 8 rows) or, past
+    ``skinny_tile``'s blocks, a block of all the rows by two vectors or more fits in
+    three quarters of the registers (9 to 12 rows: ``M x 2``; not 4, 13 nor 16); not on
+    Zen 5 (unmeasured: 0) nor with the field set to 0; with ``STRIPS_PAST_ONE_BLOCK``
+    off (the A/B switch), 6 to 8 rows only, 12 rows in blocks of 6."""
     import dataclasses
 
+    from tecomp.strategy.cpu import skinny
     from tecomp.strategy.cpu.skinny import STRIP_MIN_ROWS
 
     zen4 = dataclasses.replace(tc.Target("llvm -mcpu=znver4 -num-cores=2").machine,
@@ -259,14 +272,21 @@ def test_a_at_w_column_strips_by_the_machine_model():
                                threads=2)
     assert zen4.strip_prefetch_rows == 64 and zen5.strip_prefetch_rows == 0
     assert STRIP_MIN_ROWS == 6
-    for M in (4, 6, 8, 16):
+    for M in (4, 6, 8, 9, 12, 13, 16):
         op = _plain(M, 11008, 4096, "w")[2].op
-        want = 64 if M in (6, 8) else 0
+        want = 64 if 6 <= M <= 12 else 0
         assert skinny_plan(op, zen4).strip_ahead == want, M
         assert skinny_plan(op, zen5).strip_ahead == 0, M
         off = dataclasses.replace(zen4, strip_prefetch_rows=0)
         assert skinny_plan(op, off).strip_ahead == 0, M
+    for M, nb in ((9, 3), (12, 2)):
+        plan = skinny_plan(_plain(M, 11008, 4096, "w")[2].op, zen4)
+        assert (plan.mb, plan.nb) == (M, nb), M
     assert skinny_plan(_plain(8, 11008, 4096, "wt")[2].op, zen4).strip_ahead == 0
+    monkeypatch.setattr(skinny, "STRIPS_PAST_ONE_BLOCK", False)
+    plan = skinny_plan(_plain(12, 11008, 4096, "w")[2].op, zen4)
+    assert (plan.mb, plan.nb, plan.strip_ahead) == (6, 4, 0)
+    assert skinny_plan(_plain(8, 11008, 4096, "w")[2].op, zen4).strip_ahead == 64
 
 
 def test_nn_dense_and_matmul_get_the_skinny_schedule():

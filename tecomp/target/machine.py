@@ -154,8 +154,9 @@ class CpuModel:
     #: (``strategy.cpu.skinny.row_block``; 48 on AMD Zen 4: 4 rows at 1 and 2 rows of A,
     #: 8 at 3 and 4, 16 from 5 on).  0 where unmeasured: blocks of ``skinny.K_BLOCK`` (16) rows
     prefetch_burst_lines: int = 0
-    #: where measured (not 0), a skinny ``A @ W`` of 6 to 8 rows (one register block of
-    #: all of them) reads W as column strips, each tile accumulating over all of K and
+    #: where measured (not 0), a skinny ``A @ W`` of 6 to 12 rows (one register block of
+    #: all of them: 6-8 x 3-4, 9 x 3, 10-12 x 2 vectors with 32 registers) reads W as
+    #: column strips, each tile accumulating over all of K and
     #: prefetching W this many rows ahead at every step (``strategy.cpu.skinny``,
     #: ``_schedule_strips``; 64 on AMD Zen 4)
     strip_prefetch_rows: int = 0

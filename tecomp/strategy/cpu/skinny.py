@@ -168,6 +168,23 @@ L2_PREFETCH_BYTES = 2048
 #: 1.20-1.51x, 4 rows a tie, 3 rows 0.86x, 2 rows 0.61x)
 STRIP_MIN_ROWS = 6
 
+#: ``W[k, j]``: the A/B switch of the strips past one block of :func:`skinny_tile`
+#: (:func:`strip_tile`): True, a machine model with a ``strip_prefetch_rows`` reads W
+#: as column strips from :data:`STRIP_MIN_ROWS` to :data:`STRIP_MAX_ROWS` rows, in one
+#: register block of all the rows by two vectors or more (9 x 3, 10 to 12 x 2 with 32
+#: registers) where :func:`skinny_tile` splits them into two blocks; False, only where
+#: its block already holds all the rows (6 to 8 rows, the session 25 rule).  (1 thread,
+#: Zen 4, CPU time, under load, W 4096 x 11008: 9 rows 1.23-1.32x faster in three
+#: runs, 11 rows 1.17x in one, 10 and 12 rows a tie, 0.93-1.13x; with W in L2, 512 x
+#: 384, where the FMAs alone count, 84-94% of the FMA peak against 61-80%, 1.2-1.37x,
+#: at every row count; benchmarks/DECISIONS.md, "Skinny GEMM: A @ W as column strips
+#: up to 12 rows (Zen 4)")
+STRIPS_PAST_ONE_BLOCK = True
+
+#: ``W[k, j]``: the most rows read as column strips (:func:`strip_tile`; 14 rows x 2
+#: vectors, 1 thread, Zen 4, under load, 0.92-0.95x the blocks of rows, two runs)
+STRIP_MAX_ROWS = 12
+
 #: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
 #: of W are read as streams this many tiles long), fewer where the threads would get
 #: fewer than two tasks each
@@ -212,7 +229,8 @@ class SkinnyPlan:
     strip_ahead: int = 0  # W[k, j]: 0, or each tile a column strip over all of K, its
     #                       accumulators in a local buffer, W prefetched this many rows
     #                       ahead at every step (_schedule_strips; by default the machine
-    #                       model's strip_prefetch_rows from STRIP_MIN_ROWS rows on)
+    #                       model's strip_prefetch_rows from STRIP_MIN_ROWS to
+    #                       STRIP_MAX_ROWS rows: strip_tile)
 
 
 def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
@@ -235,6 +253,16 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
         return None
     batch = math.prod(bs)
     mb, nb = skinny_tile(M, N, not w_kfirst, info, batch)
+    # (W[k, j]: each FMA loads its vector of W where the blocks of rows hold them all,
+    # also when the strips below take one block of all the rows instead)
+    each = info.memory_operands and (not w_kfirst or mb == M)
+    strip = (w_kfirst and M >= STRIP_MIN_ROWS and info.strip_prefetch_rows
+             and (mb == M or strip_tile(M, info) is not None))
+    if strip and mb != M:   # one block of all the rows (STRIPS_PAST_ONE_BLOCK), at
+        #                     least two tiles a thread where the columns allow
+        mb, nb = M, strip_tile(M, info)
+        while nb > 1 and _ceil(N, nb * info.lanes) * batch < 2 * info.threads:
+            nb -= 1
     if w_kfirst:
         kb = row_block(M, K, nb, info)
     elif M < A_IN_L2_MIN_ROWS and 4 * M * K <= info.l1_bytes:
@@ -260,10 +288,21 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
                       # _schedule_rows_in_lanes's 2-d copy of A cannot take)
                       rows_in_lanes=not w_kfirst and nbatch == 0
                       and rows_fill_lanes(M, info.lanes),
-                      w_each_use=info.memory_operands and (not w_kfirst or mb == M),
+                      w_each_use=each,
                       task_tiles=tasks,
-                      strip_ahead=info.strip_prefetch_rows if w_kfirst and mb == M
-                      and M >= STRIP_MIN_ROWS else 0)
+                      strip_ahead=info.strip_prefetch_rows if strip else 0)
+
+
+def strip_tile(M: int, info: CpuModel) -> Optional[int]:
+    """``W[k, j]``, where :data:`STRIPS_PAST_ONE_BLOCK`: the vectors of columns of a
+    column strip (:func:`_schedule_strips`) whose one register block holds all ``M``
+    rows, where :func:`skinny_tile` would split them into blocks: as many as the
+    machine model's vector registers hold besides their loads (``M x nb`` accumulators,
+    ``nb`` vectors of W and a register to spare: 9 x 3, 12 x 2 with 32), if that is two
+    or more (16 rows x 1 vector, 17 loads per 16 FMAs, ran 1.7x slower) and ``M`` at
+    most :data:`STRIP_MAX_ROWS`; else None."""
+    nb = min(8, (info.vregs - 2) // (M + 1))
+    return nb if STRIPS_PAST_ONE_BLOCK and nb >= 2 and M <= STRIP_MAX_ROWS else None
 
 
 def _row_task_tiles(M: int, N: int, nb: int, batch: int, info: CpuModel) -> int:
@@ -356,9 +395,12 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     ``skinny.kblock``, ...; where W is prefetched as it streams, ``skinny.stream_level``
     and ``skinny.stream_bytes``; the defaults :func:`skinny_tile`'s and
     :func:`skinny_plan`'s)."""
-    rows = sorted({plan.mb, plan.M} | {m for m in (1, 2, 4, 8) if m < plan.M})
+    # (skinny_tile's blocks of rows offered too where the plan took one block of all the
+    # rows for column strips: STRIPS_PAST_ONE_BLOCK)
+    bmb, bnb = skinny_tile(plan.M, plan.N, plan.rows_of_w, info, plan.batch)
+    rows = sorted({plan.mb, plan.M, bmb} | {m for m in (1, 2, 4, 8) if m < plan.M})
     mb = knobs.choose("skinny.rows", rows, plan.mb)
-    nb = knobs.choose("skinny.cols", sorted({plan.nb, 1, 2, 3, 4, 6, 8}), plan.nb)
+    nb = knobs.choose("skinny.cols", sorted({plan.nb, bnb, 1, 2, 3, 4, 6, 8}), plan.nb)
     blocks = (4, 8, 16, 32, 64, 256, 1024) if not plan.rows_of_w else (256, 1024, plan.K)
     # (W[k, j]: the block of rows for the chosen tile)
     kb = plan.kb if plan.rows_of_w else row_block(plan.M, plan.K, nb, info)
@@ -453,7 +495,8 @@ def _schedule_strips(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -
     columns, into ``stream_level``'s cache).  W is read a few lines of each row at a
     time, down the rows; the hardware prefetchers do not follow that, the prefetches
     do.  By default where the machine model has a ``strip_prefetch_rows`` (the distance)
-    from :data:`STRIP_MIN_ROWS` rows on.  (W 4096 x 11008, 1 thread, Zen 4, under load,
+    from :data:`STRIP_MIN_ROWS` to :data:`STRIP_MAX_ROWS` rows (past 8 rows with 32
+    registers, one block of all the rows by fewer vectors: :func:`strip_tile`).  (W 4096 x 11008, 1 thread, Zen 4, under load,
     against the blocks of rows: 8 rows 1.20x and 1.51x 64 rows ahead, 6 rows 1.32x, 4
     rows a tie, 2 and 3 rows 0.61x and 0.86x; 16 rows x 1 vector, 17 loads per 16 FMAs,
     1.7x slower: benchmarks/DECISIONS.md, "Skinny GEMM: A @ W as column strips
