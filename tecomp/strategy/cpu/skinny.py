@@ -174,15 +174,17 @@ STRIP_MIN_ROWS = 6
 #: register block of all the rows by two vectors or more (9 x 3, 10 to 12 x 2 with 32
 #: registers) where :func:`skinny_tile` splits them into two blocks; False, only where
 #: its block already holds all the rows (6 to 8 rows, the session 25 rule).  (1 thread,
-#: Zen 4, CPU time, under load, W 4096 x 11008: 9 rows 1.23-1.32x faster in three
-#: runs, 11 rows 1.17x in one, 10 and 12 rows a tie, 0.93-1.13x; with W in L2, 512 x
-#: 384, where the FMAs alone count, 84-94% of the FMA peak against 61-80%, 1.2-1.37x,
-#: at every row count; benchmarks/DECISIONS.md, "Skinny GEMM: A @ W as column strips
-#: up to 12 rows (Zen 4)")
+#: Zen 4, CPU time, under load, W 4096 x 11008: 9 rows 1.19-1.31x faster in three
+#: runs, 11 rows 1.14x in one, 10 rows 0.94-1.12x in three, 12 rows 0.91-1.13x in five:
+#: a tie on one thread, where W's transfer and the FMAs hardly overlap; with W in L2,
+#: 512 x 384, the FMAs alone, 77-94% of the FMA peak against 61-80% at every row count,
+#: 1.2-1.4x: on two threads, where each core's FMAs at 12 rows need 85% of its peak
+#: to keep up with 85% of the read stream, the case for the strips, unmeasured there;
+#: benchmarks/DECISIONS.md, "Skinny GEMM: A @ W as column strips up to 12 rows (Zen 4)")
 STRIPS_PAST_ONE_BLOCK = True
 
 #: ``W[k, j]``: the most rows read as column strips (:func:`strip_tile`; 14 rows x 2
-#: vectors, 1 thread, Zen 4, under load, 0.92-0.95x the blocks of rows, two runs)
+#: vectors, 1 thread, Zen 4, under load, 0.82-0.94x the blocks of rows, two runs)
 STRIP_MAX_ROWS = 12
 
 #: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
