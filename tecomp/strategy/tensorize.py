@@ -161,7 +161,8 @@ def cols_outer_default(info, ek: int, ev: int, panel: int) -> bool:
     half of L2.  1024^3 on Zen 5 (1 MiB L2), one thread, CPU time under load:
     2.15-2.19 ms against 2.25-2.28 row block by row block (benchmarks/DECISIONS.md,
     "Tensorize rule: W in panels, columns outer"); on Zen 4 (share 1.0) row block by
-    row block 3-5% faster ("Tensorize rule: rows outer on Zen 4, X and C prefetched").
+    row block 2.5-4.8% faster (DECISIONS.md, "Tensorize rule: rows outer on Zen 4, X and
+    C prefetched").
     The knob ``tensorize.<name>.cols_outer``."""
     half = info.l2_bytes // 2
     return ek * ev > info.l2_bytes * info.dot_w_l2_share and ek * panel <= half
@@ -278,7 +279,7 @@ def _tensorize_blocks(rules, st, x, w, intrin, name: str) -> None:
 #: Each block of ``C`` announces, at its start, the writes of the next block's lines of
 #: ``C`` (``prefetch`` one block ahead: a ``prefetchw`` per line), so that their reads for
 #: ownership overlap the block's reduction; 1024^3 on Zen 4, 1 thread, CPU time, under
-#: load: 0.1-1.6% faster in 8 interleaved runs, either order (benchmarks/DECISIONS.md,
+#: load: 0.1-1.7% faster in 11 interleaved runs, either order (benchmarks/DECISIONS.md,
 #: "Tensorize rule: rows outer on Zen 4, X and C prefetched"); the knob
 #: ``tensorize.<name>.prefetch_c``
 PREFETCH_C = True
@@ -287,8 +288,8 @@ PREFETCH_C = True
 #: ``X`` into L2 during its reduction (``prefetch(X, k, along=the blocks' loop)``: at
 #: each step of 4 the same bytes of the next block's rows; ``mr`` rows ``ek`` bytes
 #: apart, which the hardware prefetchers follow as ``mr`` streams): 1024^3 columns
-#: outer on Zen 4, 1 thread, CPU time: 1.5-2.4% faster in 4 runs under load 11-14, a
-#: tie in 3 at 15-16 (same entry); the knob ``tensorize.<name>.prefetch_x``
+#: outer on Zen 4, 1 thread, CPU time: 1.5-2.4% faster in 4 runs under load 11-14, mixed
+#: (-1.7% to +2.2%) in 4 at 15-16 (same entry); the knob ``tensorize.<name>.prefetch_x``
 PREFETCH_X = True
 
 

@@ -204,8 +204,8 @@ class CpuModel:
     #: block of rows) while the packed W takes at most this share of the L2, else
     #: column panel by column panel (each panel of W read from L2 by every block of
     #: rows; all of X read again for each panel): 0.5 where unmeasured (half the L2,
-    #: measured on AMD Zen 5); 1.0 on AMD Zen 4, where 1024^3 ran 3-5% faster row block
-    #: by row block (``tensorize.cols_outer_default``)
+    #: measured on AMD Zen 5); 1.0 on AMD Zen 4, where 1024^3 ran 2.5-4.8% faster row
+    #: block by row block (``tensorize.cols_outer_default``)
     dot_w_l2_share: float = 0.5
     #: the output of a plain elementwise pass (no other stage reads it) of more than this
     #: many bytes is stored past the cache (``pragma nontemporal``), where a measurement

@@ -220,7 +220,7 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   74% (1 thread, CPU time, under load: benchmarks/DECISIONS.md, "Column reductions:
 #:   the passes ahead prefetched").  128 KiB: one or two passes.
 #: * ``dot_w_l2_share``: on Zen 4 (session 26) the int8 GEMM 1024^3 (its packed W 1 MiB,
-#:   the whole L2) ran 3-5% faster row block by row block than column panel by column
+#:   the whole L2) ran 2.5-4.8% faster row block by row block than column panel by column
 #:   panel in ten interleaved runs (1 thread, CPU time, under load: benchmarks/
 #:   DECISIONS.md, "Tensorize rule: rows outer on Zen 4, X and C prefetched"), where on
 #:   Zen 5 (session 8) the column panels had won by 4% at the same size: 1.0 (the whole
