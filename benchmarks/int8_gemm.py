@@ -80,12 +80,15 @@ def main() -> int:
     fns["tecomp int8 tensorized, sums in C"] = lambda: inc(a, b, c3)
     # the rule's other loop order and W's other packing (its knobs): the blocks row
     # block by row block (or column panel by column panel, whichever the default is
-    # not: tensorize.cols_outer_default), W in blocks of one vector instead of panels
+    # not: tensorize.cols_outer_default), W in blocks of one vector instead of panels,
+    # and without the prefetches of C's next block (and of X's, columns outer)
     from tecomp.strategy.tensorize import cols_outer_default
     other = not cols_outer_default(cpu_model("llvm"), n, n, 64)
     for label, knobs in ((f"{'cols' if other else 'rows'} outer",
                           {"tensorize.C.cols_outer": other}),
-                         ("W in vector blocks", {"tensorize.C.panels": False})):
+                         ("W in vector blocks", {"tensorize.C.panels": False}),
+                         ("no prefetches", {"tensorize.C.prefetch_c": False,
+                                            "tensorize.C.prefetch_x": False})):
         f_alt = tc.build(apply_rules(q, Knobs(knobs), cpu_model("llvm")), q)
         c_alt = np.zeros_like(c)
         f_alt(a, b, c_alt)

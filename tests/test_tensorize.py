@@ -376,7 +376,6 @@ def test_int8_rule_orders_and_panels_are_exact(cols_outer, panels):
     of 4 rows one after another) or in blocks of one vector; the blocks of C column
     panel by column panel or row block by row block (13 rows: a short last block).
     The default order follows the machine model's L2 (cols_outer_default)."""
-    from tecomp.strategy import Knobs, apply_rules
     from tecomp.strategy.tensorize import cols_outer_default
     from tecomp.target import cpu_model
 
@@ -384,19 +383,30 @@ def test_int8_rule_orders_and_panels_are_exact(cols_outer, panels):
     info = cpu_model(t)
     assert cols_outer_default(info, 1024, 1024, 64) and not cols_outer_default(
         info, 256, 256, 64) and not cols_outer_default(info, 64 << 20, 64, 64)
-    A, B, C = _gemm(13, 128, 64)
-    s = apply_rules([A, B, C], Knobs({"tensorize.C.cols_outer": cols_outer,
-                                      "tensorize.C.panels": panels}), info)
-    low = str(tc.lower(s, [A, B, C], target=t))
+    low = _rule_exact(13, 128, 64, {"tensorize.C.cols_outer": cols_outer,
+                                    "tensorize.C.panels": panels}, t)
     # [j / 64, k / 4, 64, 4] in panels, else [k / 4, j / 16, 16, 4]
     assert ("B.global: int8[16, 2, 64, 4] (global, strides [256, 4096, 4, 1])" in low) == panels
     assert ("B.global: int8[16, 8, 16, 4] (global)" in low) != panels
     assert "allocate C.local: int32[6, 64]" in low, low
+
+
+def _rule_exact(M, N, K, knobs, t):
+    """The int8 GEMM M x N x K scheduled by the rules with ``knobs`` for target ``t``:
+    its lowered IR (text), after checking its result against numpy where ``t`` runs
+    here."""
+    from tecomp.strategy import Knobs, apply_rules
+    from tecomp.target import cpu_model
+
+    A, B, C = _gemm(M, N, K)
+    s = apply_rules([A, B, C], Knobs(knobs), cpu_model(t))
+    low = str(tc.lower(s, [A, B, C], target=t))
     if tc.Target(t).runs_here() is None:
-        a, b = _data(13, 128, 64)
-        c = np.zeros((13, 128), np.int32)
+        a, b = _data(M, N, K)
+        c = np.zeros((M, N), np.int32)
         tc.build(s, [A, B, C], target=t)(a, b, c)
         np.testing.assert_array_equal(c, _ref(a, b))
+    return low
 
 
 def test_auto_schedule_leaves_what_does_not_fit_untensorized():
@@ -932,3 +942,41 @@ def test_hostile_names_in_a_tensorized_cuda_kernel(index):
         c = np.zeros((8, 16), np.int32)
         f(a, b, c)
         np.testing.assert_array_equal(c, want)
+
+
+@pytest.mark.parametrize("cols_outer", [False, True])
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_int8_rule_prefetches_are_exact(cols_outer, prefetch):
+    """The blocks of C announce the writes of the next block's lines of C (knob
+    tensorize.C.prefetch_c) and, column panel by column panel, bring the next block's
+    rows of X into L2 during their reduction (tensorize.C.prefetch_x, only in that
+    order): the prefetched rows and columns clamped into C and X, next to the short
+    last block of rows (27 rows in blocks of 6) and the last panel; exact either way.
+    (On one thread, so that the blocks' loop is not fused with the panels' into tasks.)"""
+    low = _rule_exact(27, 256, 64, {"tensorize.C.cols_outer": cols_outer,
+                                    "tensorize.C.prefetch_c": prefetch,
+                                    "tensorize.C.prefetch_x": prefetch},
+                      "llvm -mcpu=cascadelake -num-cores=1")
+    assert ("prefetch (write) C[" in low) == prefetch, low
+    assert ("prefetch (L2) A[" in low) == (prefetch and cols_outer), low
+
+
+def test_int8_rule_order_follows_the_machine_models_l2_share():
+    """The blocks of C go row block by row block while the packed W takes at most the
+    machine model's dot_w_l2_share of L2: all of it on Zen 4 (1024 x 1024 int8, 1 MiB,
+    rows outer), half where unmeasured and on Zen 5 (the same W column panel by column
+    panel).  Lowered for named CPUs, not run."""
+    from tecomp.strategy.tensorize import cols_outer_default
+    from tecomp.target import cpu_model
+
+    z4, z5 = cpu_model("llvm -mcpu=znver4"), cpu_model("llvm -mcpu=znver5")
+    assert z4.dot_w_l2_share == 1.0 and z5.dot_w_l2_share == 0.5
+    assert cpu_model("llvm -mcpu=cascadelake").dot_w_l2_share == 0.5
+    assert not cols_outer_default(z4, 1024, 1024, 64) and cols_outer_default(z4, 2048, 1024, 64)
+    assert cols_outer_default(z5, 1024, 1024, 64)
+    A, B, C = _gemm(1024, 1024, 1024)
+    for t, outer in (("llvm -mcpu=znver4 -num-cores=2", "parallel (i.outer, 0, 171)"),
+                     ("llvm -mcpu=znver5 -num-cores=2", "parallel (j.outer, 0, 16)")):
+        s = tc.auto_schedule([A, B, C], target=t)
+        low = str(tc.lower(s, [A, B, C], target=t))
+        assert outer in low and "x86.vnni_u8s8s32_16x4" in low, low

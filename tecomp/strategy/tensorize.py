@@ -129,7 +129,7 @@ def tensorize_reduction(rules, st) -> bool:
         mr = max(1, min(mr, eu))
     lead = list(op.axis[:-2])
     if u_iv is not None and rules.k.choose(f"{name}.local", [True, False], True):
-        _dot_block_in_registers(rules, st, intrin, L, nv, mr, eu, ev)
+        _dot_block_in_registers(rules, st, intrin, L, nv, mr, eu, ev, x.producer)
         return True
     vo, vi = st.split(v_iv, factor=L * nv)
     vio, vii = st.split(vi, factor=L)
@@ -156,16 +156,20 @@ def cols_outer_default(info, ek: int, ev: int, panel: int) -> bool:
     packed ``W``, ``ek x panel`` bytes, read by every block of rows while it stays in
     L2; ``X``'s rows read again for each panel) rather than row block by row block
     (a block's rows of ``X`` stay in L1; the whole packed ``W``, ``ek x ev`` bytes, read
-    again for each block of rows): where the whole ``W`` does not fit half of L2 and
-    one panel does.  1024^3 on Zen 5 (1 MiB L2), one thread, CPU time under load:
+    again for each block of rows): where the whole ``W`` does not fit the machine
+    model's share of L2 (``dot_w_l2_share``: half where unmeasured) and one panel fits
+    half of L2.  1024^3 on Zen 5 (1 MiB L2), one thread, CPU time under load:
     2.15-2.19 ms against 2.25-2.28 row block by row block (benchmarks/DECISIONS.md,
-    "Tensorize rule: W in panels, columns outer").  The knob
-    ``tensorize.<name>.cols_outer``."""
+    "Tensorize rule: W in panels, columns outer"); on Zen 4 (share 1.0) row block by
+    row block 2.5-4.8% faster (DECISIONS.md, "Tensorize rule: rows outer on Zen 4, X and
+    C prefetched").
+    The knob ``tensorize.<name>.cols_outer``."""
     half = info.l2_bytes // 2
-    return ek * ev > half and ek * panel <= half
+    return ek * ev > info.l2_bytes * info.dot_w_l2_share and ek * panel <= half
 
 
-def _dot_block_in_registers(rules, st, intrin, L: int, nv: int, mr: int, eu, ev: int) -> None:
+def _dot_block_in_registers(rules, st, intrin, L: int, nv: int, mr: int, eu, ev: int,
+                            xt) -> None:
     """The rule's ``mr`` x ``nv L`` blocks of ``C`` summed in a local block
     (``cache_write``, computed at each block of ``C``, then copied out in vectors): the
     accumulators are a block of their own, which LLVM keeps in registers across the
@@ -187,8 +191,9 @@ def _dot_block_in_registers(rules, st, intrin, L: int, nv: int, mr: int, eu, ev:
     eo = [None if eu is None else -(-eu // mr), ev // (L * nv)]
     outer = [uo, vo]
     ek = rules.ext(k_iv.dom.extent)
-    if rules.k.choose(f"tensorize.{op.name}.cols_outer", [False, True],
-                      cols_outer_default(rules.info, ek, ev, L * nv)):
+    cols_outer = rules.k.choose(f"tensorize.{op.name}.cols_outer", [False, True],
+                                cols_outer_default(rules.info, ek, ev, L * nv))
+    if cols_outer:
         outer, eo = outer[::-1], eo[::-1]
     st.reorder(*lead, *outer, ui, vi)
     vio, vii = st.split(vi, factor=L)
@@ -197,6 +202,9 @@ def _dot_block_in_registers(rules, st, intrin, L: int, nv: int, mr: int, eu, ev:
     row = rules.parallel(st, lead + outer, [rules.ext(a.dom.extent) for a in lead] + eo)
     block = outer[-1]     # the loop over blocks (of rows, or of columns with cols_outer)
     cs.compute_at(st, block if row is None or block in st.leaf_iter_vars else row)
+    ahead = block in st.leaf_iter_vars      # the blocks' loop itself (not fused)
+    if ahead and rules.k.choose(f"tensorize.{op.name}.prefetch_c", [True, False], PREFETCH_C):
+        st.prefetch(op.output(0), block, 1)
     # rows split by mr again: a constant extent also in the last block of rows (guarded
     # there, and peeled off by loop partitioning), as the GEMM's micro-kernel
     cuo, cu = cs.split(cs.op.axis[-2], factor=mr)
@@ -206,6 +214,9 @@ def _dot_block_in_registers(rules, st, intrin, L: int, nv: int, mr: int, eu, ev:
     cs.unroll(cu)
     cs.unroll(cvo)
     cs.tensorize(cvi, intrin)
+    if ahead and cols_outer and rules.k.choose(f"tensorize.{op.name}.prefetch_x",
+                                               [True, False], PREFETCH_X):
+        cs.prefetch(xt, ko, 1, along=block, level=2)
 
 
 def _tensorize_blocks(rules, st, x, w, intrin, name: str) -> None:
@@ -263,6 +274,23 @@ def _tensorize_blocks(rules, st, x, w, intrin, name: str) -> None:
     cs.reorder(*cs.op.axis[:-2], ko, uio, uii, cv, ki)
     cs.unroll(uio)
     cs.tensorize(uii, intrin)
+
+
+#: Each block of ``C`` announces, at its start, the writes of the next block's lines of
+#: ``C`` (``prefetch`` one block ahead: a ``prefetchw`` per line), so that their reads for
+#: ownership overlap the block's reduction; 1024^3 on Zen 4, 1 thread, CPU time, under
+#: load: 0.1-1.7% faster in 11 interleaved runs, either order (benchmarks/DECISIONS.md,
+#: "Tensorize rule: rows outer on Zen 4, X and C prefetched"); the knob
+#: ``tensorize.<name>.prefetch_c``
+PREFETCH_C = True
+
+#: Column panel by column panel, each block of rows also brings the next block's rows of
+#: ``X`` into L2 during its reduction (``prefetch(X, k, along=the blocks' loop)``: at
+#: each step of 4 the same bytes of the next block's rows; ``mr`` rows ``ek`` bytes
+#: apart, which the hardware prefetchers follow as ``mr`` streams): 1024^3 columns
+#: outer on Zen 4, 1 thread, CPU time: 1.5-2.4% faster in 4 runs under load 11-14, mixed
+#: (-1.7% to +2.2%) in 4 at 15-16 (same entry); the knob ``tensorize.<name>.prefetch_x``
+PREFETCH_X = True
 
 
 #: W packed in panels of the block's ``nv L`` columns, each panel's groups of 4 rows one

@@ -97,6 +97,10 @@ class CpuModel:
     window_prefetch_bytes : int, optional
         How far ahead, in bytes of the data's rows, a 2-d max pooling over short padded
         rows prefetches the rows of the output rows ahead (0: not at all).
+    dot_w_l2_share : float, optional
+        The share of the L2 cache an int8 GEMM's packed W may take for its blocks to run
+        row block by row block, each reading the whole packed W from L2 (past it: column
+        panel by column panel).
     target : str, optional
         The target (its string) these facts are from.
     parallel_region_cycles : int, optional
@@ -195,6 +199,15 @@ class CpuModel:
     #: (stride x row bytes)`` output rows, at least one.  0 where unmeasured: none, the
     #: hardware prefetchers alone (the calibration does not time it)
     window_prefetch_bytes: int = 0
+    #: an int8 GEMM on the dot-product intrinsic (``strategy.tensorize``) computes its
+    #: blocks of ``C`` row block by row block (a block's rows of X stay in L1, its
+    #: output rows are written in order, the whole packed W is read from L2 for each
+    #: block of rows) while the packed W takes at most this share of the L2, else
+    #: column panel by column panel (each panel of W read from L2 by every block of
+    #: rows; all of X read again for each panel): 0.5 where unmeasured (half the L2,
+    #: measured on AMD Zen 5); 1.0 on AMD Zen 4, where 1024^3 ran 2.5-4.8% faster row
+    #: block by row block (``tensorize.cols_outer_default``)
+    dot_w_l2_share: float = 0.5
     #: the output of a plain elementwise pass (no other stage reads it) of more than this
     #: many bytes is stored past the cache (``pragma nontemporal``), where a measurement
     #: found a pass of twice that size faster so: on a VM the last-level cache the host

@@ -220,10 +220,17 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   none; 4 rows a pass 87% 1 pass ahead, 91% 2, 89% 4; a column max 87-90% against
 #:   74% (1 thread, CPU time, under load: benchmarks/DECISIONS.md, "Column reductions:
 #:   the passes ahead prefetched").  128 KiB: one or two passes.
+#: * ``dot_w_l2_share``: on Zen 4 (session 26) the int8 GEMM 1024^3 (its packed W 1 MiB,
+#:   the whole L2) ran 2.5-4.8% faster row block by row block than column panel by column
+#:   panel in ten interleaved runs (1 thread, CPU time, under load: benchmarks/
+#:   DECISIONS.md, "Tensorize rule: rows outer on Zen 4, X and C prefetched"), where on
+#:   Zen 5 (session 8) the column panels had won by 4% at the same size: 1.0 (the whole
+#:   L2) on Zen 4, half of it elsewhere.
 MEASURED: Dict[str, Dict[str, object]] = {
     "znver4": {"fma_bits": 256, "gather_cost": 4.0, "transpose_cost": 0.8,
                "split_loads_cheap": True, "prefetch_burst_lines": 48,
-               "column_prefetch_bytes": 131072, "strip_prefetch_rows": 64},
+               "column_prefetch_bytes": 131072, "strip_prefetch_rows": 64,
+               "dot_w_l2_share": 1.0},
     "znver5": {"fma_bits": 512, "gather_cost": 2.1, "transpose_cost": 0.66,
                "split_loads_cheap": False, "gemm_load_cost": 0.5, "read_streams": 4,
                "selection_prefetch_bytes": 4096, "window_prefetch_bytes": 3584},
