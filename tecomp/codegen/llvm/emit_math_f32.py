@@ -469,7 +469,7 @@ class _F32MathEmitter:
     def _pow_f32_ln32(self, x, y, lookup, general: bool):
         """``|x|**y`` for float32 in float32 lanes with tables of 32 (:data:`POW_TABLE32`;
         the sign and the special values: :meth:`_pow_special_values`): ``ln|x|`` as a
-        double-float ``h + lo`` (about 2^-38 relative by design), ``w = y (h + lo)`` as
+        double-float ``h + lo``, ``w = y (h + lo)`` as
         ``wh + wl``, then ``exp(w) = 2^(n/32) exp(r)``, ``n = round(32 wh/ln2)``, ``r =
         (wh - n C1) + (wl - n C2)`` (``C1 + C2 = ln2/32``, ``n C1`` exact), ``exp(r) - 1 =
         e1`` by a degree-4 polynomial, ``2^(j/32) = th + tl`` from a table (``j = n mod
