@@ -430,7 +430,7 @@ class _F32MathEmitter:
     #: ``|r| <= ln2/64`` from ``wh``, and ``wl`` adds up to about 0.008)
     _POWN_Q = (0.5, 0.16667118668556213, 0.041667524725198746)
     #: 32/ln2; ln2/32 with 11 significant bits (``n ln2/32`` exact for ``|n| < 8192``)
-    #: and the rest
+    #: and the rest (used as 1/ln2, and 32 times each part, with ``n/32``)
     _POWN_EXP = (46.16624069213867, 0.02166748046875, -6.631076303165173e-06)
     #: 2^(j/32), j = 0 ... 31, in two float32 parts (hi, lo)
     _EXP2_32NDS = ((1.0, 1.0218971967697144, 1.0442737340927124, 1.0671404600143433,
@@ -522,11 +522,13 @@ class _F32MathEmitter:
             whc = b.select(b.fcmp_ordered("<", whc, C(bottom)), C(bottom), whc)
         else:
             whc = wh
+        # n/32 = round(32 wh/ln2)/32 directly (a magic number of 1.5 2^18: the float's
+        # last 5 bits are j = n mod 32), so that no product by 1/32 is needed
         inv, c1, c2 = self._POWN_EXP
-        magic = 12582912.0
-        sn = madd(whc, C(inv), C(magic))
-        n = b.fsub(sn, C(magic))
-        rr = b.fadd(madd(n, C(-c1), whc), madd(n, C(-c2), wl))
+        magic = 393216.0
+        sn = madd(whc, C(inv / 32.0), C(magic))
+        en = b.fsub(sn, C(magic))
+        rr = b.fadd(madd(en, C(-32.0 * c1), whc), madd(en, C(-32.0 * c2), wl))
         qq = self._POWN_Q
         r2 = b.fmul(rr, rr)
         em1 = madd(r2, madd(r2, C(qq[2]), madd(rr, C(qq[1]), C(qq[0]))), rr)
@@ -534,7 +536,6 @@ class _F32MathEmitter:
         th = lookup(b, self.mb, self._EXP2_32NDS[0], ni)
         tl = lookup(b, self.mb, self._EXP2_32NDS[1], ni)
         q = b.fadd(th, madd(th, em1, tl))
-        en = b.fmul(n, C(1.0 / 32.0))
         res = self._pow_scale(q, en)
         if not general:
             return res, awh
