@@ -72,7 +72,8 @@ MATH25 = {"atan2": ("emit_math_wide", ("ATAN2_NARROW",)),
 MATH26 = {"pow": ("emit_math_f32", ("POW_TABLE32",))}
 #: each session's switches, the tag of its A/B column and its flag's name
 AB = ((MATH20, "s19", "math20_ab"), (MATH21, "s20", "math21_ab"), (MATH23, "s22", "math23_ab"),
-      (MATH24, "s23", "math24_ab"), (MATH25, "s24", "math25_ab"), (MATH26, "s25", "math26_ab"))
+      (MATH24, "s23", "math24_ab"), (MATH25, "s24", "math25_ab"),
+      (MATH26, "s25", "math26_ab"))
 
 
 def main() -> None:
