@@ -33,7 +33,8 @@ for session 24's (cbrt in float64 lanes, ``emit_math_f32.CBRT_F32_LANES`` off; a
 lanes and the degree-6 polynomial, ``emit_math_wide.ATAN2_NARROW`` off; pow with its
 clamp of ``w`` on every lane, ``emit_math_f32.POW_LARGE_W_BRANCH`` off; ``tecomp
 atan2_s24``, ``tecomp pow_s24``); ``--math26-ab`` for session 26's (pow by a base-2
-logarithm and tables of 16, ``emit_math_f32.POW_TABLE32`` off; ``tecomp pow_s25``);
+logarithm and tables of 16, ``emit_math_f32.POW_TABLE32`` and ``POW_LN16`` off; ``tecomp
+pow_s25``);
 ``--cpu-time``
 (with ``--threads 1``) times each call by the process's CPU time (a shared machine).
 
@@ -69,7 +70,7 @@ MATH24 = {"cbrt": ("emit_math_f32", ("CBRT_F32_LANES",)),
 MATH25 = {"atan2": ("emit_math_wide", ("ATAN2_NARROW",)),
           "pow": ("emit_math_f32", ("POW_LARGE_W_BRANCH",))}
 #: session 26's (``--math26-ab``)
-MATH26 = {"pow": ("emit_math_f32", ("POW_TABLE32",))}
+MATH26 = {"pow": ("emit_math_f32", ("POW_TABLE32", "POW_LN16"))}
 #: each session's switches, the tag of its A/B column and its flag's name
 AB = ((MATH20, "s19", "math20_ab"), (MATH21, "s20", "math21_ab"), (MATH23, "s22", "math23_ab"),
       (MATH24, "s23", "math24_ab"), (MATH25, "s24", "math25_ab"),

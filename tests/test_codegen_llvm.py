@@ -2452,8 +2452,8 @@ def test_pow_float32_at_every_vector_width(exp_variant):
 
 def test_pow_float32_at_the_edges_of_its_tables(exp_variant):
     """pow(x, y) where ``x`` lies on an edge of a piece of pow's logarithm tables (the 32
-    pieces of ``emit_math_f32.POW_TABLE32`` with AVX-512, the 16 of AVX2: both sets of
-    edges, one ulp either side, times 2^e) and ``|y|`` makes ``|w| = |y ln x|`` large
+    pieces of ``emit_math_f32.POW_TABLE32`` with AVX-512, the 16 of ``POW_LN16`` with
+    AVX2, the 16 of the base-2 plan: every set of edges, one ulp either side, times 2^e) and ``|y|`` makes ``|w| = |y ln x|`` large
     (up to 88: the error of the logarithm magnified most, and ``w``'s low part at its
     largest): within the documented bound of numpy's float64 result, vectorized and
     serial the same bits; and with AVX-512 the code reads its tables with the 32-entry
@@ -2463,7 +2463,8 @@ def test_pow_float32_at_the_edges_of_its_tables(exp_variant):
     import tecomp as tc
 
     edges = [0x3F320000 + i * (1 << 18) for i in range(33)] + \
-        [0x3F330000 + i * (1 << 19) for i in range(17)]
+        [0x3F330000 + i * (1 << 19) for i in range(17)] + \
+        [0x3F340000 + i * (1 << 19) for i in range(17)]
     z = np.array([struct.unpack("<f", struct.pack("<I", b + d))[0]
                   for b in edges for d in (-1, 0, 1)], np.float64)
     x = np.concatenate([z * 2.0 ** e for e in (0, -1, 1, 7, -20)]).astype(np.float32)

@@ -11,6 +11,8 @@ division.  Errors of 1-3 ulp, ``erfc`` and ``pow`` below 1, ``cbrt`` correctly r
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import llvmlite.ir as ir
 
 #: whether float32 ``erfc`` is computed in float32 lanes from one polynomial per segment
@@ -50,11 +52,33 @@ POW_LARGE_W_BRANCH = True
 #: (``|r| <= 1/64``: ``r`` itself is the leading term and ``-r^2/2`` is exact, so no
 #: product by ``1/ln2`` has to be kept to double-float, and ``P`` has four terms, not
 #: five), ``exp`` of ``w = y ln|x|`` by ``2^(j/32)`` and a degree-3 polynomial
-#: (:meth:`_F32MathEmitter._pow_f32_ln32`); off: the base-2 logarithm and ``2^(j/16)``
-#: from tables of 16 as in session 25 (:meth:`_F32MathEmitter._pow_f32_lanes`, still
-#: taken on AVX2 targets; the A/B switch of ``benchmarks/elementwise_math.py
+#: (:meth:`_F32MathEmitter._pow_f32_ln`); off: the base-2 logarithm and ``2^(j/16)``
+#: from tables of 16 as in session 25 (:meth:`_F32MathEmitter._pow_f32_lanes`; AVX2
+#: targets: :data:`POW_LN16`; the A/B switch of ``benchmarks/elementwise_math.py
 #: --math26-ab``)
 POW_TABLE32 = True
+
+#: whether float32 ``pow`` takes the same natural-logarithm plan with tables of 16 where
+#: the target's table instruction has 16 entries only (AVX2: two ``vpermps`` and a blend
+#: per 8 lanes): 16 pieces (``|r| <= 1/32``, ``P`` of five terms), ``exp`` by ``2^(j/16)``
+#: and a degree-5 polynomial (:meth:`_F32MathEmitter._pow_f32_ln`); off: the base-2
+#: logarithm of :meth:`_F32MathEmitter._pow_f32_lanes`, as in session 25 (the A/B switch
+#: of ``benchmarks/elementwise_math.py --math26-ab``, with :data:`POW_TABLE32`)
+POW_LN16 = True
+
+
+class _PowPlan(NamedTuple):
+    """The tables and polynomials of :meth:`_F32MathEmitter._pow_f32_ln` for one table
+    size: ``pieces`` of ``z``'s range from bits ``off`` on (the index: bits ``shift`` and
+    up), ``1/c``, ``ln c`` in two parts, ``P``, ``Q``, ``2^(j/pieces)`` in two parts."""
+    pieces: int
+    off: int
+    shift: int
+    invc: tuple
+    logc: tuple
+    p: tuple
+    q: tuple
+    exp: tuple
 
 
 class _F32MathEmitter:
@@ -224,8 +248,10 @@ class _F32MathEmitter:
             return self.pow_f64_lanes(x, y)
         b, ty, _, C, _, _ = self._kit(x)
         lookup32 = self.policy.vector_op("lookup32", x.type) if POW_TABLE32 else None
-        if lookup32 is not None:
-            res, awh = self._pow_f32_ln32(x, y, lookup32, False)
+        plan = self._POWN32 if lookup32 is not None else self._POWN16 if POW_LN16 else None
+        if lookup32 is not None or plan is not None:
+            lookup32 = lookup32 or lookup
+            res, awh = self._pow_f32_ln(x, y, lookup32, False, plan)
             # (x not a positive normal float: its bits less 2^23, unsigned, are 0x7f000000
             # or more; one integer test where the float tests take four instructions)
             _, _, ity, _, I, _ = self._kit(x)
@@ -234,7 +260,8 @@ class _F32MathEmitter:
                         b.fcmp_unordered(">=", awh, C(self._POW_LN_BIG)))
             return self._slow_where(
                 odd, "pow.special",
-                lambda x: self._pow_special_values(x, y, self._pow_f32_ln32(x, y, lookup32, True)),
+                lambda x: self._pow_special_values(
+                    x, y, self._pow_f32_ln(x, y, lookup32, True, plan)),
                 x, res)
         # the common lanes (x a positive normal float, y finite) need neither the
         # subnormal scaling nor the special values: the others take a branch, once per
@@ -380,7 +407,7 @@ class _F32MathEmitter:
         res = b.select(b.fcmp_ordered("==", ax, C(0.0)), b.select(yneg, inf, C(0.0)), res)
         return b.select(b.fcmp_ordered("==", ax, inf), b.select(yneg, C(0.0), inf), res)
 
-    #: pow's tables of 32 (:meth:`_pow_f32_ln32`): ``z`` in ``[0.6953125, 1.390625)``
+    #: pow's tables of 32 (:meth:`_pow_f32_ln`): ``z`` in ``[0.6953125, 1.390625)``
     #: (bits ``0x3f320000`` on) cut into 32 pieces by bits 18-22 of ``bits(z) -
     #: 0x3f320000`` (piece 19, ``[0.9921875, 1.015625)``, around 1); per piece ``1/c`` as
     #: a float32 (``c`` near its middle, 1 for piece 19), so that ``|z/c - 1| <= 1/64``,
@@ -429,9 +456,9 @@ class _F32MathEmitter:
     #: exp(r) - 1 = r + r^2 (Q0 + Q1 r + Q2 r^2), |r| <= 0.025 (fitted: 2^-36.4 absolute;
     #: ``|r| <= ln2/64`` from ``wh``, and ``wl`` adds up to about 0.008)
     _POWN_Q = (0.5, 0.16667118668556213, 0.041667524725198746)
-    #: 32/ln2; ln2/32 with 11 significant bits (``n ln2/32`` exact for ``|n| < 8192``)
-    #: and the rest (used as 1/ln2, and 32 times each part, with ``n/32``)
-    _POWN_EXP = (46.16624069213867, 0.02166748046875, -6.631076303165173e-06)
+    #: 1/ln2; ln2 with 11 significant bits (``(n/32) C1`` exact for ``|n| < 8192``) and
+    #: the rest
+    _POWN_EXP = (1.4426950216293335, 0.693359375, -0.00021219444170128554)
     #: 2^(j/32), j = 0 ... 31, in two float32 parts (hi, lo)
     _EXP2_32NDS = ((1.0, 1.0218971967697144, 1.0442737340927124, 1.0671404600143433,
                     1.0905077457427979, 1.114386796951294, 1.1387885808944702,
@@ -460,15 +487,48 @@ class _F32MathEmitter:
                     -1.141504490931311e-08, -1.1239277952768134e-08,
                     -4.663005626071026e-08, 9.845328108326612e-09,
                     -1.7021804410433106e-08))
-    #: ``|w|`` (natural) from which :meth:`_pow_f32_ln32`'s lanes take the branch: 128 ln2
+    #: ``|w|`` (natural) from which :meth:`_pow_f32_ln`'s lanes take the branch: 128 ln2
     #: rounded (results near the overflow, and below 2^-128); its clamp: 129 ln2 and
     #: -151 ln2 (inf and 0 beyond)
     _POW_LN_BIG = 88.72283935546875
     _POW_LN_CLAMP = (89.41598510742188, -104.66522216796875)
+    #: the 16 pieces of ``[0.703125, 1.40625)`` (bits ``0x3f340000`` on, bits 19-22;
+    #: piece 9, ``[0.984375, 1.03125)``, around 1), chosen as :data:`_POWN_INVC` (the
+    #: rest of ``ln c`` below 3.4e-9; mpmath)
+    _POWN16_INVC = (1.3910768032073975, 1.333566665649414, 1.2799761295318604,
+                    1.2306405305862427, 1.1853388547897339, 1.142855167388916,
+                    1.1036441326141357, 1.0665918588638306, 1.0323575735092163, 1.0,
+                    0.941149115562439, 0.8889977931976318, 0.842187225818634,
+                    0.8001090884208679, 0.7618750929832458, 0.7271527051925659)
+    _POWN16_LOGC = ((-0.330078125, -0.2878570556640625, -0.2468414306640625,
+                     -0.2075347900390625, -0.1700286865234375, -0.1335296630859375,
+                     -0.0986175537109375, -0.0644683837890625, -0.0318450927734375, 0.0,
+                     0.0606536865234375, 0.1176605224609375, 0.1717529296875,
+                     0.2230072021484375, 0.27197265625, 0.3186187744140625),
+                    (-8.005112128728342e-10, -7.141987001801908e-10, 1.7096618565304311e-09,
+                     -3.727957109678215e-10, -5.958314952536625e-10, -1.0023927243807407e-09,
+                     1.4665304526317868e-09, -2.57396393088527e-09, -2.3207859245477636e-10,
+                     0.0, 4.3029294016783126e-10, 3.3527474130323753e-09,
+                     1.3158526490641975e-09, -2.064061144224638e-09, 4.5133094483951197e-10,
+                     6.837022614725186e-10))
+    #: ln(1 + r) = r - r^2/2 + r^3 P(r), -0.0295 <= r <= 1/32 (fitted: 2^-40.0 relative
+    #: to r); exp(r) - 1 = r + r^2 (Q0 + Q1 r + Q2 r^2 + Q3 r^3), |r| <= 0.055 (2^-37.8)
+    _POWN16_P = (0.3333333432674408, -0.2499999850988388, 0.19996893405914307,
+                 -0.16678136587142944, 0.16459263861179352)
+    _POWN16_Q = (0.5, 0.1666666716337204, 0.041670408099889755, 0.00833229161798954)
 
-    def _pow_f32_ln32(self, x, y, lookup, general: bool):
+
+    _POWN32 = _PowPlan(32, 0x3F320000, 18, _POWN_INVC, _POWN_LOGC, _POWN_P, _POWN_Q,
+                       _EXP2_32NDS)
+    _POWN16 = _PowPlan(16, 0x3F340000, 19, _POWN16_INVC, _POWN16_LOGC, _POWN16_P,
+                       _POWN16_Q, (_EXP2_32NDS[0][::2], _EXP2_32NDS[1][::2]))
+
+    def _pow_f32_ln(self, x, y, lookup, general: bool, plan):
         """``|x|**y`` for float32 in float32 lanes with tables of 32 (:data:`POW_TABLE32`;
-        the sign and the special values: :meth:`_pow_special_values`): ``ln|x|`` as a
+        ``plan`` :data:`_POWN32`) or 16 (:data:`POW_LN16`, ``plan`` :data:`_POWN16`: the
+        same steps with 16 pieces, ``|r0| <= 1/32``, ``P`` of five terms, ``n/16`` and
+        ``exp`` by a degree-5 polynomial on ``|r| <= 0.055``; the sign and the special
+        values: :meth:`_pow_special_values`): ``ln|x|`` as a
         double-float ``h + lo``, ``w = y (h + lo)`` as
         ``wh + wl``, then ``exp(w) = 2^(n/32) exp(r)``, ``n = round(32 wh/ln2)``, ``r =
         (wh - n C1) + (wl - n C2)`` (``C1 + C2 = ln2/32``, ``n C1`` exact), ``exp(r) - 1 =
@@ -489,8 +549,8 @@ class _F32MathEmitter:
         sums' errors, ``pe (1 - r0 + r0^2)``, ``-se/2``, ``r0^3 P(r0)``, ``e ln2lo + lo``
         -- in one float32."""
         b, ty, ity, C, I, madd = self._kit(x)
-        ax, e, z, idx = self._pow_split(x, general, 0x3F320000, 18)
-        invc = lookup(b, self.mb, self._POWN_INVC, idx)
+        ax, e, z, idx = self._pow_split(x, general, plan.off, plan.shift)
+        invc = lookup(b, self.mb, plan.invc, idx)
         p = b.fmul(z, invc)
         pe = madd(z, invc, b.fneg(p))
         r0 = b.fsub(p, C(1.0))
@@ -498,15 +558,17 @@ class _F32MathEmitter:
         se = madd(r0, r0, b.fneg(s))
         q0 = b.fmul(s, C(-0.5))
         ln2h, ln2l = self._POWN_LN2
-        kk = madd(e, C(ln2h), lookup(b, self.mb, self._POWN_LOGC[0], idx))
+        kk = madd(e, C(ln2h), lookup(b, self.mb, plan.logc[0], idx))
         # K + r0 (|K| >= |r0| unless K = 0), then + q0 (|hh| > |q0|): Fast2Sum twice
         hh = b.fadd(kk, r0)
         e2 = b.fadd(b.fsub(kk, hh), r0)
         h = b.fadd(hh, q0)
         e1 = b.fadd(b.fsub(hh, h), q0)
-        pp = self._POWN_P
-        poly = madd(s, madd(r0, C(pp[3]), C(pp[2])), madd(r0, C(pp[1]), C(pp[0])))
-        d = madd(e, C(ln2l), lookup(b, self.mb, self._POWN_LOGC[1], idx))
+        pp = plan.p
+        hi_terms = madd(r0, C(pp[3]), C(pp[2])) if len(pp) == 4 else \
+            madd(s, C(pp[4]), madd(r0, C(pp[3]), C(pp[2])))
+        poly = madd(s, hi_terms, madd(r0, C(pp[1]), C(pp[0])))
+        d = madd(e, C(ln2l), lookup(b, self.mb, plan.logc[1], idx))
         lo = madd(pe, madd(r0, b.fsub(r0, C(1.0)), C(1.0)), d)
         lo = madd(se, C(-0.5), lo)
         lo = madd(b.fmul(s, r0), poly, lo)
@@ -523,18 +585,21 @@ class _F32MathEmitter:
         else:
             whc = wh
         # n/32 = round(32 wh/ln2)/32 directly (a magic number of 1.5 2^18: the float's
-        # last 5 bits are j = n mod 32), so that no product by 1/32 is needed
+        # last 5 bits are j = n mod 32; with 16 pieces 1.5 2^19 and n/16), so that no
+        # product by 1/32 is needed
         inv, c1, c2 = self._POWN_EXP
-        magic = 393216.0
-        sn = madd(whc, C(inv / 32.0), C(magic))
+        magic = 1.5 * 2.0 ** 23 / plan.pieces
+        sn = madd(whc, C(inv), C(magic))
         en = b.fsub(sn, C(magic))
-        rr = b.fadd(madd(en, C(-32.0 * c1), whc), madd(en, C(-32.0 * c2), wl))
-        qq = self._POWN_Q
+        rr = b.fadd(madd(en, C(-c1), whc), madd(en, C(-c2), wl))
+        qq = plan.q
         r2 = b.fmul(rr, rr)
-        em1 = madd(r2, madd(r2, C(qq[2]), madd(rr, C(qq[1]), C(qq[0]))), rr)
+        inner = madd(r2, C(qq[2]), madd(rr, C(qq[1]), C(qq[0]))) if len(qq) == 3 else \
+            madd(r2, madd(rr, C(qq[3]), C(qq[2])), madd(rr, C(qq[1]), C(qq[0])))
+        em1 = madd(r2, inner, rr)
         ni = b.bitcast(sn, ity)
-        th = lookup(b, self.mb, self._EXP2_32NDS[0], ni)
-        tl = lookup(b, self.mb, self._EXP2_32NDS[1], ni)
+        th = lookup(b, self.mb, plan.exp[0], ni)
+        tl = lookup(b, self.mb, plan.exp[1], ni)
         q = b.fadd(th, madd(th, em1, tl))
         res = self._pow_scale(q, en)
         if not general:
