@@ -32,13 +32,16 @@ for session 24's (cbrt in float64 lanes, ``emit_math_f32.CBRT_F32_LANES`` off; a
 ``tecomp atan2_s23``); ``--math25-ab`` for session 25's (atan2 with every step in float64
 lanes and the degree-6 polynomial, ``emit_math_wide.ATAN2_NARROW`` off; pow with its
 clamp of ``w`` on every lane, ``emit_math_f32.POW_LARGE_W_BRANCH`` off; ``tecomp
-atan2_s24``, ``tecomp pow_s24``); ``--cpu-time``
+atan2_s24``, ``tecomp pow_s24``); ``--math26-ab`` for session 26's (pow by a base-2
+logarithm and tables of 16, ``emit_math_f32.POW_TABLE32`` and ``POW_LN16`` off; ``tecomp
+pow_s25``);
+``--cpu-time``
 (with ``--threads 1``) times each call by the process's CPU time (a shared machine).
 
     python3 benchmarks/elementwise_math.py [--threads 2] [--rounds 15] [--only gelu,tanh]
                                            [--rows 4096] [--ulps] [--softplus-ab]
                                            [--math20-ab] [--math21-ab] [--math23-ab]
-                                           [--math24-ab] [--math25-ab]
+                                           [--math24-ab] [--math25-ab] [--math26-ab]
                                            [--cpu-time]
 """
 from __future__ import annotations
@@ -66,9 +69,12 @@ MATH24 = {"cbrt": ("emit_math_f32", ("CBRT_F32_LANES",)),
 #: session 25's (``--math25-ab``)
 MATH25 = {"atan2": ("emit_math_wide", ("ATAN2_NARROW",)),
           "pow": ("emit_math_f32", ("POW_LARGE_W_BRANCH",))}
+#: session 26's (``--math26-ab``)
+MATH26 = {"pow": ("emit_math_f32", ("POW_TABLE32", "POW_LN16"))}
 #: each session's switches, the tag of its A/B column and its flag's name
 AB = ((MATH20, "s19", "math20_ab"), (MATH21, "s20", "math21_ab"), (MATH23, "s22", "math23_ab"),
-      (MATH24, "s23", "math24_ab"), (MATH25, "s24", "math25_ab"))
+      (MATH24, "s23", "math24_ab"), (MATH25, "s24", "math25_ab"),
+      (MATH26, "s25", "math26_ab"))
 
 
 def main() -> None:

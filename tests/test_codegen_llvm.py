@@ -2450,6 +2450,53 @@ def test_pow_float32_at_every_vector_width(exp_variant):
     _two_arguments_at_every_vector_width("pow", exp_variant)
 
 
+def test_pow_float32_at_the_edges_of_its_tables(exp_variant):
+    """pow(x, y) where ``x`` lies on an edge of a piece of pow's logarithm tables (the 32
+    pieces of ``emit_math_f32.POW_TABLE32`` with AVX-512, the 16 of ``POW_LN16`` with
+    AVX2, the 16 of the base-2 plan: every set of edges, one ulp either side, times 2^e) and ``|y|`` makes ``|w| = |y ln x|`` large
+    (up to 88: the error of the logarithm magnified most, and ``w``'s low part at its
+    largest): within the documented bound of numpy's float64 result, vectorized and
+    serial the same bits; and with AVX-512 the code reads its tables with the 32-entry
+    table instruction (``vpermt2ps`` or ``vpermi2ps``), five a vector."""
+    import struct
+
+    import tecomp as tc
+
+    edges = [0x3F320000 + i * (1 << 18) for i in range(33)] + \
+        [0x3F330000 + i * (1 << 19) for i in range(17)] + \
+        [0x3F340000 + i * (1 << 19) for i in range(17)]
+    z = np.array([struct.unpack("<f", struct.pack("<I", b + d))[0]
+                  for b in edges for d in (-1, 0, 1)], np.float64)
+    x = np.concatenate([z * 2.0 ** e for e in (0, -1, 1, 7, -20)]).astype(np.float32)
+    ln = np.log(x.astype(np.float64))
+    ln[ln == 0] = 1.0
+    w = np.array([-88.0, -60.0, -1.0, 1.0, 60.0, 88.0])
+    x = np.repeat(x, w.size)
+    y = (np.tile(w, x.size // w.size) / np.repeat(ln, w.size)).astype(np.float32)
+    n = x.size
+    A = tc.placeholder((n,), name="A")
+    E = tc.placeholder((n,), name="E")
+    outs = []
+    for lanes in (1, 16):
+        B = tc.compute((n,), lambda i: tc.pow(A[i], E[i]), name="B")
+        s = tc.create_schedule(B.op)
+        if lanes > 1:
+            s[B].vectorize(s[B].split(B.op.axis[0], factor=lanes)[1])
+        f = tc.build(s, [A, E, B], target=exp_variant)
+        out = np.zeros(n, np.float32)
+        f(x, y, out)
+        outs.append(out)
+        if lanes == 16 and exp_variant == _MATH_TARGETS["avx512"]:
+            asm = f.get_source("asm")
+            assert len(re.findall(r"vperm[it]2ps", asm)) >= 5
+    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    exact = np.power(x.astype(np.float64), y.astype(np.float64))
+    ulp = np.spacing(np.abs(exact.astype(np.float32))).astype(np.float64)
+    err = np.abs(outs[0] - exact) / ulp
+    i = err.argmax()
+    assert err[i] <= _F32_BINARY["pow"][1][not _has_fma(exp_variant)], (x[i], y[i], err[i])
+
+
 def test_atan2_float32_at_every_vector_width(exp_variant):
     """The same for atan2(y, x), whose rare lanes (both operands 0 or infinite, the larger
     below 2^-124) take a branch (``emit_math_wide.ATAN2_NARROW``): every quadrant, signed

@@ -11,6 +11,8 @@ division.  Errors of 1-3 ulp, ``erfc`` and ``pow`` below 1, ``cbrt`` correctly r
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import llvmlite.ir as ir
 
 #: whether float32 ``erfc`` is computed in float32 lanes from one polynomial per segment
@@ -44,6 +46,39 @@ CBRT_F32_LANES = True
 #: (:meth:`_F32MathEmitter.pow_f32`; the A/B switch of ``benchmarks/elementwise_math.py
 #: --math25-ab``)
 POW_LARGE_W_BRANCH = True
+
+#: whether float32 ``pow`` takes natural logarithms with tables of 32 where the target has
+#: a 32-entry table instruction (AVX-512's ``vpermt2ps``): ``ln|x|`` from 32 pieces
+#: (``|r| <= 1/64``: ``r`` itself is the leading term and ``-r^2/2`` is exact, so no
+#: product by ``1/ln2`` has to be kept to double-float, and ``P`` has four terms, not
+#: five), ``exp`` of ``w = y ln|x|`` by ``2^(j/32)`` and a degree-3 polynomial
+#: (:meth:`_F32MathEmitter._pow_f32_ln`); off: the base-2 logarithm and ``2^(j/16)``
+#: from tables of 16 as in session 25 (:meth:`_F32MathEmitter._pow_f32_lanes`; AVX2
+#: targets: :data:`POW_LN16`; the A/B switch of ``benchmarks/elementwise_math.py
+#: --math26-ab``)
+POW_TABLE32 = True
+
+#: whether float32 ``pow`` takes the same natural-logarithm plan with tables of 16 where
+#: the target's table instruction has 16 entries only (AVX2: two ``vpermps`` and a blend
+#: per 8 lanes): 16 pieces (``|r| <= 1/32``, ``P`` of five terms), ``exp`` by ``2^(j/16)``
+#: and a degree-5 polynomial (:meth:`_F32MathEmitter._pow_f32_ln`); off: the base-2
+#: logarithm of :meth:`_F32MathEmitter._pow_f32_lanes`, as in session 25 (the A/B switch
+#: of ``benchmarks/elementwise_math.py --math26-ab``, with :data:`POW_TABLE32`)
+POW_LN16 = True
+
+
+class _PowPlan(NamedTuple):
+    """The tables and polynomials of :meth:`_F32MathEmitter._pow_f32_ln` for one table
+    size: ``pieces`` of ``z``'s range from bits ``off`` on (the index: bits ``shift`` and
+    up), ``1/c``, ``ln c`` in two parts, ``P``, ``Q``, ``2^(j/pieces)`` in two parts."""
+    pieces: int
+    off: int
+    shift: int
+    invc: tuple
+    logc: tuple
+    p: tuple
+    q: tuple
+    exp: tuple
 
 
 class _F32MathEmitter:
@@ -212,6 +247,22 @@ class _F32MathEmitter:
         if lookup is None:
             return self.pow_f64_lanes(x, y)
         b, ty, _, C, _, _ = self._kit(x)
+        lookup32 = self.policy.vector_op("lookup32", x.type) if POW_TABLE32 else None
+        plan = self._POWN32 if lookup32 is not None else self._POWN16 if POW_LN16 else None
+        if lookup32 is not None or plan is not None:
+            lookup32 = lookup32 or lookup
+            res, awh = self._pow_f32_ln(x, y, lookup32, False, plan)
+            # (x not a positive normal float: its bits less 2^23, unsigned, are 0x7f000000
+            # or more; one integer test where the float tests take four instructions)
+            _, _, ity, _, I, _ = self._kit(x)
+            odd = b.or_(b.icmp_unsigned(">=", b.sub(b.bitcast(x, ity), I(0x800000)),
+                                        I(0x7F000000)),
+                        b.fcmp_unordered(">=", awh, C(self._POW_LN_BIG)))
+            return self._slow_where(
+                odd, "pow.special",
+                lambda x: self._pow_special_values(
+                    x, y, self._pow_f32_ln(x, y, lookup32, True, plan)),
+                x, res)
         # the common lanes (x a positive normal float, y finite) need neither the
         # subnormal scaling nor the special values: the others take a branch, once per
         # vector that has one, which computes the whole vector with them (the same bits
@@ -255,17 +306,7 @@ class _F32MathEmitter:
         ``log2(1 + r) = r A + r^2 B + r^3 P(r)`` with ``r A``, ``r^2`` and ``r^2 B``
         each a float32 and its exact rounding error, summed by Fast2Sum."""
         b, ty, ity, C, I, madd = self._kit(x)
-        ax = b.call(self._fn1("llvm.fabs", ty), [x])
-        if general:
-            tiny = b.fcmp_ordered("<", ax, C(1.1754943508222875e-38))
-            ix = b.bitcast(b.select(tiny, b.fmul(ax, C(8388608.0)), ax), ity)
-        else:
-            ix = b.bitcast(x, ity)
-        tmp = b.sub(ix, I(0x3F330000))
-        idx = b.lshr(tmp, I(19))
-        k = b.ashr(tmp, I(23))
-        e = b.sitofp(b.sub(k, b.select(tiny, I(23), I(0))) if general else k, ty)
-        z = b.bitcast(b.sub(ix, b.and_(tmp, I(-0x800000))), ty)
+        ax, e, z, idx = self._pow_split(x, general, 0x3F330000, 19)
         invc = lookup(b, self.mb, self._POW_INVC, idx)
         # z/c - 1 = r + rl: p = z (1/c) and its error pe exactly, p - 1 exact (Sterbenz)
         p = b.fmul(z, invc)
@@ -321,20 +362,249 @@ class _F32MathEmitter:
         tl = lookup(b, self.mb, self._EXP2_16THS[1], ni)
         q = b.fadd(th, madd(th, e1, tl))
         en = b.fmul(n, C(1.0 / 16.0))
-        scalef = self.policy.vector_op("scalef", ty)
-        if scalef is not None:      # (vscalefps floors its exponent operand itself)
-            res = scalef(b, self.mb, q, en)
-        else:
-            res = self._ldexp(q, b.call(self._fn1("llvm.floor", ty), [en]))
+        res = self._pow_scale(q, en)
         if lean:
             return res, awh
         if not general:
             return res
-        # |x| = 0: inf for y < 0, else 0; |x| = inf: the other way round
+        return self._pow_zero_inf(ax, y, res)
+
+    def _pow_split(self, x, general: bool, off: int, shift: int):
+        """pow's ``|x| = z 2^e`` (``|x|``, ``e`` as a float, ``z``, the table index):
+        ``z`` in ``[f(off), 2 f(off))`` (``f(off)`` the float of bits ``off``) from the
+        bits of ``x`` less ``off``, the index its bits from ``shift`` up (the lookup keeps
+        the low 4 or 5); ``general``: a subnormal ``|x|`` scaled by 2^23 first (else
+        ``x`` is a positive normal float)."""
+        b, ty, ity, C, I, _ = self._kit(x)
+        ax = b.call(self._fn1("llvm.fabs", ty), [x])
+        if general:
+            tiny = b.fcmp_ordered("<", ax, C(1.1754943508222875e-38))
+            ix = b.bitcast(b.select(tiny, b.fmul(ax, C(8388608.0)), ax), ity)
+        else:
+            ix = b.bitcast(x, ity)
+        tmp = b.sub(ix, I(off))
+        idx = b.lshr(tmp, I(shift))
+        k = b.ashr(tmp, I(23))
+        e = b.sitofp(b.sub(k, b.select(tiny, I(23), I(0))) if general else k, ty)
+        z = b.bitcast(b.sub(ix, b.and_(tmp, I(-0x800000))), ty)
+        return ax, e, z, idx
+
+    def _pow_scale(self, q, en):
+        """``q 2^floor(en)`` in one rounding (subnormal results included): ``vscalefps``
+        with AVX-512 (it floors its exponent operand itself), else :meth:`_ldexp`."""
+        b, ty = self.b, q.type
+        scalef = self.policy.vector_op("scalef", ty)
+        if scalef is not None:
+            return scalef(b, self.mb, q, en)
+        return self._ldexp(q, b.call(self._fn1("llvm.floor", ty), [en]))
+
+    def _pow_zero_inf(self, ax, y, res):
+        """``res`` where ``|x|`` (``ax``) is 0 (inf for ``y < 0``, else 0) or inf (the
+        other way round) replaced."""
+        b, _, _, C, _, _ = self._kit(ax)
         inf = C(float("inf"))
         yneg = b.fcmp_ordered("<", y, C(0.0))
         res = b.select(b.fcmp_ordered("==", ax, C(0.0)), b.select(yneg, inf, C(0.0)), res)
         return b.select(b.fcmp_ordered("==", ax, inf), b.select(yneg, C(0.0), inf), res)
+
+    #: pow's tables of 32 (:meth:`_pow_f32_ln`): ``z`` in ``[0.6953125, 1.390625)``
+    #: (bits ``0x3f320000`` on) cut into 32 pieces by bits 18-22 of ``bits(z) -
+    #: 0x3f320000`` (piece 19, ``[0.9921875, 1.015625)``, around 1); per piece ``1/c`` as
+    #: a float32 (``c`` near its middle, 1 for piece 19), so that ``|z/c - 1| <= 1/64``,
+    #: and ``ln(c) = -ln(1/c)`` as a multiple of 2^-16 (``e ln2hi + hi`` exact) and the
+    #: rest (mpmath); ``1/c`` is the float32 within 2048 ulps of the middle's whose
+    #: logarithm is nearest a multiple of 2^-16 (the rest below 4.6e-9: Gal's accurate
+    #: tables), so that the rest adds little to ``w``'s low part
+    _POWN_INVC = (1.4220458269119263, 1.3910768032073975, 1.3617584705352783,
+                  1.333566665649414, 1.3060780763626099, 1.2799761295318604,
+                  1.2549127340316772, 1.2306405305862427, 1.2074087858200073,
+                  1.1853388547897339, 1.1636900901794434, 1.142855167388916,
+                  1.12285578250885, 1.1036441326141357, 1.084926724433899,
+                  1.0665918588638306, 1.0491269826889038, 1.0323575735092163,
+                  1.0160422325134277, 1.0, 0.969691812992096,
+                  0.941149115562439, 0.9141716361045837, 0.8889977931976318,
+                  0.864767849445343, 0.842187225818634, 0.8206093311309814,
+                  0.8001090884208679, 0.7805972695350647, 0.7618750929832458,
+                  0.7442262768745422, 0.7271527051925659)
+    _POWN_LOGC = ((-0.3520965576171875, -0.330078125, -0.30877685546875,
+                   -0.2878570556640625, -0.26702880859375, -0.2468414306640625,
+                   -0.2270660400390625, -0.2075347900390625, -0.1884765625,
+                   -0.1700286865234375, -0.1515960693359375, -0.1335296630859375,
+                   -0.115875244140625, -0.0986175537109375, -0.081512451171875,
+                   -0.0644683837890625, -0.0479583740234375, -0.0318450927734375,
+                   -0.0159149169921875, 0.0, 0.0307769775390625,
+                   0.0606536865234375, 0.0897369384765625, 0.1176605224609375,
+                   0.145294189453125, 0.1717529296875, 0.1977081298828125,
+                   0.2230072021484375, 0.2476959228515625, 0.27197265625,
+                   0.29541015625, 0.3186187744140625),
+                  (-3.2751021339372244e-10, -8.005112128728342e-10, -2.1242121395204094e-09,
+                   -7.141987001801908e-10, -3.2933302751558813e-09, 1.7096618565304311e-09,
+                   4.509074003067326e-09, -3.727957109678215e-10, -1.4977485918166167e-09,
+                   -5.958314952536625e-10, 1.0266366645694802e-09, -1.0023927243807407e-09,
+                   -1.738329813427697e-09, 1.4665304526317868e-09, 1.5440126954757716e-09,
+                   -2.57396393088527e-09, 7.543471958193493e-10, -2.3207859245477636e-10,
+                   1.2653230685444328e-09, 0.0, -1.0062679578481948e-09,
+                   4.3029294016783126e-10, 1.0085358104205966e-09, 3.3527474130323753e-09,
+                   7.621775433008793e-10, 1.3158526490641975e-09, -1.951814043721356e-09,
+                   -2.064061144224638e-09, -7.044478889106642e-10, 4.5133094483951197e-10,
+                   -1.4451654317682028e-09, 6.837022614725186e-10))
+    #: ln2 as a multiple of 2^-16 and the rest
+    _POWN_LN2 = (0.693145751953125, 1.428606765330187e-06)
+    #: ln(1 + r) = r - r^2/2 + r^3 P(r), |r| <= 1/64 (fitted: 2^-40.4 relative to r)
+    _POWN_P = (0.3333333432674408, -0.2500000298023224, 0.19998009502887726,
+               -0.16637636721134186)
+    #: exp(r) - 1 = r + r^2 (Q0 + Q1 r + Q2 r^2), |r| <= 0.025 (fitted: 2^-36.4 absolute;
+    #: ``|r| <= ln2/64`` from ``wh``, and ``wl`` adds up to about 0.008)
+    _POWN_Q = (0.5, 0.16667118668556213, 0.041667524725198746)
+    #: 1/ln2; ln2 with 11 significant bits (``(n/32) C1`` exact for ``|n| < 8192``) and
+    #: the rest
+    _POWN_EXP = (1.4426950216293335, 0.693359375, -0.00021219444170128554)
+    #: 2^(j/32), j = 0 ... 31, in two float32 parts (hi, lo)
+    _EXP2_32NDS = ((1.0, 1.0218971967697144, 1.0442737340927124, 1.0671404600143433,
+                    1.0905077457427979, 1.114386796951294, 1.1387885808944702,
+                    1.1637248992919922, 1.1892070770263672, 1.215247392654419,
+                    1.2418577671051025, 1.2690509557724, 1.2968395948410034,
+                    1.3252366781234741, 1.3542555570602417, 1.3839099407196045,
+                    1.4142135381698608, 1.4451807737350464, 1.4768261909484863,
+                    1.5091644525527954, 1.5422108173370361, 1.5759809017181396,
+                    1.610490322113037, 1.6457555294036865, 1.6817928552627563,
+                    1.7186193466186523, 1.7562521696090698, 1.7947090864181519,
+                    1.8340080976486206, 1.8741676807403564, 1.9152065515518188,
+                    1.9571441411972046),
+                   (0.0, -4.811559861650494e-08, 4.8334701574503924e-08,
+                    -5.9337519786595294e-08, -1.3077539939843064e-08,
+                    -5.435540018083884e-08, 5.386222312608879e-08,
+                    -4.051441493402308e-08, 3.797635272917432e-08,
+                    -3.267394887984665e-08, 4.496838101886169e-08,
+                    1.419333317542737e-09, -4.018999533172973e-08,
+                    -3.496373324196611e-08, -1.0123349269974824e-08,
+                    -5.875577357983275e-08, 2.4203234971764687e-08,
+                    3.324199937537742e-08, -4.500898853621038e-08,
+                    -2.4959373234878512e-08, 8.070904833346049e-09,
+                    -5.661025426206834e-08, 9.836217174097328e-09,
+                    -5.124972091152813e-08, -2.4755326677450284e-08,
+                    -4.8496175963919086e-08, -9.235770370707996e-09,
+                    -1.141504490931311e-08, -1.1239277952768134e-08,
+                    -4.663005626071026e-08, 9.845328108326612e-09,
+                    -1.7021804410433106e-08))
+    #: ``|w|`` (natural) from which :meth:`_pow_f32_ln`'s lanes take the branch: 128 ln2
+    #: rounded (results near the overflow, and below 2^-128); its clamp: 129 ln2 and
+    #: -151 ln2 (inf and 0 beyond)
+    _POW_LN_BIG = 88.72283935546875
+    _POW_LN_CLAMP = (89.41598510742188, -104.66522216796875)
+    #: the 16 pieces of ``[0.703125, 1.40625)`` (bits ``0x3f340000`` on, bits 19-22;
+    #: piece 9, ``[0.984375, 1.03125)``, around 1), chosen as :data:`_POWN_INVC` (the
+    #: rest of ``ln c`` below 3.4e-9; mpmath)
+    _POWN16_INVC = (1.3910768032073975, 1.333566665649414, 1.2799761295318604,
+                    1.2306405305862427, 1.1853388547897339, 1.142855167388916,
+                    1.1036441326141357, 1.0665918588638306, 1.0323575735092163, 1.0,
+                    0.941149115562439, 0.8889977931976318, 0.842187225818634,
+                    0.8001090884208679, 0.7618750929832458, 0.7271527051925659)
+    _POWN16_LOGC = ((-0.330078125, -0.2878570556640625, -0.2468414306640625,
+                     -0.2075347900390625, -0.1700286865234375, -0.1335296630859375,
+                     -0.0986175537109375, -0.0644683837890625, -0.0318450927734375, 0.0,
+                     0.0606536865234375, 0.1176605224609375, 0.1717529296875,
+                     0.2230072021484375, 0.27197265625, 0.3186187744140625),
+                    (-8.005112128728342e-10, -7.141987001801908e-10, 1.7096618565304311e-09,
+                     -3.727957109678215e-10, -5.958314952536625e-10, -1.0023927243807407e-09,
+                     1.4665304526317868e-09, -2.57396393088527e-09, -2.3207859245477636e-10,
+                     0.0, 4.3029294016783126e-10, 3.3527474130323753e-09,
+                     1.3158526490641975e-09, -2.064061144224638e-09, 4.5133094483951197e-10,
+                     6.837022614725186e-10))
+    #: ln(1 + r) = r - r^2/2 + r^3 P(r), -0.0295 <= r <= 1/32 (fitted: 2^-40.0 relative
+    #: to r); exp(r) - 1 = r + r^2 (Q0 + Q1 r + Q2 r^2 + Q3 r^3), |r| <= 0.055 (2^-37.8)
+    _POWN16_P = (0.3333333432674408, -0.2499999850988388, 0.19996893405914307,
+                 -0.16678136587142944, 0.16459263861179352)
+    _POWN16_Q = (0.5, 0.1666666716337204, 0.041670408099889755, 0.00833229161798954)
+
+
+    _POWN32 = _PowPlan(32, 0x3F320000, 18, _POWN_INVC, _POWN_LOGC, _POWN_P, _POWN_Q,
+                       _EXP2_32NDS)
+    _POWN16 = _PowPlan(16, 0x3F340000, 19, _POWN16_INVC, _POWN16_LOGC, _POWN16_P,
+                       _POWN16_Q, (_EXP2_32NDS[0][::2], _EXP2_32NDS[1][::2]))
+
+    def _pow_f32_ln(self, x, y, lookup, general: bool, plan):
+        """``|x|**y`` for float32 in float32 lanes with tables of 32 (:data:`POW_TABLE32`;
+        ``plan`` :data:`_POWN32`) or 16 (:data:`POW_LN16`, ``plan`` :data:`_POWN16`: the
+        same steps with 16 pieces, ``|r0| <= 1/32``, ``P`` of five terms, ``n/16`` and
+        ``exp`` by a degree-5 polynomial on ``|r| <= 0.055``; the sign and the special
+        values: :meth:`_pow_special_values`): ``ln|x|`` as a
+        double-float ``h + lo``, ``w = y (h + lo)`` as
+        ``wh + wl``, then ``exp(w) = 2^(n/32) exp(r)``, ``n = round(32 wh/ln2)``, ``r =
+        (wh - n C1) + (wl - n C2)`` (``C1 + C2 = ln2/32``, ``n C1`` exact), ``exp(r) - 1 =
+        e1`` by a degree-4 polynomial, ``2^(j/32) = th + tl`` from a table (``j = n mod
+        32``), ``th + (th e1 + tl)`` rounded once, times ``2^floor(n/32)`` (``vscalefps``).
+        Not ``general``: for positive normal ``x`` with ``|wh| < 128 ln2`` (the caller
+        sends the other lanes to the branch); the result comes with ``|wh|``.
+        ``general``: subnormal ``x`` scaled by 2^23 first, ``wh`` clamped to ``[-151 ln2,
+        129 ln2]`` (0 and inf beyond), ``x`` 0 or inf as in :meth:`_pow_f32_lanes`.
+
+        ``ln|x|``: ``|x| = z 2^e`` with ``z`` in ``[0.695, 1.391)`` from the bits, ``1/c``
+        and ``ln(c) = hi + lo`` from :data:`_POWN_INVC` and :data:`_POWN_LOGC` (``e ln2hi +
+        hi`` exact), ``z/c - 1 = r0 + pe`` exactly (``p = z (1/c)`` rounded, ``pe`` its
+        error by an FMA, ``r0 = p - 1`` exact by Sterbenz; ``|r0| <= 1/64``; ``r0 = z - 1``
+        and ``pe = 0`` for the piece around 1, so that ``ln|x|`` keeps its relative
+        accuracy near ``x = 1``), ``ln(1 + r) = r - r^2/2 + r^3 P(r)``: ``r0^2 = s + se``
+        exactly, ``K + r0`` and then ``+ (-s/2)`` (exact) by Fast2Sum, the rest -- both
+        sums' errors, ``pe (1 - r0 + r0^2)``, ``-se/2``, ``r0^3 P(r0)``, ``e ln2lo + lo``
+        -- in one float32."""
+        b, ty, ity, C, I, madd = self._kit(x)
+        ax, e, z, idx = self._pow_split(x, general, plan.off, plan.shift)
+        invc = lookup(b, self.mb, plan.invc, idx)
+        p = b.fmul(z, invc)
+        pe = madd(z, invc, b.fneg(p))
+        r0 = b.fsub(p, C(1.0))
+        s = b.fmul(r0, r0)
+        se = madd(r0, r0, b.fneg(s))
+        q0 = b.fmul(s, C(-0.5))
+        ln2h, ln2l = self._POWN_LN2
+        kk = madd(e, C(ln2h), lookup(b, self.mb, plan.logc[0], idx))
+        # K + r0 (|K| >= |r0| unless K = 0), then + q0 (|hh| > |q0|): Fast2Sum twice
+        hh = b.fadd(kk, r0)
+        e2 = b.fadd(b.fsub(kk, hh), r0)
+        h = b.fadd(hh, q0)
+        e1 = b.fadd(b.fsub(hh, h), q0)
+        pp = plan.p
+        hi_terms = madd(r0, C(pp[3]), C(pp[2])) if len(pp) == 4 else \
+            madd(s, C(pp[4]), madd(r0, C(pp[3]), C(pp[2])))
+        poly = madd(s, hi_terms, madd(r0, C(pp[1]), C(pp[0])))
+        d = madd(e, C(ln2l), lookup(b, self.mb, plan.logc[1], idx))
+        lo = madd(pe, madd(r0, b.fsub(r0, C(1.0)), C(1.0)), d)
+        lo = madd(se, C(-0.5), lo)
+        lo = madd(b.fmul(s, r0), poly, lo)
+        lo = b.fadd(b.fadd(e1, e2), lo)
+        # w = y (h + lo) = wh + wl (|x| 0 or inf: garbage, replaced at the end)
+        wh = b.fmul(y, h)
+        wl = madd(y, lo, madd(y, h, b.fneg(wh)))
+        awh = b.call(self._fn1("llvm.fabs", ty), [wh])
+        if general:
+            wl = b.select(b.fcmp_ordered("<", awh, C(2 * self._POW_LN_BIG)), wl, C(0.0))
+            top, bottom = self._POW_LN_CLAMP
+            whc = b.select(b.fcmp_ordered(">", wh, C(top)), C(top), wh)
+            whc = b.select(b.fcmp_ordered("<", whc, C(bottom)), C(bottom), whc)
+        else:
+            whc = wh
+        # n/32 = round(32 wh/ln2)/32 directly (a magic number of 1.5 2^18: the float's
+        # last 5 bits are j = n mod 32; with 16 pieces 1.5 2^19 and n/16), so that no
+        # product by 1/32 is needed
+        inv, c1, c2 = self._POWN_EXP
+        magic = 1.5 * 2.0 ** 23 / plan.pieces
+        sn = madd(whc, C(inv), C(magic))
+        en = b.fsub(sn, C(magic))
+        rr = b.fadd(madd(en, C(-c1), whc), madd(en, C(-c2), wl))
+        qq = plan.q
+        r2 = b.fmul(rr, rr)
+        inner = madd(r2, C(qq[2]), madd(rr, C(qq[1]), C(qq[0]))) if len(qq) == 3 else \
+            madd(r2, madd(rr, C(qq[3]), C(qq[2])), madd(rr, C(qq[1]), C(qq[0])))
+        em1 = madd(r2, inner, rr)
+        ni = b.bitcast(sn, ity)
+        th = lookup(b, self.mb, plan.exp[0], ni)
+        tl = lookup(b, self.mb, plan.exp[1], ni)
+        q = b.fadd(th, madd(th, em1, tl))
+        res = self._pow_scale(q, en)
+        if not general:
+            return res, awh
+        return self._pow_zero_inf(ax, y, res)
 
     #: atan(u) = u + u z P(z), z = u^2, 0 <= u <= 1 (fitted: 2.6e-9 relative)
     _ATAN01_P = (-0.33333298563957214, 0.1999853402376175, -0.14264100790023804,

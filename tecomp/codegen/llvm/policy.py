@@ -107,7 +107,7 @@ class TargetPolicy:
           (scalar or vector), where the target reads vectors of them with a table
           instruction (x86's ``vpermps``; erf's coefficients are chosen this way);
         * ``"lookup32"``, ``(table, idx)``: the same with 32 values, ``table[idx & 31]``
-          (AVX-512's ``vpermi2ps``; softplus's coefficients);
+          (AVX-512's ``vpermi2ps``; softplus's coefficients, pow's tables);
         * ``"half_bits"``, ``(x,)``: float32 lanes rounded to float16 as ``fptrunc``
           rounds them, as their bits (i16 lanes; x86's ``vcvtps2ph``): what a
           non-temporal store of float16 stores (LLVM's x86 backend has none for half).

@@ -40,8 +40,8 @@ measured or forced by LLVM's x86 backend:
   per-segment coefficients with one ``vpermps`` per 16 lanes (AVX2: two of 8 entries and
   a blend per 8 lanes) (:meth:`X86Policy.vector_op`, ``"lookup16"``), where a gather
   or a compare-and-select per segment would cost several instructions per lane group;
-  with AVX-512, tables of 32 (softplus) with one ``vpermi2ps`` per 16 lanes
-  (``"lookup32"``).
+  with AVX-512, tables of 32 (softplus, pow's logarithm and exp) with one ``vpermi2ps``
+  per 16 lanes (``"lookup32"``).
 
 The vectorizer's plan (``tecomp/lower/vectorize.py``: whether a loop is widened whole,
 in register-wide pieces or in chunks, and the chunk width) is the lowering's decision,
