@@ -21,7 +21,7 @@ counting its read and its write).  Every result is checked against PyTorch's fir
         [--threads 1 --cpu-time] [--rules-off]
         [--new-off] [--select-off] [--seed-off] [--steps-off]
         [--minmax-off] [--rowblock-off] [--prefetch-off] [--pairs-off] [--colpf-off]
-        [--stream-off]
+        [--regs-off] [--stream-off]
         [--math-off] [--math20-off]
 """
 from __future__ import annotations
@@ -279,6 +279,15 @@ def colpf_off(tc, sig, ins):
     return flags_off(tc, sig, ins, [(rules, "COLUMN_PREFETCH")])
 
 
+def regs_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` built with a column argmax's (argmin's) unrolled run
+    of rows storing its accumulator pair at every step and loading it back at the next,
+    as before session 26 (not held in registers through the run:
+    ``tecomp.codegen.llvm.emit_control.SELECTION_PAIRS_IN_REGISTERS`` False)."""
+    from tecomp.codegen.llvm import emit_control
+    return flags_off(tc, sig, ins, [(emit_control, "SELECTION_PAIRS_IN_REGISTERS")])
+
+
 def stream_off(tc, sig, ins):
     """A call of the kernel of ``sig`` scheduled with every store through the cache (no
     ``pragma nontemporal`` on an elementwise output over half the last-level cache, nor on
@@ -318,6 +327,7 @@ _AB = [("rules_off", "reduce", rules_off, "rules off"),
        ("prefetch_off", "reduce", prefetch_off, "prefetch off"),
        ("pairs_off", "reduce", pairs_off, "pairs off"),
        ("colpf_off", "reduce", colpf_off, "colpf off"),
+       ("regs_off", "reduce", regs_off, "regs off"),
        ("stream_off", "elem", stream_off, "stream off"),
        ("math_off", "elem", math_off, "math off"),
        ("math20_off", "elem", math20_off, "math20 off")]
@@ -375,6 +385,10 @@ def main() -> None:
     ap.add_argument("--colpf-off", action="store_true", help="also time each reduction "
                     "scheduled without a column reduction's passes ahead prefetched (and 4 "
                     "rows a pass, not 8), in the same turns")
+    ap.add_argument("--regs-off", action="store_true", help="also time each reduction "
+                    "built with a column argmax's accumulator pair stored and reloaded at "
+                    "every step of its run of rows (not held in registers), in the same "
+                    "turns")
     ap.add_argument("--stream-off", action="store_true", help="also time each elementwise "
                     "operator scheduled with its output stored through the cache (no "
                     "non-temporal stores), in the same turns")

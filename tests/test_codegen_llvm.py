@@ -3339,6 +3339,50 @@ def test_column_argmax_nan_tests_in_pairs(monkeypatch, paired, shape, axis):
             assert branch == (paired and dtype != "int32"), (op, dtype)
 
 
+@pytest.mark.parametrize("regs", [True, False])
+@pytest.mark.parametrize("shape,axis,keep", [((64, 80), 0, False), ((3, 16, 50), 1, True),
+                                             ((2, 24, 33), 1, False), ((5, 8, 7, 16), 1, True)])
+def test_column_argmax_pairs_in_registers(monkeypatch, regs, shape, axis, keep):
+    """A column argmax's or argmin's unrolled run of rows (two a step under one NaN test,
+    an AVX-512 target) with its value/index accumulator pair held in registers through
+    the run, loaded once and stored once (``emit_control.SELECTION_PAIRS_IN_REGISTERS``:
+    the steps' branches joined by phis), or stored and reloaded by every step: exactly
+    numpy's either way -- ties (small integers: the first index), NaNs in the first,
+    second, a middle or the last row of a column and in both rows of a pair, inf, a
+    column of -inf, zeros of both signs, keepdims, rows of whole vectors and rows with a
+    vector tail (33, 50 lanes: the tail's run stays in memory), float32 and float64.  The
+    phis are in the code exactly when on."""
+    import tecomp as tc
+    from tecomp.codegen.llvm import emit_control
+
+    target = _paired_target(monkeypatch, "PAIRED_SELECTION_TESTS", True)
+    monkeypatch.setattr(emit_control, "SELECTION_PAIRS_IN_REGISTERS", regs)
+    rng = np.random.default_rng(11)
+    n = shape[axis]
+    for dtype in ("float32", "float64"):
+        x = rng.integers(-3, 4, shape).astype("float64")
+        cols = np.moveaxis(x, axis, -1)            # a view: x's lines along the axis
+        line = (0,) * (cols.ndim - 2)
+        for c, rows in enumerate([[0], [1], [n // 2], [n - 1], [2, 3], [4, 5]]):
+            cols[line + (c,)][rows] = np.nan
+        cols[line + (6,)][[0, n - 1]] = np.inf, np.nan
+        cols[(-1,) * (cols.ndim - 2) + (-1,)] = -np.inf
+        cols[line + (7,)][::2] = 0.0
+        cols[line + (7,)][1::2] = -0.0
+        x = x.astype(dtype)
+        X = tc.placeholder(shape, name="x", dtype=dtype)
+        for op in ("argmax", "argmin"):
+            Y = getattr(tc.nn, op)(X, axis=axis, keepdims=keep, dtype="int64")
+            f = tc.build(tc.auto_schedule([X, Y], target=target), [X, Y], target=target)
+            want = getattr(np, op)(x, axis=axis, keepdims=keep)
+            out = np.ones(want.shape, "int64")
+            f(x, out)
+            np.testing.assert_array_equal(out, want, f"{op} {dtype}")
+            src = f.get_source("llvm-unopt")
+            assert "nan.then" in src, (op, dtype)
+            assert ('.pair" = phi' in src) == regs, (op, dtype)
+
+
 def test_float_max_reduction_without_vectorized_loops_keeps_llvm_maximum():
     """A kernel the schedule did not vectorize keeps ``llvm.maximum`` for its scalar max
     (LLVM's loop vectorizer may widen it; it hung on a compare-select one)."""
