@@ -22,7 +22,7 @@ counting its read and its write).  Every result is checked against PyTorch's fir
         [--new-off] [--select-off] [--seed-off] [--steps-off]
         [--minmax-off] [--rowblock-off] [--prefetch-off] [--pairs-off] [--colpf-off]
         [--regs-off] [--stream-off]
-        [--math-off] [--math20-off]
+        [--math-off] [--math20-off] [--silu-off]
 """
 from __future__ import annotations
 
@@ -315,6 +315,14 @@ def math20_off(tc, sig, ins):
     return flags_off(tc, sig, ins, [(emit_math, "SOFTPLUS_DIRECT")])
 
 
+def silu_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` built with a float32 ``x * sigmoid(x)`` emitted as
+    the product, as before session 26 (not ``x / (1 + exp(-x))``:
+    ``tecomp.codegen.llvm.emit_expr.SILU_DIVIDES`` False)."""
+    from tecomp.codegen.llvm import emit_expr
+    return flags_off(tc, sig, ins, [(emit_expr, "SILU_DIVIDES")])
+
+
 #: the A/B switches: (the option's dest and the row's key, the family it applies to, the
 #: builder of the kernel with the switch off, the column's label)
 _AB = [("rules_off", "reduce", rules_off, "rules off"),
@@ -330,7 +338,8 @@ _AB = [("rules_off", "reduce", rules_off, "rules off"),
        ("regs_off", "reduce", regs_off, "regs off"),
        ("stream_off", "elem", stream_off, "stream off"),
        ("math_off", "elem", math_off, "math off"),
-       ("math20_off", "elem", math20_off, "math20 off")]
+       ("math20_off", "elem", math20_off, "math20 off"),
+       ("silu_off", "elem", silu_off, "silu off")]
 
 
 def _input(np, rng, shape, kind):
@@ -399,6 +408,9 @@ def main() -> None:
     ap.add_argument("--math20-off", action="store_true", help="also time each elementwise "
                     "operator built without session 20's math changes (softplus's direct "
                     "segments), in the same turns")
+    ap.add_argument("--silu-off", action="store_true", help="also time each elementwise "
+                    "operator built with silu's x * sigmoid(x) as the product (not x / (1 + "
+                    "exp(-x))), in the same turns")
     add_cpu_time(ap)
     args = ap.parse_args()
     clock = clock_of(ap, args)
