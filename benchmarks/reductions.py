@@ -15,7 +15,10 @@ written once; ``%`` compares it with the memory stream timed in the same turns: 
 reduction the read stream (a tecomp row sum of as many bytes, rows of 4096 float32), for
 an elementwise operator a copy of its input (a tecomp kernel, vectorized and parallel,
 its stores past the cache as every elementwise output over half the last-level cache,
-counting its read and its write).  Every result is checked against PyTorch's first.
+counting its read and its write).  Every result is checked against PyTorch's first.  A row whose input (or the
+stream's) is not all in 2 MiB pages says so (``pages: input 40% huge``): from 4 KiB
+pages the same kernel reads 1.2-1.6x slower, so its ``%`` compares unlike memory (its
+ratio to PyTorch does not: both read the same array).
 
     python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...]
         [--threads 1 --cpu-time] [--rules-off]
@@ -26,8 +29,8 @@ counting its read and its write).  Every result is checked against PyTorch's fir
 """
 from __future__ import annotations
 
-from common import (add_cpu_time, base_parser, clock_of, interleaved_turns, pin_threads,
-                    torch_or_none)
+from common import (add_cpu_time, base_parser, clock_of, huge_page_share, interleaved_turns,
+                    pin_threads, torch_or_none)
 
 NCHW = (8, 64, 128, 256)
 SQUARE = (4096, 4096)
@@ -451,7 +454,7 @@ def main() -> None:
                 B = tc.compute((n,), lambda i: A[i], name="copy")
                 a, b = tc.aligned(np.ones(n, "float32")), tc.empty((n,))
             f = tc.build(tc.auto_schedule([A, B]), [A, B])
-            refs[key] = ((lambda: f(a, b)), nbytes * (2 if kind == "elem" else 1))
+            refs[key] = ((lambda: f(a, b)), nbytes * (2 if kind == "elem" else 1), a)
         return refs[key]
 
     work = {**reduction_workloads(), **elementwise_workloads()}
@@ -512,7 +515,11 @@ def main() -> None:
         except AssertionError as e:
             ok = False
             print(f"  {name}: MISMATCH against PyTorch: {str(e).splitlines()[3:5]}")
-        ref_fn, ref_bytes = reference(family, x.nbytes)
+        ref_fn, ref_bytes, ref_in = reference(family, x.nbytes)
+        shares = [(what, huge_page_share(arr)) for what, arr in (("input", x),
+                                                                  ("stream", ref_in))]
+        pages = ", ".join(f"{what} {100 * v:.0f}% huge" for what, v in shares
+                          if v is not None and v < 0.9)
         fns = {"tecomp": lambda: f(*ins, out), "torch": lambda: tfn(torch, tx, tout),
                "stream": ref_fn}
         for key, family_of, build_off, _ in _AB:
@@ -529,7 +536,8 @@ def main() -> None:
               f"ratio {ratio:5.2f}x | {gbs:6.1f} GB/s ({100 * gbs / stream:4.0f}% of "
               f"{'read' if family == 'reduce' else 'copy'} {stream:5.1f}){'' if ok else ' WRONG'}"
               + "".join(f" | {label} {t[key] * 1e3:7.3f} ms ({t[key] / t['tecomp']:5.2f}x)"
-                        for key, _, _, label in _AB if key in t),
+                        for key, _, _, label in _AB if key in t)
+              + (f" | pages: {pages}" if pages else ""),
               flush=True)
     bad = [r for r in rows if r[1] < 1.0 or r[2] < 80]
     print(f"load {os.getloadavg()[0]:.2f}; {len(rows) - len(bad)} of {len(rows)} rows at "
