@@ -111,9 +111,10 @@ def interleaved_turns(fns: dict, rounds: int, turn_seconds: float = 0.1,
 def huge_page_share(a) -> float | None:
     """The share (0 to 1) of numpy array ``a``'s bytes that the kernel backs with
     transparent huge pages (2 MiB), read from ``/proc/self/smaps``; None where that
-    file cannot be read.  A kernel streaming a 64 MB input from 4 KiB pages ran
-    1.2-1.6x slower than from the same input in 2 MiB pages (Zen 4 VM, one thread:
-    history/2026-12-02.md, "Session 26, helper reduce"): which one an allocation gets
+    file cannot be read.  A sum over the planes of a 64 MB input ran 1.37-1.60x slower
+    from 4 KiB pages than from the same input in 2 MiB pages, an argmax 1.0-1.24x (Zen 4
+    VM, one thread: history/2026-12-02.md, "Session 26, helper reduce"): which one an
+    allocation gets
     depends on the memory's fragmentation, so a table compares rows fairly only where
     it says."""
     lo = a.__array_interface__["data"][0]

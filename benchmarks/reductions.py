@@ -17,8 +17,8 @@ an elementwise operator a copy of its input (a tecomp kernel, vectorized and par
 its stores past the cache as every elementwise output over half the last-level cache,
 counting its read and its write).  Every result is checked against PyTorch's first.  A row whose input (or the
 stream's) is not all in 2 MiB pages says so (``pages: input 40% huge``): from 4 KiB
-pages the same kernel reads 1.2-1.6x slower, so its ``%`` compares unlike memory (its
-ratio to PyTorch does not: both read the same array).
+pages the same kernel read up to 1.6x slower (a plane sum), so its ``%`` compares unlike
+memory (its ratio to PyTorch does not: both read the same array).
 
     python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...]
         [--threads 1 --cpu-time] [--rules-off]
