@@ -48,7 +48,7 @@ INVERT_OR_SELECTS = True
 #: a float32 ``x * sigmoid(x)`` (``tecomp.nn.silu``) computed as ``x / (1 + exp(-x))``:
 #: the same exp, one multiply fewer a vector and one rounding fewer (the quotient is
 #: rounded once, where ``x`` times the rounded ``1 / (1 + exp(-x))`` rounded twice).  In
-#: cache 1.08-1.16x faster on Zen 4 (benchmarks/DECISIONS.md, "silu: x / (1 + exp(-x))").
+#: cache 1.04-1.16x faster on Zen 4 (benchmarks/DECISIONS.md, "silu: x / (1 + exp(-x))").
 #: Off: the product as written (the A/B switch of ``benchmarks/reductions.py
 #: --silu-off``)
 SILU_DIVIDES = True
