@@ -108,6 +108,36 @@ def interleaved_turns(fns: dict, rounds: int, turn_seconds: float = 0.1,
     return {n: statistics.median(v) if v else float("nan") for n, v in times.items()}
 
 
+def huge_page_share(a) -> float | None:
+    """The share (0 to 1) of numpy array ``a``'s bytes that the kernel backs with
+    transparent huge pages (2 MiB), read from ``/proc/self/smaps``; None where that
+    file cannot be read.  A sum over the planes of a 64 MB input ran 1.37-1.60x slower
+    from 4 KiB pages than from the same input in 2 MiB pages, an argmax 1.0-1.24x (Zen 4
+    VM, one thread: history/2026-12-02.md, "Session 26, helper reduce"): which one an
+    allocation gets
+    depends on the memory's fragmentation, so a table compares rows fairly only where
+    it says."""
+    lo = a.__array_interface__["data"][0]
+    hi = lo + a.nbytes
+    try:
+        text = open("/proc/self/smaps").read()
+    except OSError:
+        return None
+    huge, vma = 0, None
+    for line in text.splitlines():
+        head = line.split(None, 1)[0]
+        if "-" in head and ":" not in head:
+            start, end = (int(v, 16) for v in head.split("-"))
+            vma = (start, end) if start < hi and end > lo else None
+        elif vma is not None and head == "AnonHugePages:":
+            start, end = vma
+            kb = int(line.split()[1])
+            # (a huge page of the VMA outside the array: its share of the overlap)
+            share = (min(end, hi) - max(start, lo)) / (end - start)
+            huge += kb * 1024 * share
+    return min(1.0, huge / max(a.nbytes, 1))
+
+
 def conv3x3_parser(doc: str):
     """The arguments of the 3x3-convolution benchmarks (conv_taps.py, winograd.py): the
     batches, layouts, workload kinds, shapes and ``--cpu-time``."""

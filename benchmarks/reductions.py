@@ -15,19 +15,22 @@ written once; ``%`` compares it with the memory stream timed in the same turns: 
 reduction the read stream (a tecomp row sum of as many bytes, rows of 4096 float32), for
 an elementwise operator a copy of its input (a tecomp kernel, vectorized and parallel,
 its stores past the cache as every elementwise output over half the last-level cache,
-counting its read and its write).  Every result is checked against PyTorch's first.
+counting its read and its write).  Every result is checked against PyTorch's first.  A row whose input (or the
+stream's) is not all in 2 MiB pages says so (``pages: input 40% huge``): from 4 KiB
+pages the same kernel read up to 1.6x slower (a plane sum), so its ``%`` compares unlike
+memory (its ratio to PyTorch does not: both read the same array).
 
     python3 benchmarks/reductions.py [--threads 2] [--rounds 7] [--only sum,exp,...]
         [--threads 1 --cpu-time] [--rules-off]
         [--new-off] [--select-off] [--seed-off] [--steps-off]
         [--minmax-off] [--rowblock-off] [--prefetch-off] [--pairs-off] [--colpf-off]
-        [--stream-off]
-        [--math-off] [--math20-off]
+        [--regs-off] [--stream-off]
+        [--math-off] [--math20-off] [--silu-off]
 """
 from __future__ import annotations
 
-from common import (add_cpu_time, base_parser, clock_of, interleaved_turns, pin_threads,
-                    torch_or_none)
+from common import (add_cpu_time, base_parser, clock_of, huge_page_share, interleaved_turns,
+                    pin_threads, torch_or_none)
 
 NCHW = (8, 64, 128, 256)
 SQUARE = (4096, 4096)
@@ -279,6 +282,15 @@ def colpf_off(tc, sig, ins):
     return flags_off(tc, sig, ins, [(rules, "COLUMN_PREFETCH")])
 
 
+def regs_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` built with a column argmax's (argmin's) unrolled run
+    of rows storing its accumulator pair at every step and loading it back at the next,
+    as before session 26 (not held in registers through the run:
+    ``tecomp.codegen.llvm.emit_control.SELECTION_PAIRS_IN_REGISTERS`` False)."""
+    from tecomp.codegen.llvm import emit_control
+    return flags_off(tc, sig, ins, [(emit_control, "SELECTION_PAIRS_IN_REGISTERS")])
+
+
 def stream_off(tc, sig, ins):
     """A call of the kernel of ``sig`` scheduled with every store through the cache (no
     ``pragma nontemporal`` on an elementwise output over half the last-level cache, nor on
@@ -306,6 +318,14 @@ def math20_off(tc, sig, ins):
     return flags_off(tc, sig, ins, [(emit_math, "SOFTPLUS_DIRECT")])
 
 
+def silu_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` built with a float32 ``x * sigmoid(x)`` emitted as
+    the product, as before session 26 (not ``x / (1 + exp(-x))``:
+    ``tecomp.codegen.llvm.emit_expr.SILU_DIVIDES`` False)."""
+    from tecomp.codegen.llvm import emit_expr
+    return flags_off(tc, sig, ins, [(emit_expr, "SILU_DIVIDES")])
+
+
 #: the A/B switches: (the option's dest and the row's key, the family it applies to, the
 #: builder of the kernel with the switch off, the column's label)
 _AB = [("rules_off", "reduce", rules_off, "rules off"),
@@ -318,9 +338,11 @@ _AB = [("rules_off", "reduce", rules_off, "rules off"),
        ("prefetch_off", "reduce", prefetch_off, "prefetch off"),
        ("pairs_off", "reduce", pairs_off, "pairs off"),
        ("colpf_off", "reduce", colpf_off, "colpf off"),
+       ("regs_off", "reduce", regs_off, "regs off"),
        ("stream_off", "elem", stream_off, "stream off"),
        ("math_off", "elem", math_off, "math off"),
-       ("math20_off", "elem", math20_off, "math20 off")]
+       ("math20_off", "elem", math20_off, "math20 off"),
+       ("silu_off", "elem", silu_off, "silu off")]
 
 
 def _input(np, rng, shape, kind):
@@ -375,6 +397,10 @@ def main() -> None:
     ap.add_argument("--colpf-off", action="store_true", help="also time each reduction "
                     "scheduled without a column reduction's passes ahead prefetched (and 4 "
                     "rows a pass, not 8), in the same turns")
+    ap.add_argument("--regs-off", action="store_true", help="also time each reduction "
+                    "built with a column argmax's accumulator pair stored and reloaded at "
+                    "every step of its run of rows (not held in registers), in the same "
+                    "turns")
     ap.add_argument("--stream-off", action="store_true", help="also time each elementwise "
                     "operator scheduled with its output stored through the cache (no "
                     "non-temporal stores), in the same turns")
@@ -385,6 +411,9 @@ def main() -> None:
     ap.add_argument("--math20-off", action="store_true", help="also time each elementwise "
                     "operator built without session 20's math changes (softplus's direct "
                     "segments), in the same turns")
+    ap.add_argument("--silu-off", action="store_true", help="also time each elementwise "
+                    "operator built with silu's x * sigmoid(x) as the product (not x / (1 + "
+                    "exp(-x))), in the same turns")
     add_cpu_time(ap)
     args = ap.parse_args()
     clock = clock_of(ap, args)
@@ -425,7 +454,7 @@ def main() -> None:
                 B = tc.compute((n,), lambda i: A[i], name="copy")
                 a, b = tc.aligned(np.ones(n, "float32")), tc.empty((n,))
             f = tc.build(tc.auto_schedule([A, B]), [A, B])
-            refs[key] = ((lambda: f(a, b)), nbytes * (2 if kind == "elem" else 1))
+            refs[key] = ((lambda: f(a, b)), nbytes * (2 if kind == "elem" else 1), a)
         return refs[key]
 
     work = {**reduction_workloads(), **elementwise_workloads()}
@@ -486,7 +515,11 @@ def main() -> None:
         except AssertionError as e:
             ok = False
             print(f"  {name}: MISMATCH against PyTorch: {str(e).splitlines()[3:5]}")
-        ref_fn, ref_bytes = reference(family, x.nbytes)
+        ref_fn, ref_bytes, ref_in = reference(family, x.nbytes)
+        shares = [(what, huge_page_share(arr)) for what, arr in (("input", x),
+                                                                  ("stream", ref_in))]
+        pages = ", ".join(f"{what} {100 * v:.0f}% huge" for what, v in shares
+                          if v is not None and v < 0.9)
         fns = {"tecomp": lambda: f(*ins, out), "torch": lambda: tfn(torch, tx, tout),
                "stream": ref_fn}
         for key, family_of, build_off, _ in _AB:
@@ -503,7 +536,8 @@ def main() -> None:
               f"ratio {ratio:5.2f}x | {gbs:6.1f} GB/s ({100 * gbs / stream:4.0f}% of "
               f"{'read' if family == 'reduce' else 'copy'} {stream:5.1f}){'' if ok else ' WRONG'}"
               + "".join(f" | {label} {t[key] * 1e3:7.3f} ms ({t[key] / t['tecomp']:5.2f}x)"
-                        for key, _, _, label in _AB if key in t),
+                        for key, _, _, label in _AB if key in t)
+              + (f" | pages: {pages}" if pages else ""),
               flush=True)
     bad = [r for r in rows if r[1] < 1.0 or r[2] < 80]
     print(f"load {os.getloadavg()[0]:.2f}; {len(rows) - len(bad)} of {len(rows)} rows at "

@@ -355,6 +355,55 @@ def test_sigmoid_float32_error(exp_variant):
     assert np.isnan(out[0]) and out[1] == 1.0 and out[2] == 0.0 and out[3] == 0.5
 
 
+def test_silu_float32_as_a_quotient(monkeypatch, exp_variant):
+    """A float32 ``x * sigmoid(x)`` (either order) is emitted as ``x / (1 + exp(-x))``
+    (``emit_expr.SILU_DIVIDES``): vectorized and serial bit-identical, the bits exactly
+    those of ``x / (1 + exp(-x))`` written out, relative error below 2e-7 where the
+    result is a normal float, NaN at NaN and -inf, inf at inf, -0 where exp(-x)
+    overflows; ``x * sigmoid(y)`` stays a product.  Off: the product (other bits, within
+    sigmoid's 3e-7 and a rounding)."""
+    from tecomp.codegen.llvm import emit_expr
+
+    x = _exp_inputs()[::9]      # (every 9th: about 1M inputs)
+    x = x[np.isfinite(x) & (np.abs(x) < 120)]
+    with np.errstate(all="ignore"):
+        want = x.astype(np.float64) / (1.0 + np.exp(-x.astype(np.float64)))
+    normal = (x > -87.0) & (np.abs(want) > 2.0 ** -126)
+
+    def run(fn, kind="vectorized", xs=x):
+        m = build_llvm(elementwise(f"silu_{kind}", fn, "float32", kind=kind),
+                       target=exp_variant)
+        out = np.zeros(xs.size, np.float32)
+        m(xs, out)
+        return out
+
+    def error(got):
+        return (np.abs(got[normal] - want[normal]) / np.abs(want[normal])).max()
+
+    silu = lambda v: v * op.call("sigmoid", v)   # noqa: E731
+    got = run(silu)
+    np.testing.assert_array_equal(got.view(np.uint32), run(silu, "serial").view(np.uint32))
+    np.testing.assert_array_equal(got.view(np.uint32),
+                                  run(lambda v: op.call("sigmoid", v) * v).view(np.uint32))
+    quotient = run(lambda v: v / (1.0 + op.call("exp", -v)))
+    np.testing.assert_array_equal(got.view(np.uint32), quotient.view(np.uint32))
+    assert error(got) < 2e-7, error(got)
+    special = np.array([np.nan, np.inf, -np.inf, -0.0, -89.0, -100.0], np.float32)
+    out = run(silu, xs=special)
+    assert np.isnan(out[0]) and out[1] == np.inf and np.isnan(out[2])
+    assert (out[3:] == 0).all() and np.signbit(out[3:]).all()
+    m = build_llvm(binary("x_sig_y", lambda a, c: a * op.call("sigmoid", c), kind="vectorized"),
+                   target=exp_variant)
+    a, c = x[:1000].copy(), x[1000:2000].copy()
+    d = np.zeros(1000, np.float32)
+    m(a, c, d)
+    np.testing.assert_array_equal(d, a * run(lambda v: op.call("sigmoid", v), xs=c))
+    monkeypatch.setattr(emit_expr, "SILU_DIVIDES", False)
+    product = run(silu)
+    assert not np.array_equal(product.view(np.uint32), got.view(np.uint32))
+    assert error(product) < 3e-7, error(product)
+
+
 def _exp_schedules():
     """The same exp/sigmoid compute under schedules that evaluate it differently."""
     import tecomp as tc
@@ -3384,6 +3433,50 @@ def test_column_argmax_nan_tests_in_pairs(monkeypatch, paired, shape, axis):
             np.testing.assert_array_equal(out, want, f"{op} {dtype}")
             branch = "nan.then" in f.get_source("llvm-unopt")
             assert branch == (paired and dtype != "int32"), (op, dtype)
+
+
+@pytest.mark.parametrize("regs", [True, False])
+@pytest.mark.parametrize("shape,axis,keep", [((64, 80), 0, False), ((3, 16, 50), 1, True),
+                                             ((2, 24, 33), 1, False), ((5, 8, 7, 16), 1, True)])
+def test_column_argmax_pairs_in_registers(monkeypatch, regs, shape, axis, keep):
+    """A column argmax's or argmin's unrolled run of rows (two a step under one NaN test,
+    an AVX-512 target) with its value/index accumulator pair held in registers through
+    the run, loaded once and stored once (``emit_control.SELECTION_PAIRS_IN_REGISTERS``:
+    the steps' branches joined by phis), or stored and reloaded by every step: exactly
+    numpy's either way -- ties (small integers: the first index), NaNs in the first,
+    second, a middle or the last row of a column and in both rows of a pair, inf, a
+    column of -inf, zeros of both signs, keepdims, rows of whole vectors and rows with a
+    vector tail (33, 50 lanes: the tail's run stays in memory), float32 and float64.  The
+    phis are in the code exactly when on."""
+    import tecomp as tc
+    from tecomp.codegen.llvm import emit_control
+
+    target = _paired_target(monkeypatch, "PAIRED_SELECTION_TESTS", True)
+    monkeypatch.setattr(emit_control, "SELECTION_PAIRS_IN_REGISTERS", regs)
+    rng = np.random.default_rng(11)
+    n = shape[axis]
+    for dtype in ("float32", "float64"):
+        x = rng.integers(-3, 4, shape).astype("float64")
+        cols = np.moveaxis(x, axis, -1)            # a view: x's lines along the axis
+        line = (0,) * (cols.ndim - 2)
+        for c, rows in enumerate([[0], [1], [n // 2], [n - 1], [2, 3], [4, 5]]):
+            cols[line + (c,)][rows] = np.nan
+        cols[line + (6,)][[0, n - 1]] = np.inf, np.nan
+        cols[(-1,) * (cols.ndim - 2) + (-1,)] = -np.inf
+        cols[line + (7,)][::2] = 0.0
+        cols[line + (7,)][1::2] = -0.0
+        x = x.astype(dtype)
+        X = tc.placeholder(shape, name="x", dtype=dtype)
+        for op in ("argmax", "argmin"):
+            Y = getattr(tc.nn, op)(X, axis=axis, keepdims=keep, dtype="int64")
+            f = tc.build(tc.auto_schedule([X, Y], target=target), [X, Y], target=target)
+            want = getattr(np, op)(x, axis=axis, keepdims=keep)
+            out = np.ones(want.shape, "int64")
+            f(x, out)
+            np.testing.assert_array_equal(out, want, f"{op} {dtype}")
+            src = f.get_source("llvm-unopt")
+            assert "nan.then" in src, (op, dtype)
+            assert ('.pair" = phi' in src) == regs, (op, dtype)
 
 
 def test_float_max_reduction_without_vectorized_loops_keeps_llvm_maximum():

@@ -18,7 +18,7 @@ from ...errors import BuildError, InternalError
 from ...ir import dtype as _dt
 from ...ir.arith import Analyzer
 from ...ir.expr import GE, GT, LE, LT, NE, BufferLoad, Const, Expr, Max, Min, Not, Or, Select, Var
-from ...ir.functor import collect, substitute, uses_var
+from ...ir.functor import Mutator, collect, substitute, uses_var
 from ...ir.stmt import AssertStmt, AttrStmt, BufferStore, For, IfThenElse, LetStmt, SeqStmt
 from ...lower import parallel as _par
 from ...lower import vectorize as _vec
@@ -57,6 +57,14 @@ PAIRED_NAN_TESTS = True
 #: stays), else the exact update (``_ControlEmitter._selection_pairs``); where the
 #: policy says so (``paired_nan_tests``)
 PAIRED_SELECTION_TESTS = True
+
+#: the accumulator pair of such a run (:data:`PAIRED_SELECTION_TESTS`) held in registers
+#: through it: loaded once before its first step, each step's two branches joined by
+#: phis, stored once after its last (``_ControlEmitter._selection_pairs_in_registers``);
+#: off: each step's branches store the pair and the next step loads it back, which
+#: LLVM did not forward across the branches (a column argmax of 8x64x128x256 over the
+#: middle axis stored both accumulators and reloaded the index every two rows)
+SELECTION_PAIRS_IN_REGISTERS = True
 
 
 def guarded_unroll_count(extent: Expr) -> Optional[int]:
@@ -387,6 +395,9 @@ class _ControlEmitter:
             return replace(st, value=replace(st.value, cond=fast))
 
         fast_body = replace(fast_copy(l0), body=fast_copy(l1))
+        if SELECTION_PAIRS_IN_REGISTERS and \
+                self._selection_pairs_in_registers(s, wrap, l0, l1, fast, x):
+            return True
         nxt = {s.var: s.var + 1}
         x1 = substitute(x, nxt)
         test = IfThenElse(Or(NE(x, x), NE(x1, x1)),
@@ -407,6 +418,132 @@ class _ControlEmitter:
             self._any_lane_ifs.discard(id(test))
             self._unroll_copies = outer
         return True
+
+    def _selection_pairs_in_registers(self, s: For, wrap, l0: LetStmt, l1: LetStmt, fast,
+                                      x: Expr) -> bool:
+        """:meth:`_selection_pairs`'s run with its accumulator pair in registers
+        (:data:`SELECTION_PAIRS_IN_REGISTERS`): the pair loaded once, each step's two
+        copies under the any-lane NaN test of their values (``x`` at the step's two
+        counters) as a branch whose sides' new pairs meet in phis (the exact update
+        where a lane holds a NaN, else the keep condition ``fast``), the last pair
+        stored once.  Where the lets' body is the pair's two stores of the lets' values
+        into two buffers, nothing else reads those buffers, and the vectorized loop
+        around them (``wrap``, if any) is planned as one vector; False (nothing emitted)
+        otherwise."""
+        seq = l1.body.seq if isinstance(l1.body, SeqStmt) else (l1.body,)
+        if len(seq) != 2 or not all(isinstance(st, BufferStore) for st in seq):
+            return False
+        by_let = {st.value: st for st in seq}
+        if set(by_let) != {l0.var, l1.var} or seq[0].buffer is seq[1].buffer:
+            return False
+        stores = [by_let[l0.var], by_let[l1.var]]
+        regs = [Var(f"{st.buffer.name}.reg", st.value.dtype) for st in stores]
+        accs = {st.buffer: (st.indices, r) for st, r in zip(stores, regs)}
+        strays = []
+
+        class _Regs(Mutator):
+            def visit_BufferLoad(self, e):
+                hit = accs.get(e.buffer)
+                if hit is None:
+                    return self.generic_visit(e)
+                if e.indices != hit[0]:
+                    strays.append(e)
+                return hit[1]
+
+        exact = [_Regs().visit(l0.value), _Regs().visit(l1.value)]
+        quick = [_Regs().visit(replace(let.value, cond=fast)) for let in (l0, l1)]
+        if strays or collect(x, lambda n: isinstance(n, BufferLoad) and n.buffer in accs):
+            return False
+        lanes = self.lanes
+        if wrap is not None:
+            plan = wrap.value
+            if not isinstance(plan, _vec.VectorPlan) or plan.how != "widen":
+                return False
+            lanes = plan.lanes
+        lets = [l0.var, l1.var]
+        lo = self.scalar_index(s.min)
+        nxt = {s.var: s.var + 1}
+        test = Or(NE(x, x), NE(substitute(x, nxt), substitute(x, nxt)))
+        b = self.b
+
+        def raw(v: Val):
+            return self.vec(v) if lanes > 1 else v.s
+
+        def steps(pair, k: int, forms):
+            """The pair after the copies ``k`` and ``k + 1`` of ``forms``, as LLVM values."""
+            for j in (0, 1):
+                def one(pair=pair):
+                    self.env.update(zip(regs, pair))
+                    out = []
+                    for let, e in zip(lets, forms):
+                        out.append(self.expr(e))
+                        self.env[let] = out[-1]
+                    return out
+                pair = self._at_counter(s.var, lo, k + j, one)
+            return [raw(v) for v in pair]
+
+        def run():
+            saved = [(v, self.env.get(v), self.env64.pop(v, None)) for v in regs + lets]
+            try:
+                pair = [self.expr(BufferLoad(st.buffer, st.indices, st.value.dtype))
+                        for st in stores]
+                for k in range(0, int(s.extent.value), 2):
+                    nan = self._at_counter(s.var, lo, k, lambda: self.expr(test))
+                    if nan.uniform:     # (a scalar run: one branch on the pair's test)
+                        cond = nan.s
+                    else:
+                        cond = self.any_lane(self.and_mask(self.vec(nan)))
+                    then_bb = self.fn.append_basic_block("nan.then")
+                    else_bb = self.fn.append_basic_block("nan.else")
+                    end_bb = self.fn.append_basic_block("nan.end")
+                    b.cbranch(cond, then_bb, else_bb)
+                    sides = []
+                    for bb, forms in ((then_bb, exact), (else_bb, quick)):
+                        b.position_at_end(bb)
+                        vals = steps(pair, k, forms)
+                        sides.append((b.block, vals))
+                        b.branch(end_bb)
+                    b.position_at_end(end_bb)
+                    pair = []
+                    for i, let in enumerate(lets):
+                        phi = b.phi(sides[0][1][i].type, name=f"{_sanitize(let.name)}.pair")
+                        for blk, vals in sides:
+                            phi.add_incoming(vals[i], blk)
+                        pair.append(Val(v=phi) if lanes > 1 else Val(phi))
+                for st, v in zip(stores, pair):
+                    self.store(st, v)
+            finally:
+                for v, old, old64 in saved:
+                    for d, o in ((self.env, old), (self.env64, old64)):
+                        if o is None:
+                            d.pop(v, None)
+                        else:
+                            d[v] = o
+
+        outer = self._unroll_copies
+        self._unroll_copies = outer * max(int(s.extent.value), 1)
+        try:
+            if wrap is None:
+                run()
+            else:
+                vf = wrap.body
+                self.mb.notes.append(plan.note(vf.var.name))
+                old = (self.lanes, self.mask)
+                self.lanes, self.mask = lanes, None
+                try:
+                    self.with_loop_var(vf.var, Val(self.scalar_index(vf.min), 1), run)
+                finally:
+                    self.lanes, self.mask = old
+        finally:
+            self._unroll_copies = outer
+        return True
+
+    def _at_counter(self, var: Var, lo, k: int, fn):
+        """``fn()`` with the loop counter ``var`` bound to ``lo + k``; its result."""
+        out = []
+        self.with_loop_var(var, Val(self.iadd(lo, ir.Constant(_I64, k))),
+                           lambda: out.append(fn()))
+        return out[0]
 
     def _llvm_unroll_md(self, extent: Expr):
         """The unroll request to LLVM for an unrolled loop that stays a loop: a long
