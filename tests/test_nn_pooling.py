@@ -708,8 +708,9 @@ def test_short_padded_rows(case, monkeypatch):
 
 
 def _separable_cases():
-    """Pooling whose windows overlap along strided rows (channels first, 2-d and 3-d,
-    an output row of a vector or more of this machine), and some that are not."""
+    """Pooling whose windows overlap along the rows, strided or at a stride of 1
+    (channels first, 2-d and 3-d, an output row of a vector or more of this machine),
+    and some that are not."""
     L = tc.target.cpu_model().lanes
     w = 4 * L + 3   # odd: a partial vector at the ends of the row and of the local row
     return [
