@@ -3731,3 +3731,58 @@ def test_strided_reads_of_a_local_row_load_its_stored_registers(step, n):
     out = np.zeros((4, n), "float32")
     f(a, out)
     np.testing.assert_array_equal(out, (2 * a).reshape(4, n, step).max(-1))
+
+
+@pytest.mark.parametrize("n,shift", [(3, 1), (2, 2), (5, 3)])
+def test_shifted_reads_of_a_local_row_load_its_stored_registers(n, shift):
+    """A contiguous vector read of this function's own stack buffer at a constant offset
+    across two of the registers it was stored in (a stride-1 window's taps from its row
+    of column sums, ``emit_memory.PRIVATE_SHIFTED_LOADS``) is those registers and a
+    shuffle, not a load across two stores; where the row was stored at offsets that are
+    not known to be whole registers (a loop's), plain loads.  The right values either way, the row ending inside
+    a register."""
+    import tecomp as tc
+    from tecomp.codegen.llvm import emit_memory
+
+    L = tc.target.cpu_model().lanes
+    W, K = n * L + 3, 3
+    A = tc.placeholder((4, W + K - 1 + shift), name="A")
+    a = np.random.default_rng(6).standard_normal((4, W + K - 1 + shift)).astype("float32")
+    want = np.stack([2 * a[:, shift + k:shift + k + W] for k in range(K)]).sum(0)
+
+    def build(loop_stores: bool):
+        # R's row stored in registers at constant offsets, or in a loop's (not known)
+        R = tc.compute((4, W + K - 1), lambda r, j: A[r, j + shift] * 2.0, name="R")
+        k = tc.reduce_axis((0, K), name="k")
+        B = tc.compute((4, W), lambda r, j: tc.sum(R[r, j + k], axis=k), name="B")
+        s = tc.create_schedule(B.op)
+        r, j = s[B].op.axis
+        jo, ji = s[B].split(j, factor=L)
+        s[B].reorder(r, jo, s[B].op.reduce_axis[0], ji)
+        s[B].unroll(jo)
+        s[B].unroll(s[B].op.reduce_axis[0])
+        s[B].vectorize(ji)
+        s[R].set_scope("local")
+        s[R].compute_at(s[B], r)
+        ro, ri = s[R].split(s[R].op.axis[-1], factor=L)
+        if not loop_stores:
+            s[R].unroll(ro)
+        s[R].vectorize(ri)
+        return tc.build(s, [A, B])
+
+    shuffles = {}
+    for on in (False, True):
+        old = emit_memory.PRIVATE_SHIFTED_LOADS
+        emit_memory.PRIVATE_SHIFTED_LOADS = on
+        try:
+            for loop_stores in (False, True):
+                f = build(loop_stores)
+                shuffles[on, loop_stores] = f.get_source("llvm-unopt").count(
+                    "shufflevector")
+                out = np.zeros((4, W), "float32")
+                f(a, out)
+                np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+        finally:
+            emit_memory.PRIVATE_SHIFTED_LOADS = old
+    assert shuffles[True, False] > shuffles[False, False], shuffles
+    assert shuffles[True, True] == shuffles[False, True], shuffles

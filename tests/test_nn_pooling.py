@@ -708,8 +708,9 @@ def test_short_padded_rows(case, monkeypatch):
 
 
 def _separable_cases():
-    """Pooling whose windows overlap along strided rows (channels first, 2-d and 3-d,
-    an output row of a vector or more of this machine), and some that are not."""
+    """Pooling whose windows overlap along the rows, strided or at a stride of 1
+    (channels first, 2-d and 3-d, an output row of a vector or more of this machine),
+    and some that are not."""
     L = tc.target.cpu_model().lanes
     w = 4 * L + 3   # odd: a partial vector at the ends of the row and of the local row
     return [
@@ -731,8 +732,18 @@ def _separable_cases():
          lambda X: nn.avg_pool2d(X, 3, 2, 1, ceil_mode=True, count_include_pad=False), True),
         ("avg3d_excl", (1, 2, 5, 7, 2 * L + 5),
          lambda X: nn.avg_pool3d(X, 3, 2, 1, count_include_pad=False), True),
-        # not taken: a stride of 1, windows apart, 1-d, channels last, a narrow row
-        ("avg2d_stride1", (1, 2, 9, w), lambda X: nn.avg_pool2d(X, 3, 1, 1), False),
+        # a stride of 1 (STRIDE1_SEPARABLE): each output the sum (max) of K neighbours
+        # of the local row, read from the registers it was stored in
+        ("avg2d_stride1", (1, 2, 9, w), lambda X: nn.avg_pool2d(X, 3, 1, 1), True),
+        ("avg2d_stride1_excl_ceil", (1, 2, 8, w + 1),
+         lambda X: nn.avg_pool2d(X, (3, 5), 1, (1, 2), ceil_mode=True,
+                                 count_include_pad=False), True),
+        ("max2d_stride1", (2, 3, 9, w), lambda X: nn.max_pool2d(X, 3, 1, 1), True),
+        ("max2d_stride1_dilated", (1, 2, 9, 2 * L + 1),
+         lambda X: nn.max_pool2d(X, 3, 1, 1, dilation=2), True),
+        ("avg2d_stride1_long", (1, 2, 5, 9 * L + 3), lambda X: nn.avg_pool2d(X, 3, 1, 1),
+         True),
+        # not taken: windows apart, 1-d, channels last, a narrow row
         ("max2d_stride3", (1, 2, 13, 3 * L + 1), lambda X: nn.max_pool2d(X, 3, 3, 1), False),
         ("max1d", (2, 3, w), lambda X: nn.max_pool1d(X, 3, 2, 1), False),
         ("max2d_nhwc", (1, 9, w, 3), lambda X: nn.max_pool2d(X, 3, 2, 1, layout="NHWC"),
@@ -758,6 +769,10 @@ def test_separable_windows(case, monkeypatch):
         assert ".sep: float32" in text and "(local)" in text, text
         again = replay(s.trace.to_json(), [Y])
         assert str(tc.lower(again, [X, Y])) == text
+    if "stride1" in name:   # (the A/B switch: a stride of 1 in one step, as before)
+        monkeypatch.setattr(pool, "STRIDE1_SEPARABLE", False)
+        assert ".sep[" not in str(tc.lower(sc.schedule_pool(Y), [X, Y]))
+        monkeypatch.setattr(pool, "STRIDE1_SEPARABLE", True)
     x = _pool_data(name, shape)
     got = run([X], Y, [x], schedule=s)
     monkeypatch.setattr(pool, "SEPARABLE", False)
@@ -766,11 +781,21 @@ def test_separable_windows(case, monkeypatch):
     if name.startswith("max"):
         np.testing.assert_array_equal(got, ref)
         np.testing.assert_array_equal(got, before)
-        if name in ("max2d", "max2d_dilated", "max3d"):
+        if name in ("max2d", "max2d_dilated", "max3d", "max2d_stride1",
+                    "max2d_stride1_dilated"):
             nd, d = len(shape) - 2, 2 if "dilated" in name else 1
             fn = getattr(F, f"max_pool{nd}d")
-            want = fn(torch.from_numpy(x), 3, 2, 1, dilation=d).numpy()
+            stride = 1 if "stride1" in name else 2
+            want = fn(torch.from_numpy(x), 3, stride, 1, dilation=d).numpy()
             np.testing.assert_array_equal(got, want)
+    elif name.startswith("avg2d_stride1"):
+        kw = ({"kernel_size": (3, 5), "padding": (1, 2), "ceil_mode": True,
+               "count_include_pad": False} if "excl" in name
+              else {"kernel_size": 3, "padding": 1})
+        want = F.avg_pool2d(torch.from_numpy(x), stride=1, **kw).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, before, rtol=1e-5, atol=1e-6)
     else:
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got, before, rtol=1e-5, atol=1e-6)

@@ -8,7 +8,8 @@ is drawn from its own random stream (``RandomDraw(seed * 7919 + 41)``) and is on
 ``pool``
     ``max_pool{1,2,3}d`` / ``avg_pool{1,2,3}d`` in either layout: kernel, stride (below,
     equal to or above the kernel; channels first, 70% of the 2-d and 3-d ones overlapping
-    along strided rows of 16-33 outputs: the template's windows in two steps), padding written in any of the forms ``Args.padding``
+    along rows of 16-33 outputs, at a stride of 1 up to the kernel's less 1: the
+    template's windows in two steps), padding written in any of the forms ``Args.padding``
     reads (an int, per dimension, ``(before, after)`` pairs, befores-then-afters,
     ``"SAME"``/``"VALID"``; asymmetric ones too), dilation (max), ``ceil_mode``,
     ``count_include_pad`` (avg).
@@ -271,12 +272,14 @@ def _draw_pool(d):
     s = {"none": k, "equal": k, "one": [1] * nd,
          "less": [max(1, x - 1) for x in k],
          "more": [x + d.int(1, 3) for x in k]}[stride_form]
-    # windows overlapping along strided rows, channels first, 2-d and 3-d, an output
-    # row of a vector or more: the template's windows in two steps (Schedule.separate)
+    # windows overlapping along the rows (a stride of 1 up to the kernel's less 1),
+    # channels first, 2-d and 3-d, an output row of a vector or more: the template's
+    # windows in two steps (Schedule.separate; at a stride of 1 the taps read from the
+    # local row's registers, emit_memory.PRIVATE_SHIFTED_LOADS)
     two_steps = layout[1] == "C" and nd > 1 and stride_form != "none" and d.bool(0.7)
     if two_steps:
         k[-1] = max(k[-1], 3)
-        s[-1] = d.int(2, k[-1] - 1)
+        s[-1] = d.int(1, k[-1] - 1)
     shape = _shape_nd(d, nd, layout)
     if two_steps:
         # (16-33 outputs along the row: one or two vectors and a part of one)

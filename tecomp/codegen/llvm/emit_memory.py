@@ -70,6 +70,12 @@ BYTE_BOOL_LOGIC = True
 #: pieces, strided reads of a local row from its registers, 3-d maxima in a local
 #: block").  False: as before (an A/B switch)
 PRIVATE_WHOLE_LOADS = True
+#: ... and a contiguous vector read of it at a constant offset that is no whole number
+#: of registers (a stride-1 window's taps from its row of column sums): the two
+#: registers it lies across and a shuffle, not a load across two stores (a
+#: store-forwarding stall each).  False: a plain (unaligned) load, as before (an A/B
+#: switch; benchmarks/DECISIONS.md, "Stride-1 pooling windows in two steps")
+PRIVATE_SHIFTED_LOADS = True
 
 
 #: a nest's stores bypass the cache (pragma nontemporal) where the buffer starts on a
@@ -521,6 +527,15 @@ class _MemoryEmitter:
         P = self.pad_lanes(bi, memty, off)
         if P != self.lanes:
             x = self.wide_load(bi, off, memty, align, P, 1)
+        elif (off.v is None and off.step == 1 and self.mask is None and PRIVATE_SHIFTED_LOADS
+              and _is_const(off.s) and not self._register_aligned(off, memty)
+              and bi.buffer not in self.shifted_stores
+              and (x := self.private_whole_load(bi, off, memty, align,
+                                                list(range(self.lanes)))) is not None):
+            # a contiguous read of this function's own stack buffer at a constant
+            # offset across two of its stored registers (a stride-1 window's taps from
+            # the row of partial results): those registers and a shuffle (``valignd``)
+            pass
         elif off.v is None and off.step == 1:
             p = self._elem_ptr(bi, off.s, self.mask is None)
             if self.mask is None:
@@ -581,6 +596,12 @@ class _MemoryEmitter:
         lanes use, so it reads nothing they would not."""
         return self.pattern_load(bi, off.s, memty, align,
                                  [i * step for i in range(self.lanes)], width)
+
+    def _register_aligned(self, off, memty) -> bool:
+        """Whether the vector access at ``off`` starts at a constant whole number of
+        the target's registers of ``memty`` from its buffer's start."""
+        per = max(1, self.policy.register_bytes // _IR_SIZE[memty])
+        return off.v is None and _is_const(off.s) and off.s.constant % per == 0
 
     def private_whole_load(self, bi, off, memty, align, offsets):
         """The lanes ``off + offsets[i]`` (``off`` a constant, ``offsets`` constants from
@@ -771,6 +792,8 @@ class _MemoryEmitter:
             return
         if dims:
             self.bounds_check(bi, idx, node, "store", dims)
+        if bi.buffer in self.private_bufs and not self._register_aligned(off, memty):
+            self.shifted_stores.add(bi.buffer)
         vty = self.vtype(memty)
         x = self.vec(val) if raw else self.to_mem(self.vec(val), dtype)
         P = self.pad_lanes(bi, memty, off)

@@ -268,6 +268,10 @@ class _FnEmitter(_MemoryEmitter, _ControlEmitter, _ExprEmitter, _MathEmitter,
         #: count: a masked vector store into one is a blend and a plain store
         #: (:meth:`_MemoryEmitter.store`)
         self.private_bufs: Dict[Buffer, int] = {}
+        #: the private buffers that took a vector store not at a constant whole number
+        #: of registers from their start (emit_memory.PRIVATE_SHIFTED_LOADS reads the
+        #: others' registers where a contiguous load lies across two)
+        self.shifted_stores: set = set()
         #: the private bool buffers whose stores of an ``or`` on the bytes leave any
         #: non-zero byte for true (emit_memory.BYTE_BOOL_LOGIC)
         self.loose_bufs: set = set()

@@ -83,6 +83,15 @@ SEPARABLE = True
 #: partition``: the inner rows' local rows read the data with no row test); False: not
 #: (an A/B switch)
 SEPARATE_PARTITION = True
+#: ... a stride of 1 too (avg_pool2d 3x3/1: the column sums of the window's rows in a
+#: local row, then each output the sum of its K neighbours there, the output row's
+#: vectors unrolled where it takes at most ``2 * VECTORS`` of them, so that its taps
+#: are read from the registers the row was stored in and shuffled,
+#: ``emit_memory.PRIVATE_SHIFTED_LOADS``).  Zen 4, one thread, CPU time: avg_pool2d
+#: 3x3/1 p1 over 8x64x56x56 2.0-2.1x, 5x5/1 3.1x, max_pool2d 3x3/1 1.4-1.6x.  False:
+#: strides of 2 and up only, as before (an A/B switch; benchmarks/DECISIONS.md,
+#: "Stride-1 pooling windows in two steps")
+STRIDE1_SEPARABLE = True
 #: ... 3-d: the window's planes first (``Schedule.separate`` of its first axis, then of
 #: its last, :func:`_planes_first`): each task reduces every data plane it reads, in
 #: turn, to that plane's 2-d windows (a local block of the task's planes of windows,
@@ -402,7 +411,8 @@ def _rows_then_windows(s: Schedule, out, red, info: CpuModel, small: bool) -> No
     _windows_from_the_row(s, out, red, st, [rows] + outer, at, L)
 
 
-def _windows_from_the_row(s: Schedule, out, red, st, lead, at, L: int) -> None:
+def _windows_from_the_row(s: Schedule, out, red, st, lead, at, L: int,
+                          unroll: bool = False) -> None:
     """Each output of ``red`` (and of ``out``, its division where it is not ``red``):
     its K elements of the local row (a strided load from it), vectorized along the
     outputs, inside the loop ``at`` of ``st`` (the output's stage, loops ``lead``)."""
@@ -412,20 +422,24 @@ def _windows_from_the_row(s: Schedule, out, red, st, lead, at, L: int) -> None:
         s[red].compute_at(st, at)
         stages.append((s[red], list(s[red].op.axis[:-1])))
     for sg, lead in stages:
-        xo, xi = sg.split(sg.op.axis[-1], factor=L)
+        x = sg.op.axis[-1]
+        xo, xi = sg.split(x, factor=L)
         sg.reorder(*(lead + [xo] + list(sg.op.reduce_axis) + [xi]))
         for k in sg.op.reduce_axis:
             if (_cint(k.dom.extent) or UNROLL_WINDOW + 1) <= UNROLL_WINDOW:
                 sg.unroll(k)
+        if unroll and (_cint(x.dom.extent) or UNROLL_WINDOW * L) <= 2 * VECTORS * L:
+            sg.unroll(xo)
         sg.vectorize(xi)
 
 
 def _separable(pool, first: bool, small: bool, last, lanes: int) -> bool:
     """Whether the window of ``pool`` (channels first, 2-d or 3-d, unrolled, an output
-    row of a vector or more) overlaps along the rows and strides them: its load's last
-    index steps by more than 1 and less than the kernel per output (:data:`SEPARABLE`).
-    A stride of 1 reads each tap as a contiguous vector already (avg_pool2d 3x3/1 p1
-    over 8x64x56x56 ran 0.74-0.93x in two steps: not taken)."""
+    row of a vector or more) overlaps along the rows: its load's last index steps by
+    more than 1 and less than the kernel per output (:data:`SEPARABLE`), or by 1
+    (:data:`STRIDE1_SEPARABLE`: its taps of the local row then read from the registers
+    the row was stored in; with a load of the row across two stores instead,
+    avg_pool2d 3x3/1 p1 over 8x64x56x56 ran 0.74-0.93x in two steps)."""
     if not (SEPARABLE and first and small and len(pool.reduce_axis) > 1
             and last is not None and last >= lanes):
         return False
@@ -437,10 +451,23 @@ def _separable(pool, first: bool, small: bool, last, lanes: int) -> bool:
     if (len(lds) != 1 or not (isinstance(cond, Const) and bool(cond.value))
             or _separable_load(lds, kx, [a.var for a in pool.axis], others) is None):
         return False   # (Schedule.separate's own conditions: no where=, one load)
+    step, K = _stride(pool), _cint(kx.dom.extent)
+    return (step is not None and K is not None
+            and (0 if STRIDE1_SEPARABLE else 1) < step < K)
+
+
+def _stride(pool):
+    """The step of the data element that the window of ``pool`` (one load) reads along
+    its last axis from one output to the next (its stride there), or None where it is
+    not a constant."""
+    lds = _loads(pool.body.source)
+    if len(lds) != 1:
+        return None
+    x = pool.axis[-1]
+    ranges = {iv.var: iv.dom for iv in list(pool.axis) + list(pool.reduce_axis)}
     e = lds[0].indices[-1]
     step = simplify(substitute(e, {x.var: x.var + 1}) - e, ranges)
-    K = _cint(kx.dom.extent)
-    return isinstance(step, Const) and K is not None and 1 < int(step.value) < K
+    return int(step.value) if isinstance(step, Const) else None
 
 
 def _separated(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
@@ -457,7 +484,8 @@ def _separated(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     if SEPARATE_PARTITION:
         for ax in outer:
             st.pragma(ax, "partition")
-    _windows_from_the_row(s, out, red, st, [rows] + outer, at, L)
+    _windows_from_the_row(s, out, red, st, [rows] + outer, at, L,
+                          unroll=STRIDE1_SEPARABLE and _stride(red.op) == 1)
 
 
 def _planes_fit(s: Schedule, pool, out, info: CpuModel) -> bool:
