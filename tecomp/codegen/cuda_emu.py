@@ -36,7 +36,9 @@ call.  Compiled libraries are cached on disk under ``$TECOMP_CACHE_DIR`` (defaul
 ``$XDG_CACHE_HOME/tecomp``, else ``~/.cache/tecomp``) in ``cuda_emu/`` (created ``0700``; one that other users may write
 to is refused), by a hash of everything that goes into them;
 files are written atomically (a temporary file, then ``os.replace``), and a cached
-library that fails to load is rebuilt.
+library that fails to load is rebuilt.  With GCC the header is compiled once per
+compiler, flags and header into a precompiled header there too (``header-<hash>/``,
+:data:`PRECOMPILED_HEADER`), which every build loads instead of parsing the header.
 """
 from __future__ import annotations
 
