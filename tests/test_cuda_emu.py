@@ -390,7 +390,8 @@ def test_disk_cache_survives_a_corrupted_library(tmp_path, monkeypatch):
     case = vector_add(symbolic=False, n_const=77)
     cs = codegen_cuda(case.func)
     lib = compile_emu_library(cs)
-    files = sorted((tmp_path / "cuda_emu").iterdir())
+    # (header-*: the precompiled header the builds share, cuda_emu.PRECOMPILED_HEADER)
+    files = sorted(f for f in (tmp_path / "cuda_emu").iterdir() if not f.name.startswith("header-"))
     assert [f.suffixes[-1] for f in files] == [".so", ".sha256"]  # no temporary files left behind
     path = files[0]
     assert lib.path == str(path)
@@ -417,6 +418,30 @@ def test_disk_cache_survives_a_corrupted_library(tmp_path, monkeypatch):
     mod(*args)
     check(other, args)
     assert opath.read_bytes() != path.read_bytes()
+
+
+def test_precompiled_header_is_shared_and_a_broken_one_is_harmless(tmp_path, monkeypatch):
+    """With GCC the header is precompiled once into the cache (header-*/) and the builds
+    load it; a .gch that is not one (truncated, replaced) is ignored by GCC in favour of
+    the header beside it, so the library still builds and runs right."""
+    if not cuda_emu._gcc_like(find_cxx()):
+        pytest.skip("the precompiled header is GCC's (.gch)")
+    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cuda_emu, "_LIBS", {})
+    monkeypatch.setattr(cuda_emu, "PRECOMPILED_HEADER", True)
+    case = vector_add(symbolic=False, n_const=79)
+    compile_emu_library(codegen_cuda(case.func))
+    (pch,) = (tmp_path / "cuda_emu").glob("header-*")
+    gch = pch / (cuda_emu.HEADER_NAME + ".gch")
+    assert gch.stat().st_size > 0 and (pch / cuda_emu.HEADER_NAME).read_text() == \
+        cuda_emu.header_text()
+    gch.unlink()
+    gch.write_bytes(b"not a precompiled header")
+    case = vector_add(symbolic=False, n_const=80)
+    mod = build_cuda_emu(case.func)
+    args = case.make_args(np.random.default_rng(0), 80)
+    mod(*args)
+    check(case, args)
 
 
 def test_cache_directory_is_created_private(tmp_path, monkeypatch):

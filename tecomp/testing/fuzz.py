@@ -246,6 +246,14 @@ def _signature(o) -> str:
     return f"{o.kind} in {o.stage}: {last[:200]}"
 
 
+def _test_hang():
+    """``$TECOMP_FUZZ_TEST_HANG`` (the test hook of ``--case-timeout``): ``SEED`` or
+    ``SEED:SECONDS``: the worker sleeps for an hour at that seed, and the driver's limit for
+    that case alone is ``SECONDS`` (else ``--case-timeout``): (seed, seconds), Nones unset."""
+    seed, _, secs = os.environ.get("TECOMP_FUZZ_TEST_HANG", "").partition(":")
+    return (int(seed) if seed.strip() else None), (float(secs) if secs.strip() else None)
+
+
 def _worker(args) -> int:
     """Run seeds start, start+step, ... (count of them); one JSON line per event."""
     os.makedirs(args.out, exist_ok=True)
@@ -253,7 +261,7 @@ def _worker(args) -> int:
     for _ in range(args.count):
         print(json.dumps({"start": seed}), flush=True)
         t0 = time.perf_counter()
-        if os.environ.get("TECOMP_FUZZ_TEST_HANG") == str(seed):
+        if _test_hang()[0] == seed:
             time.sleep(3600)   # the test of --case-timeout: a case that never ends
         try:
             case = case_for_seed(seed, args.gpu_every, args.auto_every, args.cpu_target,
@@ -483,6 +491,8 @@ def main(argv=None) -> int:
     current = {}
     started = {}
     hung = set()   # workers killed for a hang: their EOF records the case as one
+    limit = {}     # each worker's current case's time limit (seconds)
+    hang_seed, hang_limit = _test_hang()
     pending = {}   # the bytes of each worker's unfinished last line
 
     def on_line(j, line):
@@ -493,6 +503,8 @@ def main(argv=None) -> int:
         if "start" in rec:
             current[j] = rec["start"]
             started[j] = time.time()
+            limit[j] = (hang_limit if hang_limit is not None and rec["start"] == hang_seed
+                        else args.case_timeout)
             return
         seed = rec["seed"]
         results[seed] = rec
@@ -517,7 +529,7 @@ def main(argv=None) -> int:
     while procs:
         now = time.time()
         for j, seed in list(current.items()):
-            if j not in hung and now - started[j] > args.case_timeout:
+            if j not in hung and now - started[j] > limit[j]:
                 hung.add(j)
                 procs[j].kill()   # its EOF comes next
         for key, _ in sel.select(timeout=1.0):
@@ -541,7 +553,7 @@ def main(argv=None) -> int:
                 kind = "hang" if j in hung else "crash"
                 hung.discard(j)
                 if kind == "hang":
-                    sig = (f"hang: the case ran over {args.case_timeout:g}s (compile or run); "
+                    sig = (f"hang: the case ran over {limit[j]:g}s (compile or run); "
                            f"its worker was killed")
                 else:
                     sig = f"crash in process: the worker died (exit status {rc}) running the case"
