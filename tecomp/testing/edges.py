@@ -322,9 +322,11 @@ EXPORT_ONTO = (None, "char_device", "fifo", "link_to_fifo", "socket", "sidecar_f
 #: where the library_file family's resealed flip lands: the parts of the file the dynamic
 #: loader reads to map, relocate and bind it (the ELF header, the program headers, the
 #: dynamic section, the names, kinds and sections of the dynamic symbols -- not their
-#: values, which point into the code --, their names, the GNU hash table, the symbol
-#: versions, the relocations) and tecomp's metadata section.  The code, the data it reads
-#: and the symbols' addresses are trusted once the sidecar matches (docs/runtime.md).
+#: values, which point into the code --, their names, the GNU hash table, the version
+#: needs, the relocations) and tecomp's metadata section.  The code, the data it reads,
+#: the symbols' addresses and which declared version each binds to (an older
+#: ``pthread_cond_broadcast`` is another function) are trusted once the sidecar matches
+#: (docs/runtime.md).
 RESEAL_REGIONS = ("ehdr", "phdrs", "dynamic", "dynsym", "dynstr", "gnu_hash", "versions",
                   "relocations", "metadata")
 
@@ -1221,7 +1223,7 @@ def _region_bytes(data: bytes, region: str) -> List[int]:
         name = data[names + h[0]:data.index(b"\0", names + h[0])].decode()
         found[name] = (h[4], h[5])
     wanted = {"dynamic": [".dynamic"], "dynsym": [".dynsym"], "dynstr": [".dynstr"],
-              "gnu_hash": [".gnu.hash"], "versions": [".gnu.version", ".gnu.version_r"],
+              "gnu_hash": [".gnu.hash"], "versions": [".gnu.version_r"],
               "relocations": [".rela.dyn", ".rela.plt"],
               "metadata": [aot_format.SECTION]}[region]
     out = []
