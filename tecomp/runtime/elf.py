@@ -262,7 +262,8 @@ def inspect_library(data: bytes, where: str, section_name: str,
     names = _strings(data, where, tags, dynamic, at)
     sections = _sections(data, where, e_shoff, e_shnum, e_shstrndx, need)
     plt = _section_place(data, e_shoff, e_shnum, e_shstrndx, ".rela.plt")
-    if strict and plt is not None and DT_JMPREL in tags and plt != (tags[DT_JMPREL], tags[DT_PLTRELSZ]):
+    if strict and plt is not None and DT_JMPREL in tags and \
+            plt != (tags[DT_JMPREL], tags[DT_PLTRELSZ]):
         # (the loader reads the table the dynamic section says; one shorter than the
         # linker's left pointers unrelocated, which the first call through them followed)
         raise damaged(f"its PLT relocations ({tags[DT_PLTRELSZ]} bytes at "
@@ -497,8 +498,8 @@ def _check_symbols(data: bytes, where: str, tags: Dict[int, int], count: int, se
         return
     strsz = tags.get(DT_STRSZ, 0)
     start = at(tags[DT_SYMTAB], 24 * count, "symbol table")
-    for k, (st_name, st_info, st_other, st_shndx, st_value, st_size) in enumerate(struct.iter_unpack(
-            "<IBBHQQ", memoryview(data)[start:start + 24 * count])):
+    table = struct.iter_unpack("<IBBHQQ", memoryview(data)[start:start + 24 * count])
+    for k, (st_name, st_info, st_other, st_shndx, st_value, st_size) in enumerate(table):
         kind, bind = st_info & 0xF, st_info >> 4
         what = None
         if st_name >= max(strsz, 1):
