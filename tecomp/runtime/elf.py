@@ -406,10 +406,11 @@ def _check_layout(where: str, segments: List[Tuple[int, int, int, int]],
                             f"again")
         end = vaddr + memsz
     for vaddr, memsz in relro:
-        # (at the start of its segment, within the part read from the file: one moved
-        # over the zero-filled variables made their first write crash)
-        if not any(lo == vaddr and vaddr + memsz <= lo + filesz and flags & PF_W
-                   for lo, n, flags, filesz in segments):
+        # (at the start of its segment, within the part read from the file up to its last
+        # page -- lld pads it so --: one moved over the zero-filled variables made their
+        # first write crash)
+        if not any(lo == vaddr and vaddr + memsz <= min(lo + n, -(-(lo + filesz) // 4096) * 4096)
+                   and flags & PF_W for lo, n, flags, filesz in segments):
             raise LoadError(f"{where} is damaged: the part it makes read-only after "
                             f"relocation ({memsz} bytes at {vaddr:#x}) is not the start of a "
                             f"writable segment's part read from the file; export it again")
