@@ -158,7 +158,10 @@ def test_library_family_refuses_every_tampering():
         out = run_edge_case(ec)
         assert out.ok, out.report()
         seen.add((ec.twist["tamper"], out.kind))
-    assert all(kind == "refused" for _, kind in seen), seen
+    # (a resealed flip may leave a library that loads and computes right: a name's
+    # spelling, an unused entry)
+    assert all(kind == "refused" for t, kind in seen if t != "resealed_flip"), seen
+    assert ("resealed_flip", "refused") in seen, seen
 
 
 def test_library_family_finds_an_export_that_replaces_a_device(monkeypatch):
@@ -766,3 +769,28 @@ def test_lazy_bits_family_reads_zero_tensors_as_zeros():
     for seed in seeds[:12 if LONG else 4]:
         out = run_edge_case(draw_edge_case(seed))
         assert out.kind in ("ok", "refused"), out.report()
+
+
+def test_library_family_resealed_flips_find_dlopen_crashes():
+    """Session 26: a third of the library_file cases flip one bit where the dynamic loader
+    reads the library and write its sidecar anew.  Seeds 1553 (a relocation's place) and
+    2507 (a loadable segment's) are refused; with the checks of the segments and the
+    relocations (and the symbols) taken away, the case kills its process in dlopen (run
+    in a child)."""
+    for seed, region in ((1553, "relocations"), (2507, "phdrs")):
+        ec = draw_edge_case(seed)
+        assert ec.twist["tamper"] == "resealed_flip" and ec.twist["flip"]["region"] == region
+        out = run_edge_case(ec)
+        assert out.kind == "refused", out.report()
+    child = ("from tecomp.runtime import elf\n"
+             "for f in ('_check_segment', '_check_layout', '_check_relocations',\n"
+             "          '_check_symbols'):\n"
+             "    setattr(elf, f, lambda *a, **k: None)\n"
+             "elf._section_place = lambda *a: None\n"
+             "from tecomp.testing import edges\n"
+             "import sys\n"
+             "print(edges.run_edge_case(edges.draw_edge_case(int(sys.argv[1]))).kind)\n")
+    for seed in (1553, 2507):
+        p = subprocess.run([sys.executable, "-c", child, str(seed)], capture_output=True,
+                           text=True, timeout=300)
+        assert p.returncode < 0 or p.returncode > 128, (seed, p.returncode, p.stdout[-300:])

@@ -103,6 +103,17 @@ def test_the_new_kinds_first_findings():
         assert out.kind == want, out.report()
 
 
+def test_an_int32_argmax_past_int32_positions_is_drawn_and_refused():
+    """Session 26: nn.argmax over 2**31 + 7 constant positions with its int32 index gave
+    a truncated position (5 for the last element's maximum), not an error.  The axis
+    kind widens some legal argmax calls so (seed 892 the first), an illegal dtype."""
+    sp = draw_nnargs_case(892).spec
+    assert sp["op"] == "argmax" and sp["illegal"] == "dtype"
+    assert max(max(s) for s, _ in sp["inputs"]) > 2**31 - 1
+    out = run_nnargs_case(draw_nnargs_case(892))
+    assert out.kind == "refused" and "dtype='int64'" in out.detail, out.report()
+
+
 def test_the_family_is_in_the_rotation():
     r = args_family_residue(50)
     assert r == 4 and args_family_residue(1) == 0

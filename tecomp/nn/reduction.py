@@ -196,6 +196,10 @@ def _arg(op: str, x: Tensor, axis: Axis, keepdims: bool, dtype: str, select_last
                DTypeError)
     a.flag("select_last_index", select_last_index)
     shape, rks, index = _reduced(x, axes, keepdims)
+    if dtype == "int32" and _past_int32(rks):
+        # (the position would be truncated to int32: a wrong index, never an error)
+        a.fail(f"the positions over the reduced axes reach {_positions(rks) - 1}, past "
+               f"int32's 2**31 - 1: give dtype='int64'", DTypeError)
     big = op == "argmax"
     floats = _dt.is_float(x.dtype)
     # an int64 index counted in int32 where every flat position fits (half the registers
@@ -275,6 +279,21 @@ def _fits_int32(rks) -> bool:
     return n <= 2 ** 31 - 1
 
 
+def _positions(rks) -> int:
+    """How many flat positions the constant extents of ``rks`` make."""
+    n = 1
+    for k in rks:
+        n *= int(k.dom.extent.value)
+    return n
+
+
+def _past_int32(rks) -> bool:
+    """Whether the reduce axes ``rks`` have constant extents whose flat positions pass
+    int32 (symbolic ones are checked when the kernel is called)."""
+    return builtins.all(isinstance(k.dom.extent, Const) for k in rks) and \
+        _positions(rks) > 2 ** 31 - 1
+
+
 def _arg_doc(op: str, ref: str, what: str) -> str:
     return f"""The position of the {what} over ``axis`` (``{ref}``, TOPI's ``{op}``): the
     first one (the last with ``select_last_index``); a NaN counts as the {what} (numpy's).
@@ -283,7 +302,8 @@ def _arg_doc(op: str, ref: str, what: str) -> str:
     over the reduced axes, as numpy's ``{op}`` of the flattened tensor.  The output is the
     first output ``<name>.v0`` of a two-output compute (the index and the value), counted
     in ``dtype``: over int32 symbolic extents whose flat positions int32 cannot hold, the
-    call is refused (give ``dtype="int64"``, or declare the sizes ``tc.var(..., "int64")``).
+    call is refused (give ``dtype="int64"``, or declare the sizes ``tc.var(..., "int64")``);
+    over constant extents of more than 2**31 - 1 positions, ``dtype="int32"`` is refused.
     An int64 index whose positions all fit in int32 (constant extents whose product is
     below 2**31, or one int32 symbolic axis) is counted in int32 by the compute
     ``<name>.acc`` (its output ``<name>.acc.v0``) and widened by the stage ``<name>``.
@@ -313,7 +333,8 @@ def _arg_doc(op: str, ref: str, what: str) -> str:
     ShapeError
         For an axis out of range or given twice, or ``axis=()``.
     DTypeError
-        For a bool tensor (use ``any``/``all``) or an index dtype other than int32/int64.
+        For a bool tensor (use ``any``/``all``), an index dtype other than int32/int64, or
+        int32 over constant extents of more than 2**31 - 1 positions.
     """
 
 

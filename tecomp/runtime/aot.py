@@ -301,6 +301,10 @@ def _dlopen(fd: int, path: str, where: str, section: bytes) -> ctypes.CDLL:
         else:
             target = os.path.abspath(path)
         lib = ctypes.CDLL(target)
+    except UnicodeDecodeError:
+        # (dlerror's message names what the library asks for, damaged names among it)
+        raise LoadError(f"{where} could not be loaded: the dynamic loader's message is not "
+                        f"text (a damaged name in the library?); export it again") from None
     except OSError as e:
         raise LoadError(f"{where} could not be loaded: {str(e)[:300]}; check that the "
                         f"libraries it needs (libm, libpthread, libc) are installed") from None

@@ -62,6 +62,13 @@ read the docs, or one who wants to crash the caller, would:
     the ranges the metadata reader checks) over a tensor of a drawn shape: the host's
     checks refuse its map exactly where the hardware's model (``tma.reference_box``)
     would read past the tensor.
+    About a third (a stream of their own, ``RandomDraw(seed * 7919 + 92)``) instead flip
+    one bit where the dynamic loader reads the library (:data:`RESEAL_REGIONS`: ELF and
+    program headers, dynamic section, dynamic symbols' names, kinds and sections, names,
+    GNU hash, versions, relocations, tecomp's metadata) and write its sidecar anew:
+    ``load_module`` refuses it, or its call is refused, or it gives the built module's
+    outputs; a crash of the process in ``dlopen`` (session 25 found one by hand) is a
+    finding.
 
 Session 8's families, drawn for the edge seeds whose ``(seed // 9) % 8 == 7`` (every
 other seed draws what it drew before them; :func:`family_of`):
@@ -220,11 +227,12 @@ import os
 import re
 import shutil
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
 import warnings
-from typing import Optional
+from typing import List, Optional
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -239,6 +247,8 @@ from ..ir.dtype import numpy_dtype
 from ..lower.passes import simplify_pass
 from ..lower.tma_pipeline import TmaBox, TmaDim, map_spec
 from ..nn import quant
+from ..runtime import aot_format
+from ..runtime.libfiles import write_sidecar
 from ..strategy import Knobs, apply_rules
 from ..strategy.cpu import cpu_model
 from ..strategy.cuda import FlashConfig, schedule_flash_attention, schedule_sdpa_as_flash
@@ -308,6 +318,17 @@ FOREIGN_SYSTEM_TRIPLES = (
 #: node (made in a temporary directory, where this user may: the device of /dev/null), a
 #: FIFO, a link to one, a socket, a FIFO in the sidecar's place
 EXPORT_ONTO = (None, "char_device", "fifo", "link_to_fifo", "socket", "sidecar_fifo")
+
+#: where the library_file family's resealed flip lands: the parts of the file the dynamic
+#: loader reads to map, relocate and bind it (the ELF header, the program headers, the
+#: dynamic section, the names, kinds and sections of the dynamic symbols -- not their
+#: values, which point into the code --, their names, the GNU hash table, the version
+#: needs, the relocations) and tecomp's metadata section.  The code, the data it reads,
+#: the symbols' addresses and which declared version each binds to (an older
+#: ``pthread_cond_broadcast`` is another function) are trusted once the sidecar matches
+#: (docs/runtime.md).
+RESEAL_REGIONS = ("ehdr", "phdrs", "dynamic", "dynsym", "dynstr", "gnu_hash", "versions",
+                  "relocations", "metadata")
 
 #: the kernel names whose symbols (tecomp_<name>) are runtime functions kernels call
 RUNTIME_NAMES = ("parallel_for", "ws_alloc", "ws_free", "extern_call")
@@ -458,6 +479,11 @@ def draw_edge_case(seed: int) -> EdgeCase:
         twist["export_onto"] = d.choice(EXPORT_ONTO)
         if d.bool(0.4):   # drawn after the others: every seed keeps what it drew
             twist["tma_box"] = _draw_tma_box(d)
+        reseal = RandomDraw(seed * 7919 + 92)   # (a stream of its own: other draws stay)
+        if reseal.bool(0.35):
+            twist["tamper"] = "resealed_flip"
+            twist["flip"] = {"region": reseal.choice(RESEAL_REGIONS),
+                             "pick": reseal.int(0, 10**6), "bit": reseal.int(0, 7)}
     elif family == "big_extent":
         v = d.choice(("huge_strides", "huge_strides", "huge_strides", "int64_n", "int64_n",
                       "int64_n", "int64_n", "big_reduction"))
@@ -1178,6 +1204,53 @@ def _tamper(path: str, how: str, rng) -> None:
         raise ValueError(how)
 
 
+def _region_bytes(data: bytes, region: str) -> List[int]:
+    """The offsets of the bytes of ``data`` (a library export_library wrote) that
+    :data:`RESEAL_REGIONS`' ``region`` names (the dynamic section's where the file has
+    none of it)."""
+    import struct
+
+    e_phoff, e_shoff = struct.unpack_from("<QQ", data, 0x20)
+    e_phnum, _, e_shnum, e_shstrndx = struct.unpack_from("<HHHH", data, 0x38)
+    if region == "ehdr":
+        return list(range(64))
+    if region == "phdrs":
+        return list(range(e_phoff, e_phoff + 56 * e_phnum))
+    heads = [struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + 64 * k) for k in range(e_shnum)]
+    names = heads[e_shstrndx][4]
+    found = {}
+    for h in heads:
+        name = data[names + h[0]:data.index(b"\0", names + h[0])].decode()
+        found[name] = (h[4], h[5])
+    wanted = {"dynamic": [".dynamic"], "dynsym": [".dynsym"], "dynstr": [".dynstr"],
+              "gnu_hash": [".gnu.hash"], "versions": [".gnu.version_r"],
+              "relocations": [".rela.dyn", ".rela.plt"],
+              "metadata": [aot_format.SECTION]}[region]
+    out = []
+    for name in wanted:
+        off, size = found.get(name, (0, 0))
+        if name == ".dynsym":   # each symbol's name, kind and section: not its value
+            out += [off + 24 * k + b for k in range(size // 24) for b in range(8)]
+        else:
+            out += range(off, off + size)
+    return out or _region_bytes(data, "dynamic")
+
+
+def _resealed_flip(path: str, flip: dict) -> str:
+    """Flip one bit of the library at ``path`` in ``flip``'s region and write its sidecar
+    anew (the sha256 of the changed file): what a tool that edits libraries and reseals
+    them would leave.  Says which byte."""
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    where = _region_bytes(bytes(data), flip["region"])
+    pos = where[flip["pick"] % len(where)]
+    data[pos] ^= 1 << flip["bit"]
+    with open(path, "wb") as f:
+        f.write(data)
+    write_sidecar(path)
+    return f"byte {pos:#x} ({flip['region']}) bit {flip['bit']}"
+
+
 def _special(path: str, how: str) -> str:
     """A device node, FIFO, link to a FIFO or socket made at ``path`` (or at its
     sidecar's: ``sidecar_fifo``); the path of what was made."""
@@ -1337,11 +1410,40 @@ def _run_library_file(ec: EdgeCase) -> Outcome:
                 return bad
         bad_path = os.path.join(d, "bad.so")
         mod.export_library(bad_path)
+        if how == "resealed_flip":
+            return _load_resealed(ec, c, bad_path, ir)
         _tamper(bad_path, how, np.random.default_rng(ec.seed))
         mode = os.lstat(bad_path).st_mode
         what = f"a library tampered with ({how}, {stat.filemode(mode)})"
         return _expect_refusal(ec, lambda: tc.load_module(bad_path), (tc.LoadError,),
                                f"load_module ({how})", ir, what)
+
+
+def _load_resealed(ec: EdgeCase, c, path: str, ir: str) -> Outcome:
+    """A library with one bit flipped where the loader reads it, and its sidecar
+    resealed: ``load_module`` refuses it (a LoadError), or it loads and its call is
+    refused (a TecompError) or gives the outputs of the built module; anything else --
+    a crash of the process in ``dlopen`` above all -- is a finding."""
+    what = f"a library resealed after a flip at {_resealed_flip(path, ec.twist['flip'])}"
+    try:
+        m = tc.load_module(path)
+    except tc.LoadError:
+        return Outcome("refused", ec, "load_module (resealed_flip)", what, ir)
+    except Exception as e:  # noqa: BLE001
+        return Outcome("crash", ec, "load_module (resealed_flip)", f"{what}:\n{_exc_text(e)}",
+                       ir)
+    arrs = case_arrays(ec, c.inputs)
+    try:
+        m(*arrs)
+    except tc.TecompError as e:
+        if isinstance(e, tc.InternalError):
+            return Outcome("crash", ec, "call (resealed_flip)", f"{what}:\n{_exc_text(e)}", ir)
+        return Outcome("refused", ec, "call (resealed_flip)", what, ir)
+    except Exception as e:  # noqa: BLE001
+        return Outcome("crash", ec, "call (resealed_flip)", f"{what}:\n{_exc_text(e)}", ir)
+    msg = _same_outputs(ec, arrs, c.want, f"{what}: loaded vs built")
+    return Outcome("mismatch", ec, "call (resealed_flip)", msg, ir) if msg else \
+        Outcome("ok", ec, "", "", ir)
 
 
 def _run_records(ec: EdgeCase) -> Outcome:

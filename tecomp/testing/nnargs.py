@@ -55,6 +55,11 @@ drawn from its own random stream (``RandomDraw(seed * 7919 + 61)``) and is one o
     ``"int16"``, None), the bias (None, float32, int32, the wrong length or rank);
     against the exact int64 accumulator requantized in float32 as fbgemm does.
 
+A legal ``argmax`` of the axis kind is, in 60% of those seeds (a stream of its own,
+``RandomDraw(seed * 7919 + 63)``), widened: the reduced axis (or the first, for
+``axis=None``) given more than 2**31 - 1 constant positions, with the int32 index (the
+default, or ``dtype="int32"``): illegal, ``dtype`` must be named (never run).
+
 Every drawn value is labelled, by the documented rules of the operator, ``legal`` or
 ``illegal``.  An illegal call must raise a :class:`~tecomp.errors.TecompError` whose
 message begins with the operator's name and names the argument; a legal one is built
@@ -209,9 +214,27 @@ def draw_nnargs_case(seed: int, target: str = "llvm") -> ArgsCase:
     if late.bool(0.08):     # (a stream of its own: d's draws stay what they were)
         kind = late.choice(LATE_KINDS)
         sp = {"qdense": _draw_qdense}[kind](late)
+    wide = RandomDraw(seed * 7919 + 63)   # (a stream of its own: the other draws stay)
+    if sp["op"] == "argmax" and not sp.get("illegal") and wide.bool(0.6):
+        _widen_argmax(sp, wide)
     sp["kind"] = kind
     return ArgsCase(sp, d.int(0, 2**16), target, f"fuzz seed {seed} (nnargs: {sp['op']})",
                     fuzz_seed=seed, twist={"op": sp["op"]})
+
+
+def _widen_argmax(sp, d) -> None:
+    """A legal argmax made to reduce more than 2**31 - 1 constant positions with its int32
+    index (the default, or given): the positions would be truncated, so ``dtype`` is
+    illegal (never run: the shapes are only declared)."""
+    shape = sp["inputs"][0][0]
+    axis = decode(sp["kwargs"].get("axis"))
+    if axis is None:
+        shape[0] = -(-(2**31 + d.int(0, 99)) // max(1, int(np.prod(shape[1:]))))
+    else:
+        shape[axis % len(shape)] = 2**31 + d.int(0, 99)
+    if d.bool(0.5):
+        sp["kwargs"]["dtype"] = "int32"
+    _illegal(sp, "dtype")
 
 
 def _illegal(sp, arg: str) -> None:

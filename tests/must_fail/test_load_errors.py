@@ -700,3 +700,88 @@ def test_export_onto_a_device_or_a_fifo(small, tmp_path):
         small.export_library(tmp_path / "k.so")
     assert stat.S_ISFIFO(os.lstat(tmp_path / "k.so.sha256").st_mode)
     assert not (tmp_path / "k.so").exists()
+
+
+def _phdr(data: bytes, p_type: int, nth: int = 0) -> int:
+    """The file offset of the ``nth`` program header of type ``p_type``."""
+    import struct
+
+    phoff, = struct.unpack_from("<Q", data, 32)
+    phnum, = struct.unpack_from("<H", data, 56)
+    found = [phoff + 56 * k for k in range(phnum)
+             if struct.unpack_from("<I", data, phoff + 56 * k)[0] == p_type]
+    return found[nth]
+
+
+def _address_offset(data: bytes, vaddr: int) -> int:
+    """The file offset of address ``vaddr`` (through the loadable segments)."""
+    import struct
+
+    for k in range(8):
+        try:
+            at = _phdr(data, 1, k)
+        except IndexError:
+            break
+        _, _, off, lo, _, filesz, _, _ = struct.unpack_from("<IIQQQQQQ", data, at)
+        if lo <= vaddr < lo + filesz:
+            return off + vaddr - lo
+    raise AssertionError(f"address {vaddr:#x} is not in the file")
+
+
+def _damage(data: bytearray, how: str) -> None:
+    import struct
+
+    def dyn(tag):
+        return struct.unpack_from("<Q", data, _dynamic_entry(data, tag))[0]
+
+    if how == "read-only segment with memory past its file":
+        at = _phdr(data, 1, 0)                      # the first PT_LOAD (read-only)
+        struct.pack_into("<Q", data, at + 40, struct.unpack_from("<Q", data, at + 40)[0]
+                         + 2**31)
+    elif how == "segments overlap":
+        first, second = _phdr(data, 1, 0), _phdr(data, 1, 1)
+        data[second + 16:second + 24] = data[first + 16:first + 24]
+    elif how == "read-only part over the variables":
+        at = _phdr(data, 0x6474E552)                # PT_GNU_RELRO
+        struct.pack_into("<Q", data, at + 40, 1 << 20)
+    elif how == "PLT relocations shorter than their section":
+        struct.pack_into("<Q", data, _dynamic_entry(data, 2), dyn(2) - 24)   # DT_PLTRELSZ
+    elif how == "two relocations at one place":
+        table = _address_offset(data, dyn(23))                              # DT_JMPREL
+        data[table + 24:table + 32] = data[table:table + 8]
+    elif how == "version needs of another library":
+        need = _address_offset(data, dyn(0x6FFFFFFE))                        # DT_VERNEED
+        struct.pack_into("<I", data, need + 4, struct.unpack_from("<I", data, need + 4)[0] + 1)
+    else:
+        raise ValueError(how)
+
+
+@pytest.mark.parametrize("how, match", [
+    ("read-only segment with memory past its file",
+     r"its loadable segment 0 is read-only but takes 2147483648 bytes of memory past the "
+     r"file's"),
+    ("segments overlap", r"its loadable segment 1 at 0x0 overlaps the one before it "
+                         r"\(which ends at 0x[0-9a-f]+\)"),
+    ("read-only part over the variables",
+     r"the part it makes read-only after relocation \(1048576 bytes at 0x[0-9a-f]+\) is not "
+     r"the start of a writable segment's part read from the file"),
+    ("PLT relocations shorter than their section",
+     r"its PLT relocations \(\d+ bytes at 0x[0-9a-f]+\) are not its \.rela\.plt section "
+     r"\(\d+ bytes at 0x[0-9a-f]+\)"),
+    ("two relocations at one place",
+     r"a relocation writes at 0x[0-9a-f]+, not a place of its own for a pointer"),
+    ("version needs of another library",
+     r"its version needs name a library it does not need"),
+])
+def test_damaged_loader_tables(good, tmp_path, how, match):
+    """Session 26: one bit flipped where the dynamic loader reads a library -- a segment's
+    size, a relocation's place, the read-only-after-relocation part, the size of the PLT
+    relocations, the library a version is needed from --, the sidecar written anew,
+    crashed the process in dlopen (or at the first call through a pointer left
+    unrelocated; the loader aborted on the version).  Each is checked before dlopen."""
+    data = bytearray(good)
+    _damage(data, how)
+    path = write(tmp_path, bytes(data))
+    with pytest.raises(tc.LoadError, match=r"lib\.so' is damaged: " + match + "; export it "
+                                           r"again"):
+        tc.load_module(path)

@@ -437,6 +437,9 @@ CASES = [
      r"argmax argmax: axis must name at least one axis \(or be None: every axis\), got \(\)"),
     ("argmax", lambda: nn.argmax(P(2, 3, name="X"), dtype="float32"), D,
      r"argmax argmax: dtype must be 'int32' or 'int64' \(the index's dtype\), got 'float32'"),
+    ("argmax", lambda: nn.argmax(P(2**31 + 7, dtype="uint8", name="X")), D,
+     r"argmax argmax: the positions over the reduced axes reach 2147483654, past int32's "
+     r"2\*\*31 - 1: give dtype='int64'"),
     ("argmin", lambda: nn.argmin(P(2, 3, name="X"), axis=-3), S,
      r"argmin argmin: axis -3 is out of range for x \(X\) \(2-d\)"),
     ("argmin", lambda: nn.argmin(P(2, 3, name="X"), select_last_index=1), S,
