@@ -486,6 +486,59 @@ def test_conv2d_nhwc_four_channel_vectors_knob():
                5e-5)
 
 
+@pytest.mark.parametrize("case", [
+    # N, H, W, C, O, kernel, stride, padding, dilation, relu epilogue
+    (1, 14, 14, 32, 48, 3, 1, 1, 1, False),           # the 256x14 benchmark, fewer channels
+    (2, 11, 13, 3, 5, 3, 2, 1, 1, True),              # odd plane, stride 2, a batch, ReLU
+    (1, 9, 9, 7, 17, 3, 1, 2, 2, False),              # dilation, wide padding
+    (1, 6, 7, 4, 4, 3, 1, ((1, 0), (2, 1)), 1, False),  # asymmetric padding
+    (1, 15, 15, 24, 40, 5, 1, 2, 1, True),            # 5x5, channel tail, 15-wide rows
+    (2, 5, 5, 64, 256, 3, 1, 1, 1, False),            # 8 channel blocks: channel tasks
+], ids=lambda c: "x".join(map(str, c)))
+def test_conv2d_nhwc_reads_the_input_in_place_where_taps_are_skipped(case, lanes):
+    """Where the NHWC convolution leaves its taps on the zero padding out of its sum
+    (``ZERO_WHERE``), the template inlines the padding stage: no padded buffer in the
+    lowered IR and no select on the input left of it (the tap loops are partitioned on the ``where=``,
+    inside which the padding's test is proven true); the values are the padded
+    convolution's.  With ``conv2d.NHWC_INLINE_PAD`` off, the padded copy is back."""
+    from tecomp.nn import relu
+    from tecomp.te.reduce import ZERO_WHERE
+    N, H, W, C, O, R, st, p, dl, act = case
+    d = tc.placeholder((N, H, W, C), name="data")
+    w = tc.placeholder((R, R, C, O), name="weight")
+    conv = ops.conv2d_nhwc(d, w, stride=st, padding=p, dilation=dl)
+    out = relu(conv) if act else conv
+    assert conv.op.attrs.get(ZERO_WHERE), "the case must skip its padded taps"
+    text = str(tc.lower(sc.schedule_conv2d_nhwc(out), [d, w, out]))
+    assert "conv2d_nhwc.pad" not in text and not re.search(r"select\([^\n]*data\[", text), text
+    dn, wn = _arr((N, H, W, C)), _arr((R, R, C, O))
+    pads = p if isinstance(p, tuple) else ((p, p), (p, p))
+    dp = np.pad(dn, ((0, 0), pads[0], pads[1], (0, 0)))
+    ref = _conv_ref(dp.transpose(0, 3, 1, 2), wn.transpose(3, 2, 0, 1), st, 0, dl)
+    ref = ref.transpose(0, 2, 3, 1)
+    if act:
+        ref = np.maximum(ref, 0)
+    _close(_run(sc.schedule_conv2d_nhwc(out), [d, w, out], [dn, wn]), ref, 5e-5)
+    old = sc.conv2d.NHWC_INLINE_PAD
+    sc.conv2d.NHWC_INLINE_PAD = False
+    try:
+        s = sc.schedule_conv2d_nhwc(out)
+    finally:
+        sc.conv2d.NHWC_INLINE_PAD = old
+    assert "conv2d_nhwc.pad" in str(tc.lower(s, [d, w, out]))
+    _close(_run(s, [d, w, out], [dn, wn]), ref, 5e-5)
+
+
+def test_conv2d_nhwc_keeps_its_padded_copy_where_taps_are_computed():
+    """A 56x56 plane padded by 1 (2.4% of the products on the padding: the taps computed,
+    no ``where=``) keeps the padded copy (inlined, its select would test every tap)."""
+    d = tc.placeholder((1, 56, 56, 16), name="data")
+    w = tc.placeholder((3, 3, 16, 16), name="weight")
+    out = ops.conv2d_nhwc(d, w, padding=1)
+    text = str(tc.lower(sc.schedule_conv2d_nhwc(out), [d, w, out]))
+    assert "conv2d_nhwc.pad" in text and "select(" not in text.split("conv2d_nhwc.local")[1]
+
+
 @pytest.mark.parametrize("oh", [5, 7, 11, 13, 49])
 def test_conv2d_nchw_block_leaves_no_row_tail_in_the_parallel_loop(oh, lanes):
     """A row block that does not divide the rows is only chosen where the row blocks are a

@@ -16,6 +16,7 @@ from ...ir.expr import Const, Mul, ProducerLoad, Reduce
 from ...ir.functor import substitute
 from ...ir.simplify import affine_steps, simplify
 from ...schedule.schedule import Schedule, Stage
+from ...te.reduce import ZERO_WHERE
 from ...te.tensor import ComputeOp, Tensor
 from .._common import _bytes, _ceil, _cint, _has_tag
 from .._common import _is_padding
@@ -718,9 +719,33 @@ def schedule_conv2d_nhwc(outs, target: str = "llvm", config=None) -> Schedule:
         lambda s, o, info: _conv2d_nhwc_into(s, o, info, config), outs, target)
 
 
+#: NHWC: where the convolution leaves its taps on the zero padding out of its sum, the
+#: padding stage is inlined (the block reads the input in place) rather than computed in
+#: a pass of its own: see :func:`_pad_inlined`
+NHWC_INLINE_PAD = True
+
+
+def _pad_inlined(s: Schedule, conv: Tensor, pad) -> bool:
+    """Inline ``pad``, the NHWC convolution ``conv``'s own padding stage (or None), where
+    ``conv`` skips its taps on the padding (``tecomp.nn.conv.SKIP_PADDED_TAPS``: its sum's
+    ``where=`` is marked ``ZERO_WHERE``); returns whether it did.  The block's vectors run
+    across the output channels, which the ``where=`` does not read, so lowering keeps every
+    term of it: the tap loops are partitioned on it (``hoist_guards``) and in each part
+    the inlined padding's select is proven true and simplified away, leaving plain reads
+    of the input.  That saves the padded copy (a write and a read of the input and, where
+    it is computed at the root, a parallel region of its own).
+    (measurements: benchmarks/DECISIONS.md, "Conv NHWC: the padding inlined")"""
+    if not NHWC_INLINE_PAD or pad is None or not conv.op.attrs.get(ZERO_WHERE):
+        return False
+    s[pad].compute_inline()
+    return True
+
+
 def _conv2d_nhwc_into(s: Schedule, outs, info: CpuModel, config=None):
     conv, pad = _conv_parts(outs, "conv2d_nhwc")
     pad = _own_pad(s, pad)
+    if _pad_inlined(s, conv, pad):
+        pad = None
     N, OH, OW, K = (_cint(e) for e in conv.shape)
     p = _conv_config(conv2d_nhwc_params(conv, info), config, "nhwc")
     ob, yb, xb = p.ob, p.yb, p.xb
