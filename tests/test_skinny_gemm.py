@@ -263,13 +263,13 @@ def test_a_at_w_column_strips_knob():
 def test_a_at_w_column_strips_by_the_machine_model(monkeypatch):
     """By default ``A @ W`` reads W as column strips where the machine model has a
     ``strip_prefetch_rows`` (AMD Zen 4's 64, ``-mcpu=znver4``) from ``STRIP_MIN_ROWS``
-    rows on while one register block holds them all (6 and 8 rows) or, past
+    rows on while one register block holds them all (5, 6 and 8 rows) or, past
     ``skinny_tile``'s blocks, a block of all the rows by two vectors or more fits in
     three quarters of the registers (9 to 12 rows: ``M x 2``; not 4), past that in
     ``skinny_tile``'s blocks of rows where they are equal (16 rows: 8 x 3; not 13, 7 +
     6; ``STRIP_ROW_BLOCKS``); not on Zen 5 (unmeasured: 0) nor with the field set to 0;
-    with ``STRIPS_PAST_ONE_BLOCK`` off (the A/B switch), 6 to 8 rows and 16 only,
-    12 rows in blocks of 6; with ``STRIP_ROW_BLOCKS`` off too, 6 to 8 rows only."""
+    with ``STRIPS_PAST_ONE_BLOCK`` off (the A/B switch), 5 to 8 rows and 16 only,
+    12 rows in blocks of 6; with ``STRIP_ROW_BLOCKS`` off too, 5 to 8 rows only."""
     import dataclasses
 
     from tecomp.strategy.cpu import skinny
@@ -280,10 +280,10 @@ def test_a_at_w_column_strips_by_the_machine_model(monkeypatch):
     zen5 = dataclasses.replace(tc.Target("llvm -mcpu=znver5 -num-cores=2").machine,
                                threads=2)
     assert zen4.strip_prefetch_rows == 64 and zen5.strip_prefetch_rows == 0
-    assert STRIP_MIN_ROWS == 6
-    for M in (4, 6, 8, 9, 12, 13, 16):
+    assert STRIP_MIN_ROWS == 5
+    for M in (4, 5, 6, 8, 9, 12, 13, 16):
         op = _plain(M, 11008, 4096, "w")[2].op
-        want = 64 if 6 <= M and M != 13 else 0
+        want = 64 if 5 <= M and M != 13 else 0
         assert skinny_plan(op, zen4).strip_ahead == want, M
         assert skinny_plan(op, zen5).strip_ahead == 0, M
         off = dataclasses.replace(zen4, strip_prefetch_rows=0)

@@ -164,16 +164,17 @@ L2_PREFETCH_BYTES = 2048
 
 #: ``W[k, j]``: from this many rows on (and where one register block holds them all),
 #: a machine model with a ``strip_prefetch_rows`` has W read as column strips
-#: (:func:`_schedule_strips`; 1 thread, Zen 4, under load: 6 rows 1.32x faster, 8 rows
-#: 1.20-1.51x, 4 rows a tie, 3 rows 0.86x, 2 rows 0.61x)
-STRIP_MIN_ROWS = 6
+#: (:func:`_schedule_strips`; 1 thread, Zen 4, under load: 5 rows 1.13-1.21x faster in
+#: three runs, 6 rows 1.32x, 8 rows 1.20-1.51x, 4 rows a tie in three, 3 rows 0.86x, 2
+#: rows 0.61x)
+STRIP_MIN_ROWS = 5
 
 #: ``W[k, j]``: the A/B switch of the strips past one block of :func:`skinny_tile`
 #: (:func:`strip_tile`): True, a machine model with a ``strip_prefetch_rows`` reads W
 #: as column strips from :data:`STRIP_MIN_ROWS` to :data:`STRIP_MAX_ROWS` rows, in one
 #: register block of all the rows by two vectors or more (9 x 3, 10 to 12 x 2 with 32
 #: registers) where :func:`skinny_tile` splits them into two blocks; False, only where
-#: its block already holds all the rows (6 to 8 rows, the session 25 rule).  (1 thread,
+#: its block already holds all the rows (5 to 8 rows).  (1 thread,
 #: Zen 4, CPU time, under load, W 4096 x 11008: 9 rows 1.19-1.31x faster in three
 #: runs, 11 rows 1.14x in one, 10 rows 0.94-1.12x in three, 12 rows 0.91-1.13x in five:
 #: a tie on one thread, where W's transfer and the FMAs hardly overlap; with W in L2,
