@@ -245,7 +245,8 @@ class SkinnyPlan:
     #                       accumulators in a local buffer, W prefetched this many rows
     #                       ahead at every step (_schedule_strips; by default the machine
     #                       model's strip_prefetch_rows from STRIP_MIN_ROWS to
-    #                       STRIP_MAX_ROWS rows: strip_tile)
+    #                       STRIP_MAX_ROWS rows: strip_tile; past them, in equal blocks
+    #                       of rows: STRIP_ROW_BLOCKS)
 
 
 def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
