@@ -27,13 +27,15 @@ than the wall clock: on a machine shared with other work, the time they take the
 is left out (the read stream is timed the same way).  ``--knobs '{"skinny.stream": "off"}'`` adds the plain compute
 scheduled with those knob values (the rest as ``auto_schedule`` chooses them) as one
 more tool: an A/B of a schedule decision in the same process (given again, one more
-tool for each).  ``--held`` (with more than one thread): the wall clock, but counting
+tool for each).  ``--flip tecomp.lower.prefetch.UNROLL_FEW_LINES`` adds the plain compute
+built with that module flag (a bool) negated: an A/B of a code generator decision that no
+knob reaches (given again, one more tool for each).  ``--held`` (with more than one thread): the wall clock, but counting
 only the calls in which every thread held its core throughout (the process's CPU time
 97-103% of the threads times the call; ``common.interleaved_turns``), each tool's
 calls counted shown; on a loaded machine, with a smaller W (``--n 4104``: 67 MB) so
 that some calls find the cores free.
 
-    python3 benchmarks/skinny_gemm.py [--threads 2] [--rounds 7] [--m 1,2,4,8,16] [--layout wt,w] [--knobs JSON ...] [--cpu-time | --held] [--peak GFLOPS]
+    python3 benchmarks/skinny_gemm.py [--threads 2] [--rounds 7] [--m 1,2,4,8,16] [--layout wt,w] [--knobs JSON ...] [--flip module.FLAG ...] [--cpu-time | --held] [--peak GFLOPS]
 """
 from __future__ import annotations
 
@@ -51,6 +53,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=11008)
     ap.add_argument("--knobs", action="append", default=[],
                     help="JSON knob values: one more tool, plain TE with them (repeatable)")
+    ap.add_argument("--flip", action="append", default=[],
+                    help="a module flag (module.NAME, a bool): one more tool, plain TE "
+                         "built with it negated (repeatable)")
     ap.add_argument("--cpu-time", action="store_true",
                     help="time calls by the process's CPU time (needs --threads 1)")
     ap.add_argument("--held", action="store_true",
@@ -66,6 +71,7 @@ def main() -> None:
     pin_threads(args.threads)
     import numpy as np
 
+    import importlib
     import json
 
     import tecomp as tc
@@ -116,14 +122,25 @@ def main() -> None:
             plan = plan and skinny_knobs(plan, Knobs(), info)
             lanes_rows = -(-M // info.lanes) * info.lanes if plan and plan.rows_in_lanes else M
             row = {"key": key, "tools": [], "lanes_rows": lanes_rows}
-            tools = [("plain TE", C, None), ("tecomp.nn", Cn, None)]
+            tools = [("plain TE", C, None, None), ("tecomp.nn", Cn, None, None)]
             for kn in args.knobs:
-                tools.append((f"plain TE {kn}", C, json.loads(kn)))
-            for tool, T, over in tools:
+                tools.append((f"plain TE {kn}", C, json.loads(kn), None))
+            for flag in args.flip:
+                tools.append((f"plain TE, {flag.rsplit('.', 1)[1]} negated", C, None, flag))
+            for tool, T, over, flag in tools:
                 targs = [A, W, T]
-                s = (tc.auto_schedule(targs) if over is None
-                     else apply_rules(targs, Knobs(over), cpu_model()))
-                f = tc.build(s, targs)
+                if flag:
+                    mod, attr = flag.rsplit(".", 1)
+                    mod = importlib.import_module(mod)
+                    was = getattr(mod, attr)
+                    setattr(mod, attr, not was)
+                try:
+                    s = (tc.auto_schedule(targs) if over is None
+                         else apply_rules(targs, Knobs(over), cpu_model()))
+                    f = tc.build(s, targs)
+                finally:
+                    if flag:
+                        setattr(mod, attr, was)
                 c[...] = np.nan
                 f(a, w, c)
                 np.testing.assert_allclose(c, want, rtol=1e-3, atol=1e-2)

@@ -193,15 +193,18 @@ def test_a_at_w_copy_a_knob():
     """``A @ W`` with the knob ``skinny.copy_a`` on (off by default there): A read from a
     copy whose rows are a cache line further apart than 4 KiB (rows 16 KiB apart fell
     into one set of L1), W still read in place (no copy of it), numpy's results with
-    tails in N and K."""
+    tails in N and K (the blocks of rows: a machine model without strip_prefetch_rows,
+    whatever the host)."""
+    import dataclasses
+    info = dataclasses.replace(cpu_model(), strip_prefetch_rows=0)
     A, W, C = args = _plain(16, 1100, 4096, "w")
-    s = apply_rules(args, Knobs({"skinny.copy_a": True}), cpu_model())
+    s = apply_rules(args, Knobs({"skinny.copy_a": True}), info)
     ir = _no_copy_of(s, args, W, 16 * 4112 + 1)
     assert "allocate A.global: float32[16, 4096] (global, strides [4112, 1])" in ir, ir
     assert "A.global[" in ir.split("parallel (", 1)[1], ir
     for M in (3, 16):
         args = _plain(M, 83, 45, "w")
-        s = apply_rules(args, Knobs({"skinny.copy_a": True}), cpu_model())
+        s = apply_rules(args, Knobs({"skinny.copy_a": True}), info)
         _no_copy_of(s, args, args[1])
         c, want = _run(s, args, "w")
         np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
@@ -239,8 +242,12 @@ def test_a_at_w_column_strips_knob():
     r = np.full((3, 4, 83), np.nan, "float32")
     tc.build(s, [A, W, R])(a, w, r)
     np.testing.assert_allclose(r, np.maximum(a @ w, 0), rtol=1e-4, atol=1e-4)
-    knobs = Knobs({"skinny.strip_ahead": 64})   # 16 rows: two register blocks
-    apply_rules(_plain(16, 83, 45, "w"), knobs, cpu_model())
+    # 16 rows, two register blocks: on a machine model without strip_prefetch_rows, not
+    # offered (with one, strips in blocks of rows: test_a_at_w_column_strips_in_blocks_of_rows)
+    import dataclasses
+    knobs = Knobs({"skinny.strip_ahead": 64})
+    apply_rules(_plain(16, 83, 45, "w"), knobs,
+                dataclasses.replace(cpu_model(), strip_prefetch_rows=0))
     assert "skinny.strip_ahead" not in knobs.values
     # 12 rows in one register block (skinny.rows 12): strips, numpy's results with tails
     args = _plain(12, 83, 45, "w")
@@ -256,11 +263,13 @@ def test_a_at_w_column_strips_knob():
 def test_a_at_w_column_strips_by_the_machine_model(monkeypatch):
     """By default ``A @ W`` reads W as column strips where the machine model has a
     ``strip_prefetch_rows`` (AMD Zen 4's 64, ``-mcpu=znver4``) from ``STRIP_MIN_ROWS``
-    rows on while one register block holds them all (6 and 8 rows) or, past
+    rows on while one register block holds them all (5, 6 and 8 rows) or, past
     ``skinny_tile``'s blocks, a block of all the rows by two vectors or more fits in
-    three quarters of the registers (9 to 12 rows: ``M x 2``; not 4, 13 nor 16); not on
-    Zen 5 (unmeasured: 0) nor with the field set to 0; with ``STRIPS_PAST_ONE_BLOCK``
-    off (the A/B switch), 6 to 8 rows only, 12 rows in blocks of 6."""
+    three quarters of the registers (9 to 12 rows: ``M x 2``; not 4), past that in
+    ``skinny_tile``'s blocks of rows where they are equal (16 rows: 8 x 3; not 13, 7 +
+    6; ``STRIP_ROW_BLOCKS``); not on Zen 5 (unmeasured: 0) nor with the field set to 0;
+    with ``STRIPS_PAST_ONE_BLOCK`` off (the A/B switch), 5 to 8 rows and 16 only,
+    12 rows in blocks of 6; with ``STRIP_ROW_BLOCKS`` off too, 5 to 8 rows only."""
     import dataclasses
 
     from tecomp.strategy.cpu import skinny
@@ -271,22 +280,73 @@ def test_a_at_w_column_strips_by_the_machine_model(monkeypatch):
     zen5 = dataclasses.replace(tc.Target("llvm -mcpu=znver5 -num-cores=2").machine,
                                threads=2)
     assert zen4.strip_prefetch_rows == 64 and zen5.strip_prefetch_rows == 0
-    assert STRIP_MIN_ROWS == 6
-    for M in (4, 6, 8, 9, 12, 13, 16):
+    assert STRIP_MIN_ROWS == 5
+    for M in (4, 5, 6, 8, 9, 12, 13, 16):
         op = _plain(M, 11008, 4096, "w")[2].op
-        want = 64 if 6 <= M <= 12 else 0
+        want = 64 if 5 <= M and M != 13 else 0
         assert skinny_plan(op, zen4).strip_ahead == want, M
         assert skinny_plan(op, zen5).strip_ahead == 0, M
         off = dataclasses.replace(zen4, strip_prefetch_rows=0)
         assert skinny_plan(op, off).strip_ahead == 0, M
-    for M, nb in ((9, 3), (12, 2)):
+    for M, mb, nb in ((9, 9, 3), (12, 12, 2), (13, 7, 3), (16, 8, 3)):
         plan = skinny_plan(_plain(M, 11008, 4096, "w")[2].op, zen4)
-        assert (plan.mb, plan.nb) == (M, nb), M
+        assert (plan.mb, plan.nb) == (mb, nb), M
     assert skinny_plan(_plain(8, 11008, 4096, "wt")[2].op, zen4).strip_ahead == 0
     monkeypatch.setattr(skinny, "STRIPS_PAST_ONE_BLOCK", False)
     plan = skinny_plan(_plain(12, 11008, 4096, "w")[2].op, zen4)
-    assert (plan.mb, plan.nb, plan.strip_ahead) == (6, 4, 0)
+    assert (plan.mb, plan.nb, plan.strip_ahead) == (6, 4, 64)
     assert skinny_plan(_plain(8, 11008, 4096, "w")[2].op, zen4).strip_ahead == 64
+    monkeypatch.setattr(skinny, "STRIP_ROW_BLOCKS", False)
+    plan = skinny_plan(_plain(12, 11008, 4096, "w")[2].op, zen4)
+    assert (plan.mb, plan.nb, plan.strip_ahead) == (6, 4, 0)
+    plan = skinny_plan(_plain(16, 11008, 4096, "w")[2].op, zen4)
+    assert (plan.mb, plan.nb, plan.strip_ahead) == (8, 3, 0)
+    assert skinny_plan(_plain(8, 11008, 4096, "w")[2].op, zen4).strip_ahead == 64
+
+
+@pytest.mark.parametrize("M", [14, 16])
+def test_a_at_w_column_strips_in_blocks_of_rows(M, monkeypatch):
+    """Past one register block of rows, on a machine model with a
+    ``strip_prefetch_rows`` (``-mcpu=znver4``'s 64): column strips whose accumulators
+    (all ``M`` rows, in a local buffer) are reached in ``skinny_tile``'s blocks of rows,
+    the reduction in blocks of 64 rows of W, W prefetched a block ahead at every step; W
+    read in place, no buffer larger than the tile's accumulators; numpy's results with
+    tails in N and K (K shorter than a block, and not a multiple of it); 13 rows (blocks
+    of 7 and 6) not by default, but through the knob ``skinny.strip_ahead`` (numpy's
+    results); with ``STRIP_ROW_BLOCKS`` off, the blocks of rows over the whole width (no
+    local buffer)."""
+    import dataclasses
+
+    from tecomp.strategy.cpu import skinny
+
+    zen4 = dataclasses.replace(tc.Target("llvm -mcpu=znver4 -num-cores=2").machine,
+                               threads=2)
+    mb = -(-M // 2)
+    args = _plain(M, 11008, 4096, "w")
+    knobs = Knobs()
+    s = apply_rules(args, knobs, zen4)
+    assert (knobs.values["skinny.rows"], knobs.values["skinny.strip_ahead"]) == (mb, 64)
+    ir = _no_copy_of(s, args, args[1], M * 48 + 1)
+    assert f"allocate C.local: float32[{M}, 48] (local)" in ir, ir
+    assert re.search(r"prefetch \(L2\) W\[min\(k\.outer \+ 1, 63\)\*64 \+ k\.inner, ", ir), ir
+    for N, K in ((83, 45), (83, 300)):
+        args = _plain(M, N, K, "w")
+        s = apply_rules(args, Knobs(), zen4)
+        _no_copy_of(s, args, args[1])
+        c, want = _run(s, args, "w")
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+    args = _plain(13, 83, 300, "w")
+    knobs = Knobs()
+    apply_rules(args, knobs, zen4)
+    assert knobs.values["skinny.strip_ahead"] == 0
+    knobs = Knobs({"skinny.strip_ahead": 32})
+    s = apply_rules(args, knobs, zen4)
+    assert (knobs.values["skinny.rows"], knobs.values["skinny.strip_ahead"]) == (7, 32)
+    c, want = _run(s, args, "w")
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(skinny, "STRIP_ROW_BLOCKS", False)
+    args = _plain(M, 11008, 4096, "w")
+    assert "C.local" not in str(tc.lower(apply_rules(args, Knobs(), zen4), args))
 
 
 def test_nn_dense_and_matmul_get_the_skinny_schedule():

@@ -158,11 +158,12 @@ class CpuModel:
     #: (``strategy.cpu.skinny.row_block``; 48 on AMD Zen 4: 4 rows at 1 and 2 rows of A,
     #: 8 at 3 and 4, 16 from 5 on).  0 where unmeasured: blocks of ``skinny.K_BLOCK`` (16) rows
     prefetch_burst_lines: int = 0
-    #: where measured (not 0), a skinny ``A @ W`` of 6 to 12 rows (one register block of
-    #: all of them: 6-8 x 3-4, 9 x 3, 10-12 x 2 vectors with 32 registers) reads W as
-    #: column strips, each tile accumulating over all of K and
-    #: prefetching W this many rows ahead at every step (``strategy.cpu.skinny``,
-    #: ``_schedule_strips``; 64 on AMD Zen 4)
+    #: where measured (not 0), a skinny ``A @ W`` of 5 to 12 rows (one register block of
+    #: all of them: 5 x 5, 6-8 x 3-4, 9 x 3, 10-12 x 2 vectors with 32 registers) reads W
+    #: as column strips, each tile accumulating over all of K and
+    #: prefetching W this many rows ahead at every step, and of 14 and 16 rows (two equal
+    #: blocks of rows accumulating in turn over blocks of this many rows of W, prefetched
+    #: a block ahead) (``strategy.cpu.skinny``, ``_schedule_strips``; 64 on AMD Zen 4)
     strip_prefetch_rows: int = 0
     #: whether an arithmetic instruction may read one of its operands straight from
     #: memory (x86: an FMA's memory operand; not AArch64, whose arithmetic reads

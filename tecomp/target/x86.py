@@ -195,12 +195,13 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   block of rows by the lines a tile prefetches (Zen 4)"); unmeasured elsewhere (the
 #:   Xeon's blocks of 16 rows kept);
 #: * ``strip_prefetch_rows``: how many rows ahead a skinny ``A @ W`` read as column
-#:   strips (``strategy.cpu.skinny._schedule_strips``, 6 to 12 rows of A) prefetches W:
+#:   strips (``strategy.cpu.skinny._schedule_strips``, 5 to 12, 14 and 16 rows of A) prefetches W:
 #:   on Zen 4, 1 thread, CPU time, under load, 4096 x 11008 W, 8 rows 1.20x and 1.51x
 #:   faster than the blocks of rows in two runs 64 rows ahead (32: 1.20x in one), 6 rows
-#:   1.32x; 4 rows a tie, 3 rows 0.86x, 2 rows 0.61x (benchmarks/DECISIONS.md, "Skinny
-#:   GEMM: A @ W as column strips (Zen 4)"; 9 to 12 rows in one block of 2-3 vectors:
-#:   "... up to 12 rows (Zen 4)"); unmeasured elsewhere (0: no strips);
+#:   1.32x, 5 rows 1.13-1.21x (three runs); 4 rows a tie, 3 rows 0.86x, 2 rows 0.61x
+#:   (benchmarks/DECISIONS.md, "Skinny GEMM: A @ W as column strips (Zen 4)"; 9 to 12
+#:   rows in one block of 2-3 vectors: "... up to 12 rows (Zen 4)"; 14 and 16 rows in
+#:   blocks of rows: "... in blocks of rows (Zen 4)"); unmeasured elsewhere (0: no strips);
 #: * ``selection_prefetch_bytes``: how far ahead an argmax/argmin along short rows
 #:   prefetches its rows (Zen 5 has no ``row_prefetch_bytes``: a row sum over rows of 1
 #:   KiB ran 0.87-1.05x with 1-16 KiB ahead, 1 thread, CPU time): there an int64

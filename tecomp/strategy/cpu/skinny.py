@@ -164,16 +164,17 @@ L2_PREFETCH_BYTES = 2048
 
 #: ``W[k, j]``: from this many rows on (and where one register block holds them all),
 #: a machine model with a ``strip_prefetch_rows`` has W read as column strips
-#: (:func:`_schedule_strips`; 1 thread, Zen 4, under load: 6 rows 1.32x faster, 8 rows
-#: 1.20-1.51x, 4 rows a tie, 3 rows 0.86x, 2 rows 0.61x)
-STRIP_MIN_ROWS = 6
+#: (:func:`_schedule_strips`; 1 thread, Zen 4, under load: 5 rows 1.13-1.21x faster in
+#: three runs, 6 rows 1.32x, 8 rows 1.20-1.51x, 4 rows a tie in three, 3 rows 0.86x, 2
+#: rows 0.61x)
+STRIP_MIN_ROWS = 5
 
 #: ``W[k, j]``: the A/B switch of the strips past one block of :func:`skinny_tile`
 #: (:func:`strip_tile`): True, a machine model with a ``strip_prefetch_rows`` reads W
 #: as column strips from :data:`STRIP_MIN_ROWS` to :data:`STRIP_MAX_ROWS` rows, in one
 #: register block of all the rows by two vectors or more (9 x 3, 10 to 12 x 2 with 32
 #: registers) where :func:`skinny_tile` splits them into two blocks; False, only where
-#: its block already holds all the rows (6 to 8 rows, the session 25 rule).  (1 thread,
+#: its block already holds all the rows (5 to 8 rows).  (1 thread,
 #: Zen 4, CPU time, under load, W 4096 x 11008: 9 rows 1.19-1.31x faster in three
 #: runs, 11 rows 1.14x in one, 10 rows 0.94-1.12x in three, 12 rows 0.91-1.13x in five:
 #: a tie on one thread, where W's transfer and the FMAs hardly overlap; with W in L2,
@@ -186,6 +187,18 @@ STRIPS_PAST_ONE_BLOCK = True
 #: ``W[k, j]``: the most rows read as column strips (:func:`strip_tile`; 14 rows x 2
 #: vectors, 1 thread, Zen 4, under load, 0.82-0.94x the blocks of rows, two runs)
 STRIP_MAX_ROWS = 12
+
+#: ``W[k, j]``: the A/B switch of column strips in blocks of rows (:func:`_schedule_strips`
+#: with :func:`skinny_tile`'s blocks of rows): True, a machine model with a
+#: ``strip_prefetch_rows`` reads W as column strips past :data:`STRIP_MAX_ROWS` rows too,
+#: the reduction in blocks of that many rows of W, each block of rows of A accumulating
+#: over it in registers in turn (W's block re-read from L1), W prefetched a block ahead,
+#: where the blocks are equal (14 and 16 rows: 7 x 3, 8 x 3; 13 rows, 7 + 6, ran 0.88x);
+#: False, those rows in :func:`skinny_tile`'s blocks of rows over the whole width (C's
+#: strip loaded and stored from L2 once per :func:`row_block`).  (16 rows, 1 thread, Zen
+#: 4, CPU time, under load: 1.04-1.23x faster; benchmarks/DECISIONS.md, "Skinny GEMM:
+#: A @ W as column strips in blocks of rows (Zen 4)")
+STRIP_ROW_BLOCKS = True
 
 #: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
 #: of W are read as streams this many tiles long), fewer where the threads would get
@@ -232,7 +245,8 @@ class SkinnyPlan:
     #                       accumulators in a local buffer, W prefetched this many rows
     #                       ahead at every step (_schedule_strips; by default the machine
     #                       model's strip_prefetch_rows from STRIP_MIN_ROWS to
-    #                       STRIP_MAX_ROWS rows: strip_tile)
+    #                       STRIP_MAX_ROWS rows: strip_tile; past them, in equal blocks
+    #                       of rows: STRIP_ROW_BLOCKS)
 
 
 def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
@@ -259,9 +273,11 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
     # also when the strips below take one block of all the rows instead)
     each = info.memory_operands and (not w_kfirst or mb == M)
     strip = (w_kfirst and M >= STRIP_MIN_ROWS and info.strip_prefetch_rows
-             and (mb == M or strip_tile(M, info) is not None))
-    if strip and mb != M:   # one block of all the rows (STRIPS_PAST_ONE_BLOCK), at
-        #                     least two tiles a thread where the columns allow
+             and (mb == M or strip_tile(M, info) is not None
+                  or STRIP_ROW_BLOCKS and M % mb == 0))
+    if strip and mb != M and strip_tile(M, info) is not None:
+        # one block of all the rows (STRIPS_PAST_ONE_BLOCK), at least two tiles a thread
+        # where the columns allow (else, STRIP_ROW_BLOCKS: skinny_tile's blocks of rows)
         mb, nb = M, strip_tile(M, info)
         while nb > 1 and _ceil(N, nb * info.lanes) * batch < 2 * info.threads:
             nb -= 1
@@ -438,9 +454,10 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     if plan.rows_of_w and (stream == "rows" or lanes and stream != "off"):
         carry = knobs.choose("skinny.stream_carry", [True, False], carry)
     strip = 0
-    if not plan.rows_of_w and mb == plan.M:
-        # (W[k, j], one register block of all the rows: column strips, W prefetched this
-        # many rows ahead at every step; see _schedule_strips)
+    if not plan.rows_of_w and (mb == plan.M or STRIP_ROW_BLOCKS and info.strip_prefetch_rows):
+        # (W[k, j], one register block of all the rows, or blocks of rows where the
+        # machine model has a strip_prefetch_rows: column strips, W prefetched this many
+        # rows ahead at every step; see _schedule_strips)
         strip = knobs.choose("skinny.strip_ahead", [0, 32, 64, 128], plan.strip_ahead)
     return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf,
                                stream=stream, rows_in_lanes=lanes, stream_level=level,
@@ -498,7 +515,11 @@ def _schedule_strips(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -
     time, down the rows; the hardware prefetchers do not follow that, the prefetches
     do.  By default where the machine model has a ``strip_prefetch_rows`` (the distance)
     from :data:`STRIP_MIN_ROWS` to :data:`STRIP_MAX_ROWS` rows (past 8 rows with 32
-    registers, one block of all the rows by fewer vectors: :func:`strip_tile`).  (W 4096 x 11008, 1 thread, Zen 4, under load,
+    registers, one block of all the rows by fewer vectors: :func:`strip_tile`; past
+    :data:`STRIP_MAX_ROWS`, where :func:`skinny_tile`'s blocks of rows are equal, the
+    tile's accumulators are reached a block of ``plan.mb`` rows at a time, the reduction
+    in blocks of ``strip_ahead`` rows of W, each block of rows of A accumulating over one
+    in turn and W prefetched a block ahead: :data:`STRIP_ROW_BLOCKS`).  (W 4096 x 11008, 1 thread, Zen 4, under load,
     against the blocks of rows: 8 rows 1.20x and 1.51x 64 rows ahead, 6 rows 1.32x, 4
     rows a tie, 2 and 3 rows 0.61x and 0.86x; 16 rows x 1 vector, 17 loads per 16 FMAs,
     1.7x slower: benchmarks/DECISIONS.md, "Skinny GEMM: A @ W as column strips
@@ -523,13 +544,25 @@ def _schedule_strips(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -
     ck, = cs.op.reduce_axis
     _, cv = cs.split(cj, factor=nr)    # a tile's columns (the last one's guarded)
     cvo, cvi = cs.split(cv, factor=L)
-    cs.reorder(ck, ci, cvo, cvi)
-    cs.unroll(ci)
+    if plan.mb < plan.M:
+        # blocks of rows (STRIP_ROW_BLOCKS): the reduction in blocks of strip_ahead rows
+        # of W, each block of mb rows of A accumulating over one in registers in turn
+        # (the block's lines re-read from L1), W prefetched a block ahead at every step
+        cko, step = cs.split(ck, factor=plan.strip_ahead)
+        cio, rows = cs.split(ci, factor=plan.mb)
+        cs.reorder(cko, cio, step, rows, cvo, cvi)
+    else:
+        step, rows = ck, ci
+        cs.reorder(ck, ci, cvo, cvi)
+    cs.unroll(rows)
     cs.unroll(cvo)
     cs.vectorize(cvi)
-    cs.pragma(ck, "fp_contract")
-    cs.pragma(ck, "unroll_count", 4)
-    cs.prefetch(W, ck, plan.strip_ahead, level=plan.stream_level)
+    cs.pragma(step, "fp_contract")
+    cs.pragma(step, "unroll_count", 4)
+    if plan.mb < plan.M:
+        cs.prefetch(W, step, 1, along=cko, level=plan.stream_level)
+    else:
+        cs.prefetch(W, ck, plan.strip_ahead, level=plan.stream_level)
 
 
 def _task_tiles(plan: SkinnyPlan, tiles: int, info: CpuModel) -> int:
