@@ -32,7 +32,7 @@ interleaved_turns``); each row says how many of tecomp's calls counted.
         [--threads 1 --cpu-time | --held] [--rules-off]
         [--new-off] [--select-off] [--seed-off] [--steps-off]
         [--minmax-off] [--rowblock-off] [--prefetch-off] [--pairs-off] [--colpf-off]
-        [--regs-off] [--stream-off]
+        [--regs-off] [--match-off] [--stream-off]
         [--math-off] [--math20-off] [--silu-off]
 """
 from __future__ import annotations
@@ -299,6 +299,14 @@ def regs_off(tc, sig, ins):
     return flags_off(tc, sig, ins, [(emit_control, "SELECTION_PAIRS_IN_REGISTERS")])
 
 
+def match_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` built with an argmax's (argmin's) lanes combined
+    as a tree of the full condition (``tecomp.codegen.llvm.emit_control.SELECTION_MATCH``
+    False), as before session 27, not by matching the lanes' max."""
+    from tecomp.codegen.llvm import emit_control
+    return flags_off(tc, sig, ins, [(emit_control, "SELECTION_MATCH")])
+
+
 def stream_off(tc, sig, ins):
     """A call of the kernel of ``sig`` scheduled with every store through the cache (no
     ``pragma nontemporal`` on an elementwise output over half the last-level cache, nor on
@@ -347,6 +355,7 @@ _AB = [("rules_off", "reduce", rules_off, "rules off"),
        ("pairs_off", "reduce", pairs_off, "pairs off"),
        ("colpf_off", "reduce", colpf_off, "colpf off"),
        ("regs_off", "reduce", regs_off, "regs off"),
+       ("match_off", "reduce", match_off, "match off"),
        ("stream_off", "elem", stream_off, "stream off"),
        ("math_off", "elem", math_off, "math off"),
        ("math20_off", "elem", math20_off, "math20 off"),
@@ -409,6 +418,9 @@ def main() -> None:
                     "built with a column argmax's accumulator pair stored and reloaded at "
                     "every step of its run of rows (not held in registers), in the same "
                     "turns")
+    ap.add_argument("--match-off", action="store_true", help="also time each reduction "
+                    "built with an argmax's (argmin's) lanes combined as a tree of its full "
+                    "condition (not by matching the lanes' max), in the same turns")
     ap.add_argument("--stream-off", action="store_true", help="also time each elementwise "
                     "operator scheduled with its output stored through the cache (no "
                     "non-temporal stores), in the same turns")
