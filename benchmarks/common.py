@@ -66,7 +66,7 @@ def torch_or_none(threads: int):
 
 def interleaved_turns(fns: dict, rounds: int, turn_seconds: float = 0.1,
                       clock=time.perf_counter, held: int = 0,
-                      counts: dict | None = None) -> dict:
+                      counts: dict | None = None, per_round: dict | None = None) -> dict:
     """Median seconds per call of each function.  The tools take turns (the order
     rotating every round); a turn is a block of back-to-back calls lasting about
     ``turn_seconds`` (at least four), of which the first quarter is not counted: on a
@@ -82,9 +82,14 @@ def interleaved_turns(fns: dict, rounds: int, turn_seconds: float = 0.1,
     ``held`` times the call's wall time (on a loaded machine a call in which a thread
     was preempted says little about the kernel; ``benchmarks/skinny_ceiling.py
     --two``); a tool with no such call gets ``nan``.  ``counts`` (a dict), where given,
-    receives each tool's ``(calls counted, calls made)``."""
+    receives each tool's ``(calls counted, calls made)``.  ``per_round`` (a dict), where
+    given, receives each tool's list of per-round medians (one a round, in the rounds'
+    order; ``nan`` for a round with no counted call): two tools' times of the same round
+    were taken seconds apart, so their ratio round by round (:func:`paired`) is less moved
+    by a load that changes over the run than the ratio of the two overall medians."""
     names = list(fns)
     times = {n: [] for n in names}
+    rounds_of = {n: [] for n in names}
     made = dict.fromkeys(names, 0)
     for n in names:       # warm up
         fns[n]()
@@ -102,10 +107,26 @@ def interleaved_turns(fns: dict, rounds: int, turn_seconds: float = 0.1,
                     block.append(None)
                     continue
                 block.append(t1 - t0)
-            times[n].extend(t for t in block[len(block) // 4:] if t is not None)
+            kept = [t for t in block[len(block) // 4:] if t is not None]
+            times[n].extend(kept)
+            rounds_of[n].append(statistics.median(kept) if kept else float("nan"))
     if counts is not None:
         counts.update({n: (len(times[n]), made[n]) for n in names})
+    if per_round is not None:
+        per_round.update(rounds_of)
     return {n: statistics.median(v) if v else float("nan") for n, v in times.items()}
+
+
+def paired(num: list, den: list) -> tuple[float, float, float]:
+    """(median, lowest, highest) of ``num[r] / den[r]`` over the rounds ``r`` where both
+    are numbers: two tools' per-round medians from :func:`interleaved_turns`'
+    ``per_round``, the ratio taken within each round (the tools' turns adjacent in time)
+    before the median over rounds; the lowest and highest say how far the rounds
+    disagree.  (nan, nan, nan) where no round has both."""
+    r = [a / b for a, b in zip(num, den) if a == a and b == b and b > 0]
+    if not r:
+        return (float("nan"),) * 3
+    return statistics.median(r), min(r), max(r)
 
 
 def huge_page_share(a) -> float | None:

@@ -3479,6 +3479,71 @@ def test_column_argmax_pairs_in_registers(monkeypatch, regs, shape, axis, keep):
             assert ('.pair" = phi' in src) == regs, (op, dtype)
 
 
+@pytest.mark.parametrize("match", [True, False])
+@pytest.mark.parametrize("shape,axis,keep", [((64, 256), -1, False), ((7, 13, 250), -1, True),
+                                             ((40, 64), 1, False), ((3, 5, 1000), 2, False),
+                                             ((9, 3), 1, True), ((2, 3, 17, 40), (2, 3), False)])
+def test_row_argmax_lanes_combined_by_matching(monkeypatch, match, shape, axis, keep):
+    """An argmax's or argmin's partial lanes along rows combined by matching
+    (``emit_control.SELECTION_MATCH``: the lanes' max or min with the NaN lanes out, the
+    lanes equal to it or the NaN lanes, the first (last) index among them) or as the tree
+    of the full condition: numpy's either way -- ties (small integers), NaNs (a few, one
+    in the last element, rows all NaN), zeros of both signs, rows of -inf and of inf,
+    rows of whole vectors and with tails (250, 1000, 13 and 3 elements), two axes,
+    keepdims, ``select_last_index``, float32 and float64 (float16 values: correct, by the
+    tree).  Never matched when off; when on, float32 rows of 64 or more are."""
+    import tecomp as tc
+    from tecomp.codegen.llvm import emit_control
+
+    monkeypatch.setattr(emit_control, "SELECTION_MATCH", match)
+    rng = np.random.default_rng(5)
+    axes = tuple(a % len(shape) for a in (axis if isinstance(axis, tuple) else (axis,)))
+    rest = [d for d in range(len(shape)) if d not in axes]
+    row = int(np.prod([shape[d] for d in axes]))
+
+    def reference(op, x, last):
+        rows = x.transpose(*rest, *axes).reshape(*[shape[d] for d in rest], -1)
+        if last:
+            got = rows.shape[-1] - 1 - getattr(np, op)(rows[..., ::-1], axis=-1)
+        else:
+            got = getattr(np, op)(rows, axis=-1)
+        return np.expand_dims(got, axes) if keep else got
+
+    for dtype in ("float32", "float64", "float16"):
+        X = tc.placeholder(shape, name="x", dtype=dtype)
+        for op in ("argmax", "argmin"):
+            for last in (False, True):
+                Y = getattr(tc.nn, op)(X, axis=axis, keepdims=keep, dtype="int64",
+                                       select_last_index=last)
+                f = tc.build(tc.auto_schedule([X, Y]), [X, Y])
+                for data in ("normal", "ties", "nan", "zeros", "inf"):
+                    x = rng.standard_normal(shape)
+                    if data == "ties":
+                        x = rng.integers(-2, 3, shape).astype("float64")
+                    elif data == "nan":
+                        x[rng.random(shape) < 0.03] = np.nan
+                        x.reshape(-1)[-1] = np.nan
+                        x[(0,) * len(rest)] = np.nan          # a row (or plane) all NaN
+                    elif data == "zeros":
+                        x = np.where(rng.random(shape) < 0.5, -0.0, 0.0)
+                    elif data == "inf":
+                        x = np.full(shape, -np.inf if op == "argmax" else np.inf)
+                        x[rng.random(shape) < 0.3] = -x.flat[0]
+                    x = x.astype(dtype)
+                    want = reference(op, x, last)
+                    out = np.full(want.shape, -7, "int64")
+                    f(x, out)
+                    np.testing.assert_array_equal(out, want, f"{op} {dtype} {data} {last}")
+                notes = " ".join(f.vectorize_notes)
+                matched = "selection by matching" in notes
+                if not match or dtype == "float16":
+                    assert not matched, (op, dtype, notes)
+                elif dtype == "float32" and not last and row >= 64:
+                    # (a block of fewer than emit_control.SELECTION_MATCH_LANES lanes
+                    # keeps the tree: float64 lanes on a narrow vector, rows of 3)
+                    assert matched, (op, dtype, notes)
+
+
 def test_float_max_reduction_without_vectorized_loops_keeps_llvm_maximum():
     """A kernel the schedule did not vectorize keeps ``llvm.maximum`` for its scalar max
     (LLVM's loop vectorizer may widen it; it hung on a compare-select one)."""

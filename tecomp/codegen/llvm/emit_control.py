@@ -17,7 +17,8 @@ import llvmlite.ir as ir
 from ...errors import BuildError, InternalError
 from ...ir import dtype as _dt
 from ...ir.arith import Analyzer
-from ...ir.expr import GE, GT, LE, LT, NE, BufferLoad, Const, Expr, Max, Min, Not, Or, Select, Var
+from ...ir.expr import (EQ, GE, GT, LE, LT, NE, And, BufferLoad, Const, Expr, Max, Min, Not, Or,
+                        Select, Var, same_as)
 from ...ir.functor import Mutator, collect, substitute, uses_var
 from ...ir.stmt import AssertStmt, AttrStmt, BufferStore, For, IfThenElse, LetStmt, SeqStmt
 from ...lower import parallel as _par
@@ -57,6 +58,17 @@ PAIRED_NAN_TESTS = True
 #: stays), else the exact update (``_ControlEmitter._selection_pairs``); where the
 #: policy says so (``paired_nan_tests``)
 PAIRED_SELECTION_TESTS = True
+
+#: whether an argmax's or argmin's lanes (a float value and its index, the first or the
+#: last index among equal values, NaN first) are combined by matching
+#: (:meth:`Emitter._selection_match`): the lanes' max (min) in one reduction, the lanes
+#: equal to it (or, where a lane is NaN, the NaN lanes) masked, the smallest (largest)
+#: index among them in a second; off: the tree of pairs combined with the full
+#: condition at every step (``reductions.py --match-off``)
+SELECTION_MATCH = True
+#: the fewest lanes matched so (a block of fewer: the tree; 2 lanes by matching ran 1.4x
+#: slower than their one combine, argmin over rows of 3, Zen 4)
+SELECTION_MATCH_LANES = 8
 
 #: the accumulator pair of such a run (:data:`PAIRED_SELECTION_TESTS`) held in registers
 #: through it: loaded once before its first step, each step's two branches joined by
@@ -726,8 +738,14 @@ class _ControlEmitter:
             return self._bound_exprs(dict(zip(found.acc + found.new, list(lhs) + list(rhs))),
                                      lanes, found.values)
 
+        match = _selection_match_form(found) if SELECTION_MATCH else None
+        if match is not None:
+            self.mb.notes.append(f"{s.var.name}: the lanes' selection by matching")
+
         def tree(cur, w):
             """Lanes ``0..w`` (a power of two) of ``cur`` combined: scalar Vals."""
+            if match is not None and w >= SELECTION_MATCH_LANES:
+                return self._selection_match(cur, w, *match)
             while w > 1:
                 h = w // 2
                 evens = [lanes_of(v, range(0, w, 2)) for v in cur]
@@ -751,6 +769,54 @@ class _ControlEmitter:
             start += w
         for x, v in zip(found.stores, out):
             self.store(x, v)
+
+    def _selection_match(self, cur, w: int, ii: int, iv: int, big: bool, first: bool,
+                         in_order: bool):
+        """The ``w`` lanes of the vectors ``cur`` (an index vector at ``ii``, a float
+        value vector at ``iv``) combined as :func:`_selection_match_form`'s condition
+        combines them, without a tree of it: where any lane is NaN, the NaN lanes are
+        the candidates, else the lanes equal (``==``: signed zeros alike) to the lanes'
+        max (``big``; else min), one reduction; the chosen index is the smallest
+        (``first``; else largest) of the candidates', a second; the lane returned is
+        the highest candidate lane holding that index (the tree's choice where two
+        lanes tie in everything: it keeps the later side).  ``in_order`` (lanes in the
+        row's order, the earlier kept on a tie): the lowest candidate lane, no index
+        compared.  Scalar Vals, in ``cur``'s order."""
+        b = self.b
+        vi, vv = cur[ii], cur[iv]
+        bits_t = ir.IntType(w)
+
+        def splat(x):
+            v = b.insert_element(_poison(ir.VectorType(x.type, w)), x, ir.Constant(_I32, 0))
+            return b.shuffle_vector(v, _poison(v.type),
+                                    ir.Constant(ir.VectorType(_I32, w), [ir.Constant(_I32, 0)] * w))
+
+        fty, ity = vv.type.element, vi.type.element
+        nan = b.fcmp_unordered("uno", vv, vv)
+        anynan = b.icmp_unsigned("!=", b.bitcast(nan, bits_t), ir.Constant(bits_t, 0))
+        red = self.mb.intrinsic(f"llvm.vector.reduce.{'fmax' if big else 'fmin'}", fty,
+                                [vv.type], [vv.type])
+        # (the NaN lanes out first: the reduction is then a plain tree of max, no NaN
+        # test at each step; where a lane is NaN its result is not used)
+        fill = ir.Constant(fty, float("-inf") if big else float("inf"))
+        top = b.call(red, [b.select(nan, splat(fill), vv)], fastmath=("nnan",))
+        cand = b.select(anynan, nan, b.fcmp_ordered("==", vv, splat(top)))
+        if in_order:
+            lane = b.cttz(b.bitcast(cand, bits_t), ir.Constant(_I1, 0))
+        else:
+            width = ity.width
+            far = (1 << (width - 1)) - 1 if first else -(1 << (width - 1))
+            pick = self.mb.intrinsic(f"llvm.vector.reduce.{'smin' if first else 'smax'}",
+                                     ity, [vi.type], [vi.type])
+            idx = b.call(pick, [b.select(cand, vi, splat(ir.Constant(ity, far)))])
+            hit = b.and_(cand, b.icmp_signed("==", vi, splat(idx)))
+            lead = b.ctlz(b.bitcast(hit, bits_t), ir.Constant(_I1, 0))
+            lane = b.sub(ir.Constant(bits_t, w - 1), lead)
+        lane = b.zext(lane, _I32) if w < 32 else b.trunc(lane, _I32) if w > 32 else lane
+        out = [None] * len(cur)
+        out[ii] = Val(b.extract_element(vi, lane))
+        out[iv] = Val(b.extract_element(vv, lane))
+        return out
 
     def _masked_chunks(self, s: For, lo, plan):
         """A symbolic extent: chunks of W lanes, then one masked chunk for the tail."""
@@ -837,6 +903,51 @@ def _stores_of(body) -> list:
         body = body.body
     seq = body.seq if isinstance(body, SeqStmt) else (body,)
     return [x for x in seq if isinstance(x, BufferStore)]
+
+
+def _selection_match_form(found):
+    """``(ii, iv, big, first, in_order)`` where the selection ``found`` (a
+    :class:`tecomp.lower.vectorize.SelectionReduction`) keeps two values, an integer
+    index (at ``ii``) and a float32 or float64 value (at ``iv``), each new one
+    ``select(c, acc, new)`` on the one condition ``c`` of an argmax (``big``; ``<`` for
+    an argmin) keeping the first index among equal values (``first``; ``>``: the last)
+    and a NaN over any number, exactly as ``tecomp.nn``'s argmax builds it::
+
+        pv > qv || pv == qv && pi < qi || pv != pv && (qv == qv || pi < qi)
+
+    (``p`` the accumulator, ``q`` the new element), or (``in_order``) the in-order
+    combine of lanes in the row's order, ``pv >= qv || pv != pv`` (``<=``: an argmin;
+    the first NaN, else the first of the extreme values); None otherwise (the tree of
+    the condition combines the lanes)."""
+    if len(found.acc) != 2:
+        return None
+    kinds = [_dt.is_float(v.dtype) for v in found.acc]
+    if sorted(kinds) != [False, True]:
+        return None
+    iv = kinds.index(True)
+    ii = 1 - iv
+    pi, pv, qi, qv = found.acc[ii], found.acc[iv], found.new[ii], found.new[iv]
+    if pv.dtype not in ("float32", "float64") or not _dt.is_int(pi.dtype) or \
+            _dt.is_uint(pi.dtype):
+        return None
+    vals = found.values
+    if not all(type(vals[j]) is Select and same_as(vals[j].true_value, found.acc[j]) and
+               same_as(vals[j].false_value, found.new[j]) for j in (0, 1)) or \
+            not same_as(vals[0].cond, vals[1].cond):
+        return None
+    for big in (True, False):
+        # the in-order combine (the accumulator's elements all before the new one's:
+        # lanes in the row's order): the earlier kept where not smaller, or NaN
+        if same_as(vals[0].cond, Or(GE(pv, qv) if big else LE(pv, qv), NE(pv, pv))):
+            return ii, iv, big, True, True
+        for first in (True, False):
+            beats = GT(pv, qv) if big else LT(pv, qv)
+            order = LT(pi, qi) if first else GT(pi, qi)
+            want = Or(Or(beats, And(EQ(pv, qv), order)),
+                      And(NE(pv, pv), Or(EQ(qv, qv), order)))
+            if same_as(vals[0].cond, want):
+                return ii, iv, big, first, False
+    return None
 
 
 def _lanes_of(b, v, picks):
