@@ -540,7 +540,8 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
     #: t = a - k/2 (exact), one row per k: (C_hi, C_lo, H, L, p2, ..., p5), C =
     #: log1p(exp(-k/2)) and H + L the slope in two float32 parts.  Fitted for tecomp
     #: (Lawson's iteration towards the minimax relative error against mpmath, 1.3e-8 or
-    #: better with the coefficients rounded to float32 one at a time, the others refitted)
+    #: better with the coefficients rounded to float32 one at a time, the others refitted;
+    #: read without L where :data:`SOFTPLUS_SHORT_SEGMENTS` is on)
     _SOFTPLUS_SEGMENTS = (
         (0.6931472, -1.9046542e-09, -0.5, 8.62395e-09, 0.124999516, 8.824591e-06,
          -0.0052786404, 0.00025519094),
