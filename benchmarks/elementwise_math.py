@@ -34,7 +34,8 @@ lanes and the degree-6 polynomial, ``emit_math_wide.ATAN2_NARROW`` off; pow with
 clamp of ``w`` on every lane, ``emit_math_f32.POW_LARGE_W_BRANCH`` off; ``tecomp
 atan2_s24``, ``tecomp pow_s24``); ``--math26-ab`` for session 26's (pow by a base-2
 logarithm and tables of 16, ``emit_math_f32.POW_TABLE32`` and ``POW_LN16`` off; ``tecomp
-pow_s25``);
+pow_s25``); ``--math27-ab`` for session 27's (softplus's segments with
+their two-part ``C`` and slope, ``emit_math.SOFTPLUS_SHORT_SEGMENTS`` off; ``tecomp softplus_s26``);
 ``--cpu-time``
 (with ``--threads 1``) times each call by the process's CPU time (a shared machine).
 
@@ -42,7 +43,7 @@ pow_s25``);
                                            [--rows 4096] [--ulps] [--softplus-ab]
                                            [--math20-ab] [--math21-ab] [--math23-ab]
                                            [--math24-ab] [--math25-ab] [--math26-ab]
-                                           [--cpu-time]
+                                           [--math27-ab] [--cpu-time]
 """
 from __future__ import annotations
 
@@ -71,10 +72,12 @@ MATH25 = {"atan2": ("emit_math_wide", ("ATAN2_NARROW",)),
           "pow": ("emit_math_f32", ("POW_LARGE_W_BRANCH",))}
 #: session 26's (``--math26-ab``)
 MATH26 = {"pow": ("emit_math_f32", ("POW_TABLE32", "POW_LN16"))}
+#: session 27's (``--math27-ab``)
+MATH27 = {"softplus": ("emit_math", ("SOFTPLUS_SHORT_SEGMENTS",))}
 #: each session's switches, the tag of its A/B column and its flag's name
 AB = ((MATH20, "s19", "math20_ab"), (MATH21, "s20", "math21_ab"), (MATH23, "s22", "math23_ab"),
       (MATH24, "s23", "math24_ab"), (MATH25, "s24", "math25_ab"),
-      (MATH26, "s25", "math26_ab"))
+      (MATH26, "s25", "math26_ab"), (MATH27, "s26", "math27_ab"))
 
 
 def main() -> None:

@@ -35,6 +35,14 @@ SOFTPLUS_SEGMENTS = True
 #: ``benchmarks/reductions.py --math20-off``)
 SOFTPLUS_DIRECT = True
 
+#: whether :data:`SOFTPLUS_DIRECT`'s segments keep only ``C`` in two float32 parts, the
+#: slope ``H`` in one: ``C_hi + (C_lo + t (H + t (p2 + t (p3 + t (p4 + t p5)))))``, seven
+#: table reads and five FMAs a vector (:meth:`_MathEmitter._segments_short`); off: the
+#: slope in two parts too, ``C_hi + (t H + (C_lo + t (L + t Q(t))))``, eight table reads
+#: and six FMAs, as in session 20 (the A/B switch of ``benchmarks/elementwise_math.py
+#: --math27-ab``)
+SOFTPLUS_SHORT_SEGMENTS = True
+
 #: whether float32 ``sin``, ``cos`` and ``tan`` take their quadrant ``q = round(x 2/pi)``
 #: from the low bits of ``x 2/pi + 1.5 * 2^23`` (one FMA, and ``q`` as a float by one
 #: subtraction: :meth:`_MathEmitter._quadrant`); off: ``roundeven`` of the product and a
@@ -532,7 +540,8 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
     #: t = a - k/2 (exact), one row per k: (C_hi, C_lo, H, L, p2, ..., p5), C =
     #: log1p(exp(-k/2)) and H + L the slope in two float32 parts.  Fitted for tecomp
     #: (Lawson's iteration towards the minimax relative error against mpmath, 1.3e-8 or
-    #: better with the coefficients rounded to float32 one at a time, the others refitted)
+    #: better with the coefficients rounded to float32 one at a time, the others refitted;
+    #: read without L where :data:`SOFTPLUS_SHORT_SEGMENTS` is on)
     _SOFTPLUS_SEGMENTS = (
         (0.6931472, -1.9046542e-09, -0.5, 8.62395e-09, 0.124999516, 8.824591e-06,
          -0.0052786404, 0.00025519094),
@@ -621,7 +630,10 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         # x + g(edge), which rounds to x (+inf included)
         a = b.call(self._fn1("llvm.minnum", ty, 2),
                    [b.call(self._fn1("llvm.fabs", ty), [x]), C(edge)])
-        g = self._segments(lookup, self._SOFTPLUS_SEGMENTS, a, 2.0, clamp=False)
+        if SOFTPLUS_SHORT_SEGMENTS:
+            g = self._segments_short(lookup, self._SOFTPLUS_SEGMENTS, a, 2.0)
+        else:
+            g = self._segments(lookup, self._SOFTPLUS_SEGMENTS, a, 2.0, clamp=False)
         res = b.fadd(b.select(b.fcmp_ordered("<", x, C(0.0)), C(0.0), x), g)
 
         def tail(v):
@@ -923,11 +935,11 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         c_hi, u = self._segment_parts(lookup, rows, a, scale, clamp)
         return self.b.fadd(c_hi, u)
 
-    def _segment_parts(self, lookup, rows, a, scale: float, clamp: bool = True):
-        """:meth:`_segments`' polynomial as its two last addends, ``(C_hi, u)`` (the value
-        is ``C_hi + u``): ``t = a - k/scale`` exact also where ``scale`` is not a power
-        of 2 but ``k/scale`` has few bits and ``a`` lies within a factor 2 of it (Sterbenz;
-        :meth:`_erfc_f32_segments`)."""
+    def _segment_reader(self, lookup, rows, a, scale: float, clamp: bool):
+        """``(t, coef)`` of the segment of ``a`` in ``rows``: ``k = min(round(scale a), n -
+        1)`` (no clamp where ``clamp`` is False) from the low bits of ``scale a + 1.5 *
+        2^23``, ``t = a - k/scale``, and ``coef(j)`` the ``j``-th coefficient of each
+        lane's row, read with ``lookup``."""
         b, ty, ity, C, _, madd = self._kit(a)
         magic = 12582912.0
         s = madd(a, C(scale), C(magic))
@@ -939,11 +951,35 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         def coef(j):
             return lookup(b, self.mb, tuple(r[j] for r in rows), idx)
 
+        return t, coef
+
+    def _segment_parts(self, lookup, rows, a, scale: float, clamp: bool = True):
+        """:meth:`_segments`' polynomial as its two last addends, ``(C_hi, u)`` (the value
+        is ``C_hi + u``): ``t = a - k/scale`` exact also where ``scale`` is not a power
+        of 2 but ``k/scale`` has few bits and ``a`` lies within a factor 2 of it (Sterbenz;
+        :meth:`_erfc_f32_segments`)."""
+        madd = self._kit(a)[5]
+        t, coef = self._segment_reader(lookup, rows, a, scale, clamp)
         q = coef(len(rows[0]) - 1)
         for j in range(len(rows[0]) - 2, 2, -1):
             q = madd(q, t, coef(j))
         u = madd(t, coef(2), madd(t, q, coef(1)))
         return coef(0), u
+
+    def _segments_short(self, lookup, rows, a, scale: float):
+        """:meth:`_segments`' rows (``(C_hi, C_lo, H, L, p2, ...)``) without the slope's
+        second part ``L``: ``C_hi + (C_lo + t (H + t (p2 + t (p3 + ...))))``, ``k`` and
+        ``t`` as :meth:`_segment_parts` computes them (``scale a`` kept below ``n - 1/2``
+        by the caller: no clamp).  One table read and one FMA fewer than the two-part
+        form; ``t H`` is rounded with the rest of the polynomial, ``C`` still carried in
+        two parts (without ``C_lo`` the result loses up to an ulp where it lies a binade
+        below ``C``)."""
+        madd = self._kit(a)[5]
+        t, coef = self._segment_reader(lookup, rows, a, scale, clamp=False)
+        q = coef(len(rows[0]) - 1)
+        for j in (*range(len(rows[0]) - 2, 3, -1), 2, 1):
+            q = madd(q, t, coef(j))
+        return self.b.fadd(coef(0), q)
 
     def _erf_f32_two_branches(self, x):
         """erf(x) for float32 without a table instruction (or without FMA).
