@@ -801,6 +801,79 @@ def test_separable_windows(case, monkeypatch):
         np.testing.assert_allclose(got, before, rtol=1e-5, atol=1e-6)
 
 
+def _pairs_cases():
+    """1-d pooling, channels first: windows side by side along a row of whole vectors
+    of outputs, of an even kernel of 4 or more (the pairs first), and some that are
+    not."""
+    L = tc.target.cpu_model().lanes
+    w = 4 * (VECTORS + 1) * L   # outputs: steps of a vector (the most that divide them)
+    return [
+        ("avg1d_k4", (2, 3, w), lambda X: nn.avg_pool1d(X, 4), True),
+        ("max1d_k4", (2, 3, w), lambda X: nn.max_pool1d(X, 4), True),
+        ("avg1d_k6_rest", (1, 2, 6 * 2 * VECTORS * L + 5), lambda X: nn.avg_pool1d(X, 6),
+         True),
+        ("max1d_k8", (1, 2, 8 * 2 * L + 7), lambda X: nn.max_pool1d(X, 8), True),
+        ("avg1d_k4_excl", (1, 2, w), lambda X: nn.avg_pool1d(X, 4, count_include_pad=False),
+         True),
+        # not taken: padding along the row (ceil mode too), an odd kernel, overlapping
+        # windows, a row under a vector or not of whole vectors, channels last
+        ("avg1d_k4_part", (1, 2, 4 * (L + 3)), lambda X: nn.avg_pool1d(X, 4), False),
+        ("avg1d_k4_ceil", (1, 2, w + 1), lambda X: nn.avg_pool1d(X, 4, ceil_mode=True),
+         False),
+        ("max1d_k4_p1", (1, 2, w), lambda X: nn.max_pool1d(X, 4, 4, 1), False),
+        ("avg1d_k3", (1, 2, 3 * (L + 1)), lambda X: nn.avg_pool1d(X, 3), False),
+        ("max1d_k4_s2", (1, 2, w), lambda X: nn.max_pool1d(X, 4, 2), False),
+        ("max1d_narrow", (1, 2, 4 * (L - 1)), lambda X: nn.max_pool1d(X, 4), False),
+        ("avg1d_nwc", (1, w, 3 * L), lambda X: nn.avg_pool1d(X, 4, layout="NWC"), False),
+    ]
+
+
+@pytest.mark.parametrize("case", _pairs_cases(), ids=lambda c: c[0])
+def test_pairs_first(case, monkeypatch):
+    """1-d windows side by side along a row of whole vectors (kernel = stride, even, 4
+    or more), channels first: the window's pairs first (``PAIRS_FIRST``): a local row
+    ``.rf`` of each pair's reduction (two taps of the data at a stride of 2), then each
+    output from its ``K / 2`` pairs.  Max pooling exactly PyTorch's (NaN and infinities in the
+    windows) and the plain schedule's; averages within float32 rounding (the sums in
+    pairs); not taken with the switch off; the trace replays."""
+    from tecomp.schedule.trace import replay
+
+    name, shape, taken, X, Y, s, text = _pool_template_case(case)
+    red = Y.op.input_tensors[0].op.name if name.startswith("avg") else Y.op.name
+    assert (f"{red}.rf[" in text) == taken, text
+    if taken:
+        L = tc.target.cpu_model().lanes
+        # (the local row: a step's output vectors, the most up to VECTORS that divide
+        # the row, by the K / 2 pairs of each)
+        K = int((Y.op.input_tensors[0].op if name.startswith("avg") else Y.op)
+                .reduce_axis[0].dom.extent.value)
+        last = int(Y.shape[-1].value)
+        U = max(u for u in range(VECTORS, 0, -1) if last % (L * u) == 0)
+        assert f"{red}.rf: float32[1, 1, {U * L}, {K // 2}] (local)" in text, text
+        again = replay(s.trace.to_json(), [Y])
+        assert str(tc.lower(again, [X, Y])) == text
+        monkeypatch.setattr(pool, "PAIRS_FIRST", False)
+        assert f"{red}.rf[" not in str(tc.lower(sc.schedule_pool(Y), [X, Y]))
+        monkeypatch.setattr(pool, "PAIRS_FIRST", True)
+    x = _pool_data(name, shape)
+    got = run([X], Y, [x], schedule=s)
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    if name.endswith("nwc"):
+        return np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    k = int(next((p for p in name.split("_") if p[0] == "k"), "k4")[1:])
+    kw = ({"stride": 2} if name.endswith("s2") else {"padding": 1} if name.endswith("p1")
+          else {})
+    if name.startswith("max"):
+        want = F.max_pool1d(torch.from_numpy(x), k, **kw).numpy()
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, ref)
+    else:
+        kw.update(ceil_mode=name.endswith("ceil"), count_include_pad="excl" not in name)
+        want = F.avg_pool1d(torch.from_numpy(x), k, **kw).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
 def test_separate_a_window_sum():
     """``s.separate`` on a plain TE window (not an operator's): ``C[i, j] = sum(A[i + r,
     j * 2 + k])`` as ``C.sep[i, w] = sum(A[i + r, w])``, then ``C`` over ``k``; the same

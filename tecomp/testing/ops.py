@@ -280,7 +280,19 @@ def _draw_pool(d):
     if two_steps:
         k[-1] = max(k[-1], 3)
         s[-1] = d.int(1, k[-1] - 1)
+    # 1-d windows side by side (kernel = stride, even, 4 or more) along a row of whole
+    # vectors, channels first, no padding: the template's pairs first
+    # (pool.PAIRS_FIRST: a local row of each pair's reduction, then the windows' pairs)
+    pairs_first = layout == "NCW" and d.bool(0.7)
+    if pairs_first:
+        k, dil = [d.choice((4, 6, 8))], [1]
+        s = list(k)
     shape = _shape_nd(d, nd, layout)
+    if pairs_first:
+        # (16-64 outputs: whole vectors of 8 and 16 lanes)
+        shape[-1] = k[0] * 16 * d.int(1, 4)
+        while math.prod(shape) > 600_000 and shape[1] > 1:
+            shape[1] //= 2
     if two_steps:
         # (16-33 outputs along the row: one or two vectors and a part of one)
         shape[-1] = max(shape[-1], d.choice((16, 17, 20, 28, 33)) * s[-1]
@@ -290,6 +302,8 @@ def _draw_pool(d):
     axes = [i for i, c in enumerate(layout) if c in "DHW"]
     size = [shape[a] for a in axes]
     padding, pairs, may_refuse = _draw_padding(d, nd, k, s, dil, size, allow_over=True)
+    if pairs_first:
+        padding, pairs, may_refuse = 0, [(0, 0)], False
     # at least one output: grow the input where the window does not fit
     for j, a in enumerate(axes):
         need = dil[j] * (k[j] - 1) + 1 - pairs[j][0] - pairs[j][1]

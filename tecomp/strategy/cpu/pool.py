@@ -105,6 +105,18 @@ STRIDE1_SEPARABLE = True
 #: row per output row, as before (an A/B switch; benchmarks/DECISIONS.md, "Pooling:
 #: a 3-d window's planes first")
 PLANES_FIRST = True
+#: 1-d windows side by side along the row (kernel = stride, an even kernel of 4 or
+#: more, no padding along the row), channels first: the window's pairs first
+#: (:func:`_pairs_first`): ``rfactor`` of the window split in pairs makes a local row of
+#: each pair's sum (or maximum) over the outputs of a step (two taps of the data at a
+#: stride of 2), then each output the reduction of its ``K / 2`` pairs there (from the
+#: registers the row was stored in).  avg_pool1d 4/4 over 8x256x2048 went from 16
+#: loads, 8 ``vpermt2ps`` and 4 ``vshuff64x2`` an output vector (each tap a stride-4
+#: read of the data) to 8 loads (4 of them operands of a ``vpermt2ps``) and 6
+#: ``vpermt2ps``: 1.3-1.9x, one thread, under load.  False: the output row vectorized
+#: over the window's strided taps, as before (an A/B switch; benchmarks/DECISIONS.md,
+#: "Pooling: 1-d windows in pairs first")
+PAIRS_FIRST = True
 #: channels last: a step covers a pixel's channels in up to half the vector registers
 #: (:func:`_channel_vectors`), all the window's loads of the pixel before its stores,
 #: where VECTORS vectors a step stored each part of the output pixel between the
@@ -190,6 +202,9 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         # one output a row (global pooling of a 7x7 map): a vector over the outputs
         # would be one lane, a scalar add a tap; along the data, a vector a window row
         _window_along_the_data(s, out, pool.output(0), info, small)
+        return
+    if first and _pairs(pool, small, last, L):
+        _pairs_first(s, out, pool.output(0), info)
         return
     if _separable(pool, first, small, last, L):
         if _planes_fit(s, pool, out, info):
@@ -395,20 +410,27 @@ def _rows_then_windows(s: Schedule, out, red, info: CpuModel, small: bool) -> No
     rs = s[red]
     rf = s[s.rfactor(red, rs.op.reduce_axis[-1], factor_axis=len(rs.op.axis))]
     st, rows, outer, x, at = _channel_rows_tasks(s, out, info)
+    width = math.prod(_cint(a.dom.extent) or UNROLL_WINDOW for a in rf.op.axis[-2:])
+    _local_rf_row(rf, st, at, L, small, width <= 2 * VECTORS * L)
+    _windows_from_the_row(s, out, red, st, [rows] + outer, at, L)
+
+
+def _local_rf_row(rf, st, at, L: int, small: bool, unroll: bool) -> None:
+    """The ``rfactor`` stage ``rf`` of a window's last axis (``rf[.., x, k]``) kept
+    local and computed at the loop ``at`` of ``st``: its ``(x, k)`` fused into one row
+    in vectors of ``L`` lanes inside the window's other axes (unrolled where
+    ``small``), the vectors unrolled where ``unroll``."""
     rf.set_scope("local")
     rf.compute_at(st, at)
     *ra, rx, rk = rf.op.axis
     rf.reorder(*(ra + list(rf.op.reduce_axis) + [rx, rk]))
-    row = rf.fuse(rx, rk)
-    ro, ri = rf.split(row, factor=L)
+    ro, ri = rf.split(rf.fuse(rx, rk), factor=L)
     if small:
         for k in rf.op.reduce_axis:
             rf.unroll(k)
-    width = math.prod(_cint(a.dom.extent) or UNROLL_WINDOW for a in rf.op.axis[-2:])
-    if width <= 2 * VECTORS * L:
+    if unroll:
         rf.unroll(ro)
     rf.vectorize(ri)
-    _windows_from_the_row(s, out, red, st, [rows] + outer, at, L)
 
 
 def _windows_from_the_row(s: Schedule, out, red, st, lead, at, L: int,
@@ -486,6 +508,67 @@ def _separated(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
             st.pragma(ax, "partition")
     _windows_from_the_row(s, out, red, st, [rows] + outer, at, L,
                           unroll=STRIDE1_SEPARABLE and _stride(red.op) == 1)
+
+
+def _pairs(pool, small: bool, last, lanes: int) -> bool:
+    """Whether the 1-d window of ``pool`` (channels first: checked by the caller) is
+    reduced in pairs first (:data:`PAIRS_FIRST`): one window axis of an even ``K`` >= 4
+    taps, unrolled, the windows side by side along the row (``g(x) = x * K``, no padding
+    along it: :func:`_tiles_rows`' first form), an output row of whole vectors (a
+    step's local rows then of constant sizes, unrolled)."""
+    if not (PAIRS_FIRST and small and len(pool.reduce_axis) == 1
+            and last is not None and last >= lanes and last % lanes == 0):
+        return False
+    K = _cint(pool.reduce_axis[0].dom.extent)
+    if K is None or K < 4 or K % 2 or not _tiles_rows(pool, lanes):
+        return False
+    lds = _loads(pool.body.source)
+    ranges = {iv.var: iv.dom for iv in list(pool.axis) + list(pool.reduce_axis)}
+    g = simplify(lds[0].indices[-1] - pool.reduce_axis[0].var - pool.axis[-1].var * K,
+                 ranges)
+    return isinstance(g, Const) and int(g.value) == 0
+
+
+def _pairs_first(s: Schedule, out, red, info: CpuModel) -> None:
+    """1-d windows side by side along the row, channels first (:func:`_pairs`): the
+    window split in pairs and ``rfactor`` of the pairs' axis (``red.rf[x, p]``: the
+    reduction of the data's elements ``x * K + 2p`` and ``+ 1``, the local row of a
+    step's output vectors, in contiguous vectors of two stride-2 taps of the data),
+    then each output the reduction of its ``K / 2`` elements of that row (a stride of
+    ``K / 2``), the step's vectors unrolled; the tasks are (batch x channels), the
+    output row in steps of up to ``VECTORS`` vectors (the most that divide it)
+    inside."""
+    L = info.lanes
+    rs = s[red]
+    ko, _ = rs.split(rs.op.reduce_axis[0], factor=2)
+    rf = s[s.rfactor(red, ko, factor_axis=len(rs.op.axis))]
+    st = s[out]
+    n, c, x = st.op.axis
+    rows = st.fuse(n, c)
+    last = _cint(x.dom.extent)   # (whole vectors: _pairs)
+    U = max(u for u in range(VECTORS, 0, -1) if last % (L * u) == 0)
+    xo, xi = st.split(x, factor=L * U)
+    if info.threads > 1:
+        st.parallel(rows)
+    if _streams_output(s, red.op, out, info):
+        st.pragma(rows, "nontemporal")
+    _local_rf_row(rf, st, xo, L, True, True)
+    stages = [st]
+    if red.op is not out.op:
+        s[red].set_scope("local")
+        s[red].compute_at(st, xo)
+        xm, xv = st.split(xi, factor=L)
+        st.unroll(xm)
+        st.vectorize(xv)
+        stages = [s[red]]
+    for sg in stages:
+        a, v = sg.split(sg.op.axis[-1] if sg is not st else xi, factor=L)
+        lead = list(sg.op.axis[:-1]) if sg is not st else [rows, xo]
+        sg.reorder(*(lead + [a] + list(sg.op.reduce_axis) + [v]))
+        for k in sg.op.reduce_axis:
+            sg.unroll(k)
+        sg.unroll(a)
+        sg.vectorize(v)
 
 
 def _planes_fit(s: Schedule, pool, out, info: CpuModel) -> bool:
@@ -662,5 +745,8 @@ def schedule_pool(outs, target: str = "llvm") -> Schedule:
     windows that overlap along strided rows (3x3/2, 3^3/2), 2-d and 3-d: the window in
     two steps (``Schedule.separate``, :func:`_separated`), per output row a local row of
     the window's rows reduced over the data's columns, then each output from its taps
-    of it.  Otherwise, and for any other DAG, the auto-scheduler's rules."""
+    of it.  Channels first, 1-d windows side by side along a row of whole vectors, of
+    an even kernel of 4 or more: the window's pairs first (:func:`_pairs_first`), then
+    each output from its pairs.  Otherwise, and for any other DAG, the auto-scheduler's
+    rules."""
     return _template_or_rules(pool_into, outs, target)
