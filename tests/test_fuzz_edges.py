@@ -261,6 +261,8 @@ def test_records_family_replays_the_genuine_record():
                 # family's edit wrote an int32 constant)
     21300118,   # ir_edit: an allocation of no element that lowering stores nothing into
                 # (its stage read only under a condition that never holds): no refusal due
+    27000070,   # ir_edit: an allocation of no element whose every store is in a loop of
+                # n = 0 iterations: none runs, no refusal due (the interpreter says so)
 ])
 def test_campaign_findings_run_clean(seed):
     out = run_edge_case(draw_edge_case(seed))
@@ -794,3 +796,22 @@ def test_library_family_resealed_flips_find_dlopen_crashes():
         p = subprocess.run([sys.executable, "-c", child, str(seed)], capture_output=True,
                            text=True, timeout=300)
         assert p.returncode < 0 or p.returncode > 128, (seed, p.returncode, p.stdout[-300:])
+
+
+def test_library_family_metadata_flips_are_refused(monkeypatch):
+    """Session 27: three in ten of the resealed flips land on a digit of the metadata or
+    on its sha256 beside the code, and a library that loads with metadata other than what
+    export_library wrote is a finding.  Seed 257 (the tecomp version's digit) and 104 (the
+    sha256) are refused; without the check of the sha256 seed 257 loads with the changed
+    metadata (so would an extent changed 16 -> 56: tests/must_fail/test_load_errors.py::
+    test_metadata_that_is_not_the_codes)."""
+    for seed, region in ((257, "metadata_digits"), (104, "digest")):
+        ec = draw_edge_case(seed)
+        assert ec.twist["tamper"] == "resealed_flip" and ec.twist["flip"]["region"] == region
+        out = run_edge_case(ec)
+        assert out.kind == "refused", out.report()
+    from tecomp.runtime import aot_format
+
+    monkeypatch.setattr(aot_format, "check_digest", lambda *a, **k: None)
+    out = run_edge_case(draw_edge_case(257))
+    assert out.kind == "mismatch" and "metadata other than" in out.detail, out.report()

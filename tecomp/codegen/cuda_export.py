@@ -16,8 +16,10 @@ its sha256 sidecar, holding
   copies tiles with TMA, each tensor-map parameter's box (the parameter it views, its
   dimensions, swizzle), from which the loader encodes the map at each call through the
   driver's ``cuTensorMapEncodeTiled`` (no compiler at load time);
+* the metadata's sha256 in its section (symbol ``tecomp_metadata_sha256``): the loader
+  refuses metadata that is not the document the fatbin was built with;
 
-and no host code: the two constants are assembled and linked by the C compiler driver
+and no host code: the three constants are assembled and linked by the C compiler driver
 (:mod:`tecomp.codegen.libwrite`, as every library is linked; no llvmlite), and
 ``tc.load_module`` launches the kernels through the CUDA driver API
 (:mod:`tecomp.runtime.cuda_driver`).  The fatbin is read back before the library is
@@ -103,10 +105,13 @@ def export_cuda_library(mod, path) -> None:
 
 
 def _assembly(meta: bytes, fatbin: bytes) -> bytes:
-    """The library's two constants (metadata and fatbin, each in its own section, each
-    a global symbol), in the GNU assembler's syntax of every ELF machine; no code."""
+    """The library's three constants (metadata, its sha256 and the fatbin, each in its
+    own section, each a global symbol), in the GNU assembler's syntax of every ELF
+    machine; no code."""
     lines = []
+    digest = fmt.metadata_digest(meta.rstrip(b"\0"))
     for symbol, section, data, align in ((fmt.METADATA_SYMBOL, fmt.SECTION, meta, 1),
+                                         (fmt.DIGEST_SYMBOL, fmt.DIGEST_SECTION, digest, 1),
                                          (fmt.FATBIN_SYMBOL, fmt.FATBIN_SECTION, fatbin, 16)):
         lines += [f'.section {section},"a",%progbits', f".balign {align}",
                   f".globl {symbol}", f".type {symbol},%object", f".size {symbol},{len(data)}",

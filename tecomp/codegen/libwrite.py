@@ -109,6 +109,9 @@ def write_checked(data: bytes, doc: str, machine, cc: str, name: str, dest: str)
     if image.section is None or image.section.rstrip(b"\0") != doc.encode():
         raise InternalError(f"the library linked for {name} lost its metadata section "
                             f"{fmt.SECTION}")
+    if image.sections.get(fmt.DIGEST_SECTION) != fmt.metadata_digest(doc.encode()):
+        raise InternalError(f"the library linked for {name} lost the sha256 of its metadata "
+                            f"({fmt.DIGEST_SECTION})")
     try:
         # the library and its sidecar replace the old ones together, or neither does
         write_with_sidecar(dest, data, 0o755)

@@ -27,7 +27,9 @@ refuses it with a :class:`~tecomp.errors.LoadError` naming the file and the fix 
    sidecar is gone;
 4. has metadata of another format version, or metadata that is damaged
    (:mod:`tecomp.runtime.aot_format` reads every field and rejects what it does not
-   expect), or an argument layout this tecomp would not derive from its parameters;
+   expect), or metadata that is not the document its code was compiled for (the sha256
+   the library's code records beside it: changed after export, the sidecar written
+   anew), or an argument layout this tecomp would not derive from its parameters;
 5. needs a CPU feature this machine lacks (read from /proc/cpuinfo): it would die of
    SIGILL on its first call;
 6. was exported by a Python whose numpy array objects keep their data pointer elsewhere
@@ -141,6 +143,7 @@ def load_module(path: Union[str, os.PathLike], *,
         if verify:
             _verify_sidecar(path, data, where)
         info = _fmt.parse_metadata(image.section.rstrip(b"\0"), where)
+        _fmt.check_digest(image.sections, image.section.rstrip(b"\0"), where)
         if info.cuda is not None:
             return _gpu_library(info, image, path, where, t0)
         _check_cpu(info, where)

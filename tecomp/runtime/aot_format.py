@@ -13,6 +13,12 @@ A library is an ELF shared object with
   ``tecomp_metadata_json`` in its own section :data:`SECTION` (the loader reads it from
   the file as data, before anything of the library is mapped or run), also returned by
   the C function ``const char *tecomp_metadata(void)``;
+* the sha256 of that document (its bytes before the NUL), 32 bytes, in the global
+  constant ``tecomp_metadata_sha256`` in the section :data:`DIGEST_SECTION`, written with
+  the code by the same compile: the loader refuses a library whose metadata is not the
+  document its code was compiled for (:func:`check_digest`: a flip in the metadata, or
+  metadata copied from another library, with the sidecar written anew, would make the
+  argument checks accept shapes the code does not compute over);
 * no constructors or destructors (``DT_INIT``, ``DT_INIT_ARRAY``, ...): loading the
   library runs none of its code.
 
@@ -42,6 +48,7 @@ This module imports no llvmlite: the loader (:mod:`tecomp.runtime.aot`) uses it.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -65,6 +72,7 @@ from .signature import CheckSite, Signature
 from ..threads import DELEGATE_MARKED, DELEGATE_TO, PARALLEL_FOR, POOL_FUNCTIONS
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "SECTION", "METADATA_SYMBOL", "METADATA_FUNCTION",
+           "DIGEST_SECTION", "DIGEST_SYMBOL", "metadata_digest", "check_digest",
            "VARIANTS", "variant_symbol", "reserved_symbols", "check_kernel_symbol", "build_metadata",
            "parse_metadata", "LibraryInfo", "check_signature", "needed_features",
            "host_cpu_features", "CHECKED_FEATURES", "UNREPORTED_FEATURES",
@@ -87,6 +95,9 @@ FATBIN_SYMBOL = "tecomp_fatbin"
 SECTION = ".tecomp_meta"
 METADATA_SYMBOL = "tecomp_metadata_json"
 METADATA_FUNCTION = "tecomp_metadata"
+#: the ELF section (and symbol) that holds the sha256 of the metadata document
+DIGEST_SECTION = ".tecomp_meta_sha256"
+DIGEST_SYMBOL = "tecomp_metadata_sha256"
 #: every call variant, in the order the metadata lists them
 VARIANTS: Tuple[Tuple[str, bool], ...] = (
     ("contiguous", True), ("contiguous", False), ("strided", True), ("strided", False))
@@ -110,7 +121,8 @@ def variant_symbol(entry: str, layout: str, noalias: bool) -> str:
 
 def reserved_symbols() -> FrozenSet[str]:
     """The names a library defines besides its kernel (a kernel may not take one)."""
-    return frozenset(_POOL_SYMBOLS + (METADATA_SYMBOL, METADATA_FUNCTION, FATBIN_SYMBOL))
+    return frozenset(_POOL_SYMBOLS + (METADATA_SYMBOL, METADATA_FUNCTION, FATBIN_SYMBOL,
+                                      DIGEST_SYMBOL))
 
 
 #: the runtime functions a kernel's code calls (the thread pool's, the extern stages'):
@@ -555,6 +567,33 @@ class _Reader:
                        else self.fail(f"an error site {str(s)[:60]}"))
             out.append(CheckSite(*s))
         return out
+
+
+def metadata_digest(doc: bytes) -> bytes:
+    """The 32 bytes :data:`DIGEST_SECTION` holds for the metadata document ``doc`` (its
+    bytes, without the NUL)."""
+    return hashlib.sha256(doc).digest()
+
+
+def check_digest(sections: Dict[str, bytes], doc: bytes, where: str) -> None:
+    """A LoadError unless the library whose sections are ``sections`` records, in
+    :data:`DIGEST_SECTION`, the sha256 of its metadata document ``doc``: the metadata its
+    code was compiled for (a flip or a copy that changes an extent would make the argument
+    checks accept arrays the code does not compute over, the sidecar written anew)."""
+    want = sections.get(DIGEST_SECTION)
+    if want is None:
+        raise LoadError(
+            f"{where} has no {DIGEST_SECTION} section (the sha256 of its metadata, written "
+            f"with its code): it was exported by an older tecomp, or it is damaged; export "
+            f"it again with this tecomp")
+    got = metadata_digest(doc)
+    if want != got:
+        raise LoadError(
+            f"{where}: its metadata ({SECTION}, sha256 {got.hex()[:16]}...) is not the "
+            f"metadata its code was compiled for ({DIGEST_SECTION} says "
+            f"{want.hex()[:16]}...): the library was changed after export_library wrote it "
+            f"(and its sidecar written anew), so its argument checks cannot be trusted to "
+            f"describe its code; export it again")
 
 
 def parse_metadata(raw: bytes, where: str, *, exporting: Optional[str] = None) -> LibraryInfo:

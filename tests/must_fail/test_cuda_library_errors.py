@@ -20,6 +20,7 @@ import pytest
 import tecomp as tc
 from tecomp.runtime import aot_format, nvcc
 from tecomp.runtime.libfiles import write_sidecar
+from tecomp.testing.edges import digest_rewritten
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 from fake_libcuda import DeviceArray, load_with_fake, one_axis_module  # noqa: E402
@@ -86,7 +87,7 @@ def test_fatbin_other_than_the_metadata_says(lib, tmp_path):
     _, _, data = lib
     old = b'"archs":["sm_80","sm_90"]'
     new = b'"archs":["sm_80","sm_86"]'
-    bad = copy_with(tmp_path, data.replace(old, new))
+    bad = copy_with(tmp_path, digest_rewritten(data, data.replace(old, new)))
     with pytest.raises(tc.LoadError, match=r"its fatbin \(\d+ bytes: sm_80, sm_90, PTX "
                                            r"compute_90\) is not the one its metadata "
                                            r"describes \(\d+ bytes: sm_80, sm_86 and PTX "
@@ -224,7 +225,8 @@ def test_cli_bench_of_a_gpu_library(lib):
 
 def with_metadata(tmp_path, data, change):
     """A copy of the library whose metadata ``change(meta)`` edited (padded with spaces
-    to its length, with a matching sidecar: a forged library, not a damaged one)."""
+    to its length, with a matching sha256 beside the code and a matching sidecar: a
+    forged library, not a damaged one)."""
     import json
     start = data.index(b'{"format"')
     meta, n = json.JSONDecoder().raw_decode(data[start:].decode("latin-1"))
@@ -233,7 +235,8 @@ def with_metadata(tmp_path, data, change):
     change(meta)
     text = json.dumps(meta, separators=(",", ":")).encode()
     assert len(text) <= n
-    return copy_with(tmp_path, data[:start] + text.ljust(n) + data[start + n:])
+    return copy_with(tmp_path, digest_rewritten(data, data[:start] + text.ljust(n)
+                                                + data[start + n:]))
 
 
 def test_metadata_with_fewer_kernel_parameters_than_the_code(lib, tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ import tecomp as tc
 from tecomp.runtime import aot_format
 from tecomp.runtime import llvm as llvm_runtime
 from tecomp.runtime.libfiles import write_sidecar
+from tecomp.testing.edges import digest_rewritten
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -50,11 +51,14 @@ def write(tmp_path, data: bytes, name="lib.so", sidecar=True) -> str:
     return str(path)
 
 
-def patched(data: bytes, old: bytes, new: bytes) -> bytes:
+def patched(data: bytes, old: bytes, new: bytes, digest=True) -> bytes:
     """``data`` with the first occurrence of ``old`` (in the metadata: the only copy of
-    it in the file) replaced by ``new`` of the same length: every offset stays."""
+    it in the file) replaced by ``new`` of the same length: every offset stays; with
+    ``digest``, the metadata's sha256 beside the code rewritten to match (so that the
+    check under test, not the digest's, refuses it)."""
     assert len(old) == len(new) and old in data, old
-    return data.replace(old, new, 1)
+    out = data.replace(old, new, 1)
+    return digest_rewritten(data, out) if digest else out
 
 
 def test_the_good_library_loads(good, tmp_path):
@@ -169,8 +173,8 @@ def _cc():
 
 
 def _planted(good, tmp_path, code, flags, name="planted.so"):
-    """A library gcc links from ``code``, with the metadata of the good library (so that
-    every check of the metadata passes and only ``code`` or ``flags`` are at fault), and
+    """A library gcc links from ``code``, with the metadata of the good library and its
+    sha256 (so that every check of the metadata passes and only ``code`` or ``flags`` are at fault), and
     ``libhelper.so`` beside it, whose constructor writes the marker file ``ran``."""
     from tecomp.runtime.elf import inspect_library
 
@@ -182,11 +186,14 @@ def _planted(good, tmp_path, code, flags, name="planted.so"):
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "libhelper.so"), str(helper)],
                    check=True)
     meta = inspect_library(good, "good", aot_format.SECTION).section
+    digest = aot_format.metadata_digest(meta.rstrip(b"\0"))
     src = tmp_path / "planted.c"
     src.write_text(
         '#include <stdio.h>\n'
         f'__attribute__((section("{aot_format.SECTION}"), used)) const char '
         f'{aot_format.METADATA_SYMBOL}[] = {{{", ".join(str(b) for b in meta)}}};\n'
+        f'__attribute__((section("{aot_format.DIGEST_SECTION}"), used)) const unsigned char '
+        f'{aot_format.DIGEST_SYMBOL}[] = {{{", ".join(str(b) for b in digest)}}};\n'
         f'static void run(void) {{ FILE *f = fopen("{marker}", "w"); if (f) fclose(f); }}\n'
         'void *keep_run = (void *)run;\n' + code + '\n')
     lib = tmp_path / name
@@ -484,6 +491,34 @@ def test_damaged_metadata(good, tmp_path, old, new, match):
     with pytest.raises(tc.LoadError, match=r"its tecomp metadata is damaged or not tecomp's \("
                                            + match):
         tc.load_module(write(tmp_path, patched(good, old, new)))
+
+
+def test_metadata_that_is_not_the_codes(good, tmp_path):
+    """An extent changed in the metadata (16 -> 56 elements, one bit), the sidecar written
+    anew: refused, where it loaded and took arrays of 56 elements that its code, compiled
+    for 16, computes over in part (a silent partial result)."""
+    A = tc.placeholder((4, 16), name="A")
+    B = tc.compute((4, 16), lambda i, j: A[i, j] * 2.0, name="B")
+    f = tc.build(tc.create_schedule(B.op), [A, B], name="rows")
+    f.export_library(str(tmp_path / "rows.so"))
+    data = patched((tmp_path / "rows.so").read_bytes(), b'["const",16,', b'["const",56,',
+                   digest=False)
+    with pytest.raises(tc.LoadError, match=r"lib\.so': its metadata \(\.tecomp_meta, sha256 "
+                                           r"\w+\.\.\.\) is not the metadata its code was "
+                                           r"compiled for .*; export it again"):
+        tc.load_module(write(tmp_path, data))
+
+
+def test_metadata_without_its_digest(good, tmp_path):
+    """A library without the metadata's sha256 (exported before tecomp wrote one, or its
+    section's name damaged): refused, not loaded on the metadata's word."""
+    data = patched(good, aot_format.DIGEST_SECTION.encode(), b".tecomp_meta_sha25X",
+                   digest=False)
+    with pytest.raises(tc.LoadError, match=r"has no \.tecomp_meta_sha256 section \(the sha256 "
+                                           r"of its metadata, written with its code\): it was "
+                                           r"exported by an older tecomp, or it is damaged; "
+                                           r"export it again with this tecomp"):
+        tc.load_module(write(tmp_path, data))
 
 
 def test_other_array_object_layout(good, tmp_path):

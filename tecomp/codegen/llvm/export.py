@@ -7,7 +7,8 @@ The library (its format: :mod:`tecomp.runtime.aot_format`) is made of
   variant's entries renamed to its own symbol;
 * the thread pool (:func:`tecomp.codegen.llvm.threadpool.pool_ir`, the copy whose thread
   count defaults as Python's does when C code calls it);
-* the metadata JSON, in a section of its own and behind ``tecomp_metadata()``;
+* the metadata JSON, in a section of its own and behind ``tecomp_metadata()``, and its
+  sha256 in another (``tecomp_metadata_sha256``);
 
 linked into one LLVM module, written as position-independent object code for the
 module's :class:`~tecomp.target.Target` (llvmlite's ``emit_object``) and linked into a
@@ -36,14 +37,22 @@ from .threadpool import pool_ir
 __all__ = ["export_library", "find_c_compiler", "LINK_FLAGS"]
 
 
-def _metadata_ir(doc: str) -> str:
-    """The metadata as an LLVM global constant in :data:`fmt.SECTION`, and its C
-    accessor ``const char *tecomp_metadata(void)``."""
-    data = doc.encode("ascii") + b"\0"
-    text = "".join(chr(c) if 32 <= c < 127 and c not in (34, 92) else f"\\{c:02X}"
+def _bytes_ir(data: bytes) -> str:
+    """``data`` as an LLVM string constant's contents."""
+    return "".join(chr(c) if 32 <= c < 127 and c not in (34, 92) else f"\\{c:02X}"
                    for c in data)
-    return (f'@{fmt.METADATA_SYMBOL} = constant [{len(data)} x i8] c"{text}", '
-            f'section "{fmt.SECTION}", align 1\n\n'
+
+
+def _metadata_ir(doc: str) -> str:
+    """The metadata as an LLVM global constant in :data:`fmt.SECTION`, its C accessor
+    ``const char *tecomp_metadata(void)``, and its sha256 in :data:`fmt.DIGEST_SECTION`
+    (compiled with the code: the loader refuses metadata that is not this document)."""
+    data = doc.encode("ascii") + b"\0"
+    digest = fmt.metadata_digest(doc.encode("ascii"))
+    return (f'@{fmt.METADATA_SYMBOL} = constant [{len(data)} x i8] c"{_bytes_ir(data)}", '
+            f'section "{fmt.SECTION}", align 1\n'
+            f'@{fmt.DIGEST_SYMBOL} = constant [{len(digest)} x i8] c"{_bytes_ir(digest)}", '
+            f'section "{fmt.DIGEST_SECTION}", align 1\n\n'
             f"define ptr @{fmt.METADATA_FUNCTION}() nounwind {{\n"
             f"entry:\n  ret ptr @{fmt.METADATA_SYMBOL}\n}}\n")
 
