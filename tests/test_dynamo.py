@@ -989,6 +989,9 @@ def test_a_fork_waits_for_the_disk_writer(tmp_path, monkeypatch):
         time.sleep(0.5)
         done.append(path)
 
+    # (the kernels earlier tests of this process left to the writer are written first:
+    # under load they were still queued, and slow_save "wrote" them too)
+    dcache.flush()
     monkeypatch.setattr(dcache, "_save", slow_save)
     dcache._save_later(object(), tmp_path / "k.so")
     assert started.wait(10)
