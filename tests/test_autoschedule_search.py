@@ -191,9 +191,10 @@ def test_dask_runner_measures_what_the_local_runner_measures():
     # (skipped here, not at module level: that skipped every test of this file)
     pytest.importorskip("dask.distributed", reason="dask[distributed] is not installed")
     args = _atb(64, 64, 256)
-    local = tc.auto_schedule(args, trials=6, search="random", seed=5).tune_result
+    # (4 candidates: each is built and measured twice, here and on the cluster)
+    local = tc.auto_schedule(args, trials=4, search="random", seed=5).tune_result
     with measure.DaskRunner(n_workers=2) as runner:
-        dist = tc.auto_schedule(args, trials=6, search="random", seed=5,
+        dist = tc.auto_schedule(args, trials=4, search="random", seed=5,
                                 runner=runner).tune_result
     assert [t.trace for t in local.trials] == [t.trace for t in dist.trials]
     assert [t.error is None for t in local.trials] == [t.error is None for t in dist.trials]

@@ -42,10 +42,13 @@ def _close(got, want, what):
 
 def _check_model(model, x, train=True, eval_=True, options=None):
     """The compiled model's outputs (train and eval) and parameter gradients against
-    eager PyTorch's, from the same weights."""
+    eager PyTorch's, from the same weights.  The kernels are not written to the disk
+    cache unless ``options`` says ``cache``: exporting a library costs about twice its
+    build, in a background thread, and these tests load nothing back (the disk cache's
+    own tests below do)."""
     torch.manual_seed(1)
     ref = copy.deepcopy(model)
-    compiled = torch.compile(model, backend="tecomp", options=options)
+    compiled = torch.compile(model, backend="tecomp", options={"cache": False, **(options or {})})
     if train:
         w = torch.randn_like(copy.deepcopy(ref)(x))  # a random head: no zero gradient
         y = compiled(x)
@@ -559,7 +562,10 @@ def test_pytorchs_threads_in_a_forked_child(_two_threads):
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
                               torch.nn.Linear(256, 8))
-    compiled = torch.compile(mlp, backend="tecomp", options={"threads": "torch"})
+    # (not written to the disk cache: fork() would first wait for the background writer
+    # to export the kernels, most of this test's time; test_a_fork_waits_for_the_disk_writer
+    # tests that wait)
+    compiled = torch.compile(mlp, backend="tecomp", options={"threads": "torch", "cache": False})
     x = torch.randn(64, 64)
     with torch.no_grad():
         want = compiled(x)
@@ -983,6 +989,9 @@ def test_a_fork_waits_for_the_disk_writer(tmp_path, monkeypatch):
         time.sleep(0.5)
         done.append(path)
 
+    # (the kernels earlier tests of this process left to the writer are written first:
+    # under load they were still queued, and slow_save "wrote" them too)
+    dcache.flush()
     monkeypatch.setattr(dcache, "_save", slow_save)
     dcache._save_later(object(), tmp_path / "k.so")
     assert started.wait(10)
