@@ -2806,7 +2806,8 @@ def test_softplus_direct_segments_with_avx512(monkeypatch):
         m = 1040 if f is old else 1056 if f is two_parts else x.size
         for k in range(0, x.size - x.size % m, m):
             f(x[k:k + m], out[k:k + m])
-        outs.append(out.astype(np.float64))
+        with np.errstate(invalid="ignore"):     # (a signalling NaN widened)
+            outs.append(out.astype(np.float64))
     with np.errstate(all="ignore"):
         exact = np.logaddexp(0.0, x.astype(np.float64))
     ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
