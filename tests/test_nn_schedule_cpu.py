@@ -495,7 +495,7 @@ def test_conv2d_nhwc_four_channel_vectors_knob():
     (1, 15, 15, 24, 40, 5, 1, 2, 1, True),            # 5x5, channel tail, 15-wide rows
     (2, 5, 5, 64, 256, 3, 1, 1, 1, False),            # 8 channel blocks: channel tasks
 ], ids=lambda c: "x".join(map(str, c)))
-def test_conv2d_nhwc_reads_the_input_in_place_where_taps_are_skipped(case, lanes):
+def test_conv2d_nhwc_reads_the_input_in_place_where_taps_are_skipped(case, lanes, monkeypatch):
     """Where the NHWC convolution leaves its taps on the zero padding out of its sum
     (``ZERO_WHERE``), the template inlines the padding stage: no padded buffer in the
     lowered IR and no select on the input left of it (the tap loops are partitioned on the ``where=``,
@@ -519,12 +519,8 @@ def test_conv2d_nhwc_reads_the_input_in_place_where_taps_are_skipped(case, lanes
     if act:
         ref = np.maximum(ref, 0)
     _close(_run(sc.schedule_conv2d_nhwc(out), [d, w, out], [dn, wn]), ref, 5e-5)
-    old = sc.conv2d.NHWC_INLINE_PAD
-    sc.conv2d.NHWC_INLINE_PAD = False
-    try:
-        s = sc.schedule_conv2d_nhwc(out)
-    finally:
-        sc.conv2d.NHWC_INLINE_PAD = old
+    monkeypatch.setattr(sc.conv2d, "NHWC_INLINE_PAD", False)
+    s = sc.schedule_conv2d_nhwc(out)
     assert "conv2d_nhwc.pad" in str(tc.lower(s, [d, w, out]))
     _close(_run(s, [d, w, out], [dn, wn]), ref, 5e-5)
 
