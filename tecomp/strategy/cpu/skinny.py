@@ -206,8 +206,9 @@ STRIP_ROW_BLOCKS = True
 #: vector of 8 lanes or fewer, the FMA time of the tile along ``k``): True, that form by
 #: default there; False (the default), the tile along ``k``, the form through the knob
 #: ``skinny.rows_in_lanes`` only.  (4096 x 11008, 1 thread, Zen 4, CPU time, under
-#: load: 8 rows 1.01-1.02x in two runs, 0.96-1.10x in session 24's three; 5 and 6 rows,
-#: part of each vector idle, 0.68-0.72x; benchmarks/history/2026-12-03.md, session 28.)
+#: load: 8 rows 0.97-1.34x in six runs, the median 1.0x, 0.96-1.10x in session 24's
+#: three; 5 to 7 rows, part of each vector idle, 0.68-0.97x; benchmarks/DECISIONS.md,
+#: "Skinny GEMM: A @ W^T of 5 to 8 rows along A's rows in the FMAs' lanes".)
 #: Unmeasured on two threads, where each Zen 4 core's FMAs at 8 rows take about 60% of
 #: the read stream's time rather than all of it.
 FMA_LANES_ROWS = False
