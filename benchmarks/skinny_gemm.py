@@ -120,7 +120,9 @@ def main() -> None:
             info = cpu_model()
             plan = skinny_plan(C.op, info)
             plan = plan and skinny_knobs(plan, Knobs(), info)
-            lanes_rows = -(-M // info.lanes) * info.lanes if plan and plan.rows_in_lanes else M
+            # (in the FMAs' fewer lanes where the rows fill them: fma_lanes_rows)
+            width = plan and (info.fma_lanes if plan.rows_in_fma_lanes else info.lanes)
+            lanes_rows = -(-M // width) * width if plan and plan.rows_in_lanes else M
             row = {"key": key, "tools": [], "lanes_rows": lanes_rows}
             tools = [("plain TE", C, None, None), ("tecomp.nn", Cn, None, None)]
             for kn in args.knobs:

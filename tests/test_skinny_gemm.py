@@ -697,9 +697,14 @@ def test_dense_and_batched_gemv_stream_like_plain_te():
     B = nn.batch_matmul(Ab, Wb, transpose_b=True)
     s = apply_rules([Ab, Wb, B], batched, cpu_model())
     assert plain.values["skinny.stream"] != "off"
+    # (a 2-d GEMM of 6 rows may be offered vectors along A's rows where the FMAs' lanes
+    # are fewer than a register's, fma_lanes_rows, a batched one not: not taken by
+    # default, the same kernel)
+    assert plain.values.get("skinny.rows_in_lanes") in (None, False)
     for kn in (dense, batched):
         assert {k: v for k, v in kn.values.items() if k.startswith("skinny")} == \
-            {k: v for k, v in plain.values.items() if k.startswith("skinny")}, kn.values
+            {k: v for k, v in plain.values.items() if k.startswith("skinny")
+             and (k != "skinny.rows_in_lanes" or k in kn.values)}, kn.values
     a = RNG.standard_normal((2, 6, K)).astype("float32")
     w = RNG.standard_normal((2, N, K)).astype("float32")
     c = np.empty((2, 6, N), "float32")
@@ -797,6 +802,73 @@ def test_rows_in_lanes_from_a_half_full_vector():
         assert "C.rf" not in str(tc.lower(s, args))
         c, want = _run(s, args, "wt")
         np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3, err_msg=str(knobs.values))
+
+
+@pytest.mark.parametrize("M", [5, 6, 7, 8])
+def test_rows_in_the_fmas_lanes(M, monkeypatch):
+    """Where the machine model's FMAs compute fewer lanes than a register holds (AMD Zen
+    4, ``-mcpu=znver4``: 8 of 16) and 5 to 8 rows fill more than half of those
+    (:func:`fma_lanes_rows`), ``A @ W^T`` may run its vectors along A's rows (knob
+    ``skinny.rows_in_lanes``): A copied transposed in rows of ``M``, one vector of ``M``
+    lanes, W read in place (no pack of W, no buffer past A's copy), no lane sums;
+    numpy's results with tails in N and K (5 and 8 rows; 6 and 7 with
+    ``TECOMP_LONG_TESTS=1``); the default stays along
+    ``k`` (``FMA_LANES_ROWS`` off) and takes the form with the flag on; never on Zen 5
+    (its FMAs a register wide), below 5 rows or past 8, for ``A @ W`` or batched.
+    Compiled for Zen 4 (not run), every FMA of the kernel is an 8-lane one (``ymm``)
+    taking W's element as a broadcast operand."""
+    import dataclasses
+
+    from tecomp.strategy.cpu import skinny
+    from tecomp.strategy.cpu.skinny import fma_lanes_rows
+
+    if not LONG and M in (6, 7):
+        pytest.skip("more row counts: set TECOMP_LONG_TESTS=1")
+    target = "llvm -mcpu=znver4 -num-cores=2"
+    zen4 = dataclasses.replace(tc.Target(target).machine, threads=2)
+    zen5 = dataclasses.replace(tc.Target("llvm -mcpu=znver5 -num-cores=2").machine,
+                               threads=2)
+    assert (zen4.lanes, zen4.fma_lanes, zen4.masks) == (16, 8, True)
+    assert [m for m in range(1, 17) if fma_lanes_rows(m, zen4)] == [5, 6, 7, 8]
+    assert not [m for m in range(1, 17) if fma_lanes_rows(m, zen5)]
+    assert skinny_plan(_plain(M, 83, 45, "wt")[2].op, zen4).rows_in_fma_lanes
+    assert not skinny_plan(_plain(M, 83, 45, "wt")[2].op, zen5).rows_in_fma_lanes
+    assert not skinny_plan(_plain(M, 83, 45, "w")[2].op, zen4).rows_in_fma_lanes
+    A = tc.placeholder((2, M, 45), name="A")
+    W = tc.placeholder((2, 83, 45), name="W")
+    assert not skinny_plan(nn.batch_matmul(A, W, transpose_b=True).op,
+                           zen4).rows_in_fma_lanes
+    args = _plain(M, 83, 45, "wt")
+    default = Knobs()
+    ir = str(tc.lower(apply_rules(args, default, zen4), args))
+    assert default.values["skinny.rows_in_lanes"] is False and "C.rf" in ir
+    wknobs = Knobs()
+    apply_rules(_plain(M, 83, 45, "w"), wknobs, zen4)
+    assert "skinny.rows_in_lanes" not in wknobs.values
+    for N, K in ((83, 45), (37, 301)):
+        args = _plain(M, N, K, "wt")
+        s = apply_rules(args, Knobs({"skinny.rows_in_lanes": True}), zen4)
+        ir = _no_copy_of(s, args, args[1], limit=M * K + 1)
+        assert "C.rf" not in ir and _prefetches_of(ir), ir
+        assert re.search(rf"allocate A\.global: float32\[{M}, {K}\] \(global, "
+                         rf"strides \[1, {M}\]\)", ir), ir
+        assert f"vectorized (i.inner, 0, {M})" in ir, ir
+        c, want = _run(s, args, "wt")
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3,
+                                   err_msg=f"M={M} N={N} K={K}")
+    monkeypatch.setattr(skinny, "FMA_LANES_ROWS", True)
+    args = _plain(M, 48, 1024, "wt")
+    knobs = Knobs()
+    s = apply_rules(args, knobs, zen4)
+    assert knobs.values["skinny.rows_in_lanes"] is True
+    assert "C.rf" not in str(tc.lower(s, args))
+    asm = tc.build(s, args, target=target).get_source("asm")
+    fmas = re.findall(r"vfmadd\d+ps\s+([^\n]*)", asm)
+    assert len([f for f in fmas if "{1to8}" in f and "%ymm" in f]) >= 16 * 8, fmas
+    assert not [f for f in fmas if "%zmm" in f or "%xmm" in f], fmas
+    knobs = Knobs()
+    apply_rules(args, knobs, zen5)
+    assert "skinny.rows_in_lanes" not in knobs.values
 
 
 def test_twelve_rows_are_one_masked_vector():

@@ -96,7 +96,8 @@ The auto-scheduler (:func:`tecomp.strategy.apply_rules`) gives every such GEMM t
 schedule, whether written in plain TE or with ``tecomp.nn``, its decisions as knobs
 (``skinny``, ``skinny.rows``, ``skinny.cols``, ``skinny.kblock``, ``skinny.copy_a``,
 ``skinny.prefetch``, ``skinny.stream``, ``skinny.stream_level``, ``skinny.stream_bytes``,
-``skinny.stream_carry``, ``skinny.rows_in_lanes``, ``skinny.lanes_rows``,
+``skinny.stream_carry``, ``skinny.rows_in_lanes`` (also where the rows fill the FMAs'
+fewer lanes, :func:`fma_lanes_rows`), ``skinny.lanes_rows``,
 ``skinny.w_each_use``, ``skinny.task_tiles``, ``skinny.strip_ahead``).
 """
 from __future__ import annotations
@@ -200,6 +201,18 @@ STRIP_MAX_ROWS = 12
 #: A @ W as column strips in blocks of rows (Zen 4)")
 STRIP_ROW_BLOCKS = True
 
+#: ``W[j, k]``: the A/B switch of vectors along A's rows where the rows fill more than
+#: half of the FMAs' fewer lanes (:func:`fma_lanes_rows`: 5 to 8 rows on AMD Zen 4, one
+#: vector of 8 lanes or fewer, the FMA time of the tile along ``k``): True, that form by
+#: default there; False (the default), the tile along ``k``, the form through the knob
+#: ``skinny.rows_in_lanes`` only.  (4096 x 11008, 1 thread, Zen 4, CPU time, under
+#: load: 8 rows 0.97-1.34x in six runs, the median 1.0x, 0.96-1.10x in session 24's
+#: three; 5 to 7 rows, part of each vector idle, 0.68-0.97x; benchmarks/DECISIONS.md,
+#: "Skinny GEMM: A @ W^T of 5 to 8 rows along A's rows in the FMAs' lanes".)
+#: Unmeasured on two threads, where each Zen 4 core's FMAs at 8 rows take about 60% of
+#: the read stream's time rather than all of it.
+FMA_LANES_ROWS = False
+
 #: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
 #: of W are read as streams this many tiles long), fewer where the threads would get
 #: fewer than two tasks each
@@ -241,6 +254,9 @@ class SkinnyPlan:
     #                       (_row_task_tiles); W[j, k]: 0 (_task_tiles decides)
     stream_carry: bool = True  # W[j, k], stream "rows": a tile's last steps prefetch the
     #                            next tile's rows (prefetch carry=), not its own ends again
+    rows_in_fma_lanes: bool = False  # W[j, k], M fills more than half of the FMAs' fewer
+    #                                  lanes (fma_lanes_rows): vectors along A's rows
+    #                                  may be chosen too (by default with FMA_LANES_ROWS)
     strip_ahead: int = 0  # W[k, j]: 0, or each tile a column strip over all of K, its
     #                       accumulators in a local buffer, W prefetched this many rows
     #                       ahead at every step (_schedule_strips; by default the machine
@@ -306,6 +322,8 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
                       # _schedule_rows_in_lanes's 2-d copy of A cannot take)
                       rows_in_lanes=not w_kfirst and nbatch == 0
                       and rows_fill_lanes(M, info.lanes),
+                      rows_in_fma_lanes=not w_kfirst and nbatch == 0
+                      and fma_lanes_rows(M, info),
                       w_each_use=each,
                       task_tiles=tasks,
                       strip_ahead=info.strip_prefetch_rows if strip else 0)
@@ -435,8 +453,11 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
             {task} | {t for t in (1, 4, 16, 64, tiles) if t <= tiles}), task)
     # (by default with AVX-512, whose FMAs take W's element as a broadcast operand; with
     # AVX2 each would be a broadcast load of its own: unmeasured, the knob only)
-    lanes = plan.rows_in_lanes and knobs.choose("skinny.rows_in_lanes", [True, False],
-                                                info.masks)
+    # (also where the rows fill the FMAs' fewer lanes, fma_lanes_rows: by default there
+    # only with FMA_LANES_ROWS)
+    lanes = (plan.rows_in_lanes or plan.rows_in_fma_lanes) and knobs.choose(
+        "skinny.rows_in_lanes", [True, False],
+        info.masks and (plan.rows_in_lanes or FMA_LANES_ROWS))
     each = not lanes and knobs.choose("skinny.w_each_use", [True, False], plan.w_each_use)
     if lanes:   # the rows of W in a tile of _schedule_rows_in_lanes (against 8 rows at 12
         #         and 16 rows of A, 1 thread, Xeon, under load: 12 rows 1.10x slower, 16
@@ -462,7 +483,8 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf,
                                stream=stream, rows_in_lanes=lanes, stream_level=level,
                                stream_bytes=ahead, w_each_use=each, task_tiles=task,
-                               stream_carry=carry, strip_ahead=strip)
+                               stream_carry=carry, strip_ahead=strip,
+                               rows_in_fma_lanes=plan.rows_in_fma_lanes and lanes)
 
 
 def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
@@ -639,6 +661,19 @@ def rows_fill_lanes(M: int, lanes: int) -> bool:
     than along ``k``, two runs; 8 rows within 2%; see benchmarks/DECISIONS.md, "Skinny
     GEMM: A @ W^T along A's rows from 9 rows".)"""
     return 2 * (M % lanes or lanes) > lanes
+
+
+def fma_lanes_rows(M: int, info: CpuModel) -> bool:
+    """``W[j, k]``: whether the machine model's FMAs compute fewer lanes than a register
+    holds (``fma_lanes``: 8 of 16 on AMD Zen 4), with masks, and ``M`` rows of A fill
+    more than half of those lanes but not more than half a register (5 to 8 rows there:
+    :func:`rows_fill_lanes`): vectors along A's rows (:func:`_schedule_rows_in_lanes`,
+    one vector of ``M`` lanes, the rest of the FMAs' masked off) then cost the FMA time
+    of vectors along ``k``, where on a core whose FMAs are a register wide they would
+    cost up to twice it."""
+    f = info.fma_lanes
+    return bool(info.masks and f < info.lanes and M <= f and rows_fill_lanes(M, f)
+                and not rows_fill_lanes(M, info.lanes))
 
 
 def lanes_tile(M: int, info: CpuModel) -> int:
