@@ -3,7 +3,8 @@
 Each workload is one ``tecomp.nn`` operator (``sum``, ``mean``, ``max``, ``min``, ``prod``,
 ``argmax``, ``argmin``, ``all``, ``any`` over the given axes, with or without
 ``keepdims``; ``exp``, ``log``, ... ``cast``, ``clip``, ``prelu``) on 16M float32
-elements (8x64x128x256 as NCHW, or 4096x4096; 16M bools for ``all``/``any``), scheduled by
+elements (8x64x128x256 as NCHW, or 4096x4096; 16M bools for ``all``/``any``; 16M int32
+for the ``argmax:last:int32`` and ``argmin:last:int32`` rows), scheduled by
 ``tc.auto_schedule(args)`` at trials=0 (none of these operators has a template: the
 generic rules of ``tecomp.strategy.rules`` schedule them, rules 3-5), timed against
 PyTorch's operator (its ``out=`` variant into a preallocated tensor where one exists:
@@ -37,7 +38,7 @@ interleaved_turns``); each row says how many of tecomp's calls counted.
         [--threads 1 --cpu-time | --held] [--rules-off]
         [--new-off] [--select-off] [--seed-off] [--steps-off]
         [--minmax-off] [--rowblock-off] [--prefetch-off] [--pairs-off] [--colpf-off]
-        [--regs-off] [--match-off] [--stream-off]
+        [--regs-off] [--match-off] [--match-ints-off] [--stream-off]
         [--math-off] [--math20-off] [--silu-off] [--fresh-inputs]
 """
 from __future__ import annotations
@@ -110,10 +111,12 @@ def reduction_workloads():
         return make
 
     for op in ("argmax", "argmin"):
-        for label, shape, axis in (("last", NCHW, -1), ("middle", NCHW, 1),
-                                   ("cols", SQUARE, 0)):
+        for label, shape, axis, kind in (("last", NCHW, -1, "float"),
+                                         ("middle", NCHW, 1, "float"),
+                                         ("cols", SQUARE, 0, "float"),
+                                         ("last:int32", NCHW, -1, "int32")):
             name = f"{op}:{label}"
-            work[name] = (shape, "float", lambda nn, X, op=op, axis=axis: getattr(nn, op)(
+            work[name] = (shape, kind, lambda nn, X, op=op, axis=axis: getattr(nn, op)(
                 X, axis=axis, dtype="int64"), torch_arg(op)(axis, False), "int64", "reduce")
 
     def torch_logic(fn):
@@ -304,6 +307,15 @@ def regs_off(tc, sig, ins):
     return flags_off(tc, sig, ins, [(emit_control, "SELECTION_PAIRS_IN_REGISTERS")])
 
 
+def match_ints_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` built with an argmax's (argmin's) lanes over integer
+    values combined as a tree of its condition, not by matching their max
+    (``tecomp.codegen.llvm.emit_control.SELECTION_MATCH_INTS`` False), as before session
+    28."""
+    from tecomp.codegen.llvm import emit_control
+    return flags_off(tc, sig, ins, [(emit_control, "SELECTION_MATCH_INTS")])
+
+
 def match_off(tc, sig, ins):
     """A call of the kernel of ``sig`` built with an argmax's (argmin's) lanes combined
     as a tree of the full condition (``tecomp.codegen.llvm.emit_control.SELECTION_MATCH``
@@ -361,6 +373,7 @@ _AB = [("rules_off", "reduce", rules_off, "rules off"),
        ("colpf_off", "reduce", colpf_off, "colpf off"),
        ("regs_off", "reduce", regs_off, "regs off"),
        ("match_off", "reduce", match_off, "match off"),
+       ("match_ints_off", "reduce", match_ints_off, "match ints off"),
        ("stream_off", "elem", stream_off, "stream off"),
        ("math_off", "elem", math_off, "math off"),
        ("math20_off", "elem", math20_off, "math20 off"),
@@ -377,6 +390,8 @@ def _input(np, rng, shape, kind):
         return rng.random(shape) > 1e-7
     if kind == "any":     # mostly False
         return rng.random(shape) < 1e-7
+    if kind == "int32":   # integers over a wide range (few ties)
+        return rng.integers(-2 ** 20, 2 ** 20, shape, dtype="int32")
     return x
 
 
@@ -426,6 +441,9 @@ def main() -> None:
     ap.add_argument("--match-off", action="store_true", help="also time each reduction "
                     "built with an argmax's (argmin's) lanes combined as a tree of its full "
                     "condition (not by matching the lanes' max), in the same turns")
+    ap.add_argument("--match-ints-off", action="store_true", help="also time each "
+                    "reduction built with an argmax's (argmin's) lanes over integer values "
+                    "combined as a tree (not by matching their max), in the same turns")
     ap.add_argument("--stream-off", action="store_true", help="also time each elementwise "
                     "operator scheduled with its output stored through the cache (no "
                     "non-temporal stores), in the same turns")
