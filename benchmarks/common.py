@@ -129,6 +129,59 @@ def paired(num: list, den: list) -> tuple[float, float, float]:
     return statistics.median(r), min(r), max(r)
 
 
+#: a transparent huge page's bytes (x86-64, aarch64 with 4 KiB base pages)
+HUGE_PAGE = 2 << 20
+
+
+class HugePool:
+    """Arrays whose memory starts on a 2 MiB boundary and is advised into transparent
+    huge pages (``madvise(MADV_HUGEPAGE)``, what this VM's ``enabled = madvise`` setting
+    asks for), one buffer per byte size, kept and reused for every array of that size.
+
+    numpy's own large arrays are advised the same, but they start 16 bytes past a 4 KiB
+    page: the first and last 2 MiB of the range are never a whole huge page (a 16 MB
+    input 87% huge at best), and a fresh allocation per workload gets huge pages only
+    when the kernel finds free 2 MiB frames at that moment (the bool inputs of
+    ``reductions.py``'s ``all``/``any`` rows in 4 KiB pages, 0% huge, while the read
+    stream's array, allocated once, was in huge pages).  Allocating each size once, the
+    inputs and the stream alike, from the same pool makes them a fair pair; each row's
+    share is still read back (:func:`huge_page_share`) and printed where under 90%.
+    Where ``mmap.madvise`` or ``MADV_HUGEPAGE`` is missing the buffers are ordinary
+    anonymous memory (still 2 MiB aligned)."""
+
+    def __init__(self):
+        self._bufs: dict = {}
+
+    def array(self, shape, dtype):
+        """An uninitialised C-contiguous array of ``shape`` and ``dtype`` in the pool's
+        buffer of its byte size (the same memory as every earlier array of that size)."""
+        import mmap
+
+        import numpy as np
+        dt = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        if nbytes not in self._bufs:
+            size = -(-max(nbytes, 1) // HUGE_PAGE) * HUGE_PAGE
+            m = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            raw = np.frombuffer(m, np.uint8)
+            off = (-raw.ctypes.data) % HUGE_PAGE
+            advice = getattr(mmap, "MADV_HUGEPAGE", None)
+            if advice is not None and hasattr(m, "madvise"):
+                m.madvise(advice, off, size)
+            buf = raw[off:off + size]
+            buf[::4096] = 0          # fault every page in now (each 2 MiB one huge, if any)
+            self._bufs[nbytes] = buf
+        return self._bufs[nbytes][:nbytes].view(dt).reshape(shape)
+
+    def copy_of(self, a):
+        """``a``'s values in the pool's array of its shape and dtype."""
+        import numpy as np
+        a = np.asarray(a)
+        out = self.array(a.shape, a.dtype)
+        out[...] = a
+        return out
+
+
 def huge_page_share(a) -> float | None:
     """The share (0 to 1) of numpy array ``a``'s bytes that the kernel backs with
     transparent huge pages (2 MiB), read from ``/proc/self/smaps``; None where that

@@ -3,7 +3,8 @@
 Each workload is one ``tecomp.nn`` operator (``sum``, ``mean``, ``max``, ``min``, ``prod``,
 ``argmax``, ``argmin``, ``all``, ``any`` over the given axes, with or without
 ``keepdims``; ``exp``, ``log``, ... ``cast``, ``clip``, ``prelu``) on 16M float32
-elements (8x64x128x256 as NCHW, or 4096x4096; 16M bools for ``all``/``any``), scheduled by
+elements (8x64x128x256 as NCHW, or 4096x4096; 16M bools for ``all``/``any``; 16M int32
+for the ``argmax:last:int32`` and ``argmin:last:int32`` rows), scheduled by
 ``tc.auto_schedule(args)`` at trials=0 (none of these operators has a template: the
 generic rules of ``tecomp.strategy.rules`` schedule them, rules 3-5), timed against
 PyTorch's operator (its ``out=`` variant into a preallocated tensor where one exists:
@@ -15,10 +16,15 @@ written once; ``%`` compares it with the memory stream timed in the same turns: 
 reduction the read stream (a tecomp row sum of as many bytes, rows of 4096 float32), for
 an elementwise operator a copy of its input (a tecomp kernel, vectorized and parallel,
 its stores past the cache as every elementwise output over half the last-level cache,
-counting its read and its write).  Every result is checked against PyTorch's first.  A row whose input (or the
-stream's) is not all in 2 MiB pages says so (``pages: input 40% huge``): from 4 KiB
-pages the same kernel read up to 1.6x slower (a plane sum), so its ``%`` compares unlike
-memory (its ratio to PyTorch does not: both read the same array).
+counting its read and its write).  Every result is checked against PyTorch's first.
+The inputs and the streams' arrays come from ``common.HugePool``: one buffer per byte
+size each, starting on a 2 MiB boundary and advised into huge pages, allocated once and
+reused by every row of that size (a row's input and its stream alike; before session 28
+each input was a fresh numpy array, and the 16 MB bool inputs of ``all``/``any`` came
+in 4 KiB pages while the stream's array was in huge ones).  A row whose input (or the
+stream's) is still not all in 2 MiB pages says so (``pages: input 40% huge``): from 4
+KiB pages the same kernel read up to 1.6x slower (a plane sum), so its ``%`` compares
+unlike memory (its ratio to PyTorch does not: both read the same array).
 
 ``ratio`` and ``%`` are taken round by round (each round's medians of the two tools, whose
 turns lie seconds apart) and then their median over the rounds (``common.paired``); the
@@ -32,13 +38,13 @@ interleaved_turns``); each row says how many of tecomp's calls counted.
         [--threads 1 --cpu-time | --held] [--rules-off]
         [--new-off] [--select-off] [--seed-off] [--steps-off]
         [--minmax-off] [--rowblock-off] [--prefetch-off] [--pairs-off] [--colpf-off]
-        [--regs-off] [--match-off] [--stream-off]
-        [--math-off] [--math20-off] [--silu-off]
+        [--regs-off] [--match-off] [--match-ints-off] [--stream-off]
+        [--math-off] [--math20-off] [--silu-off] [--fresh-inputs]
 """
 from __future__ import annotations
 
-from common import (add_cpu_time, base_parser, clock_of, huge_page_share, interleaved_turns,
-                    paired, pin_threads, torch_or_none)
+from common import (HugePool, add_cpu_time, base_parser, clock_of, huge_page_share,
+                    interleaved_turns, paired, pin_threads, torch_or_none)
 
 NCHW = (8, 64, 128, 256)
 SQUARE = (4096, 4096)
@@ -105,10 +111,12 @@ def reduction_workloads():
         return make
 
     for op in ("argmax", "argmin"):
-        for label, shape, axis in (("last", NCHW, -1), ("middle", NCHW, 1),
-                                   ("cols", SQUARE, 0)):
+        for label, shape, axis, kind in (("last", NCHW, -1, "float"),
+                                         ("middle", NCHW, 1, "float"),
+                                         ("cols", SQUARE, 0, "float"),
+                                         ("last:int32", NCHW, -1, "int32")):
             name = f"{op}:{label}"
-            work[name] = (shape, "float", lambda nn, X, op=op, axis=axis: getattr(nn, op)(
+            work[name] = (shape, kind, lambda nn, X, op=op, axis=axis: getattr(nn, op)(
                 X, axis=axis, dtype="int64"), torch_arg(op)(axis, False), "int64", "reduce")
 
     def torch_logic(fn):
@@ -299,6 +307,15 @@ def regs_off(tc, sig, ins):
     return flags_off(tc, sig, ins, [(emit_control, "SELECTION_PAIRS_IN_REGISTERS")])
 
 
+def match_ints_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` built with an argmax's (argmin's) lanes over integer
+    values combined as a tree of its condition, not by matching their max
+    (``tecomp.codegen.llvm.emit_control.SELECTION_MATCH_INTS`` False), as before session
+    28."""
+    from tecomp.codegen.llvm import emit_control
+    return flags_off(tc, sig, ins, [(emit_control, "SELECTION_MATCH_INTS")])
+
+
 def match_off(tc, sig, ins):
     """A call of the kernel of ``sig`` built with an argmax's (argmin's) lanes combined
     as a tree of the full condition (``tecomp.codegen.llvm.emit_control.SELECTION_MATCH``
@@ -356,6 +373,7 @@ _AB = [("rules_off", "reduce", rules_off, "rules off"),
        ("colpf_off", "reduce", colpf_off, "colpf off"),
        ("regs_off", "reduce", regs_off, "regs off"),
        ("match_off", "reduce", match_off, "match off"),
+       ("match_ints_off", "reduce", match_ints_off, "match ints off"),
        ("stream_off", "elem", stream_off, "stream off"),
        ("math_off", "elem", math_off, "math off"),
        ("math20_off", "elem", math20_off, "math20 off"),
@@ -372,6 +390,8 @@ def _input(np, rng, shape, kind):
         return rng.random(shape) > 1e-7
     if kind == "any":     # mostly False
         return rng.random(shape) < 1e-7
+    if kind == "int32":   # integers over a wide range (few ties)
+        return rng.integers(-2 ** 20, 2 ** 20, shape, dtype="int32")
     return x
 
 
@@ -421,6 +441,9 @@ def main() -> None:
     ap.add_argument("--match-off", action="store_true", help="also time each reduction "
                     "built with an argmax's (argmin's) lanes combined as a tree of its full "
                     "condition (not by matching the lanes' max), in the same turns")
+    ap.add_argument("--match-ints-off", action="store_true", help="also time each "
+                    "reduction built with an argmax's (argmin's) lanes over integer values "
+                    "combined as a tree (not by matching their max), in the same turns")
     ap.add_argument("--stream-off", action="store_true", help="also time each elementwise "
                     "operator scheduled with its output stored through the cache (no "
                     "non-temporal stores), in the same turns")
@@ -434,6 +457,9 @@ def main() -> None:
     ap.add_argument("--silu-off", action="store_true", help="also time each elementwise "
                     "operator built with silu's x * sigmoid(x) as the product (not x / (1 + "
                     "exp(-x))), in the same turns")
+    ap.add_argument("--fresh-inputs", action="store_true", help="each row's input a fresh "
+                    "aligned numpy array (tc.aligned), as before session 28, not the huge-page "
+                    "pool's buffer of its size (the stream's arrays stay in the pool)")
     add_cpu_time(ap)
     ap.add_argument("--held", action="store_true", help="count only the calls in which "
                     "every thread held its core (the wall clock, two threads or more)")
@@ -465,6 +491,9 @@ def main() -> None:
           f"{os.getloadavg()[0]:.2f}")
     picked = [p for p in args.only.split(",") if p]
     refs = {}
+    # the inputs and the streams' arrays: one buffer per size each, 2 MiB aligned and
+    # advised into huge pages, allocated once and reused (common.HugePool: a fair pair)
+    inputs, streams = HugePool(), HugePool()
 
     def reference(kind, nbytes):
         """(function, bytes it moves): the read stream (a row sum) or a copy, of
@@ -475,11 +504,12 @@ def main() -> None:
             if kind == "reduce":
                 A = tc.placeholder((n // 4096, 4096), name="A")
                 B = nn.sum(A, axis=-1)
-                a, b = tc.aligned(np.ones((n // 4096, 4096), "float32")), tc.empty((n // 4096,))
+                a, b = streams.copy_of(np.ones((n // 4096, 4096), "float32")), \
+                    tc.empty((n // 4096,))
             else:
                 A = tc.placeholder((n,), name="A")
                 B = tc.compute((n,), lambda i: A[i], name="copy")
-                a, b = tc.aligned(np.ones(n, "float32")), tc.empty((n,))
+                a, b = streams.copy_of(np.ones(n, "float32")), tc.empty((n,))
             f = tc.build(tc.auto_schedule([A, B]), [A, B])
             refs[key] = ((lambda: f(a, b)), nbytes * (2 if kind == "elem" else 1), a)
         return refs[key]
@@ -489,7 +519,8 @@ def main() -> None:
     for name, (shape, kind, build, tfn, odt, family) in work.items():
         if picked and not any(name.startswith(p) for p in picked):
             continue
-        x = tc.aligned(_input(np, rng, shape, kind))
+        x = tc.aligned(_input(np, rng, shape, kind)) if args.fresh_inputs else \
+            inputs.copy_of(_input(np, rng, shape, kind))
         tx = torch.from_numpy(x)
         X = tc.placeholder(shape, dtype=str(x.dtype), name="X")
         ins, tins = [x], [tx]

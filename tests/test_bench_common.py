@@ -51,3 +51,23 @@ def test_a_round_with_no_counted_call_is_nan(held, monkeypatch):
         assert math.isnan(t["a"]) and all(math.isnan(v) for v in per["a"])
     else:
         assert len(per["a"]) == 2 and not math.isnan(t["a"])
+
+
+def test_huge_pool_one_aligned_buffer_per_size():
+    """common.HugePool: arrays on a 2 MiB boundary, the same buffer for every array of one
+    byte size (whatever its shape or dtype), another for another size; the values copied
+    in (the pages' huge share is the kernel's to give: not asserted)."""
+    import numpy as np
+    pool = common.HugePool()
+    a = pool.copy_of(np.arange(12, dtype="float32").reshape(3, 4))
+    assert a.ctypes.data % common.HUGE_PAGE == 0 and a.flags.c_contiguous
+    assert a.shape == (3, 4) and a.dtype == np.float32
+    np.testing.assert_array_equal(a, np.arange(12).reshape(3, 4))
+    b = pool.array((48,), "bool")            # the same 48 bytes: the same buffer
+    assert b.ctypes.data == a.ctypes.data
+    c = pool.array((5, 5), "float64")        # another size: another buffer
+    assert c.ctypes.data != a.ctypes.data and c.ctypes.data % common.HUGE_PAGE == 0
+    c[...] = 1.5
+    np.testing.assert_array_equal(a, np.arange(12).reshape(3, 4))   # (untouched by c)
+    share = common.huge_page_share(a)
+    assert share is None or 0.0 <= share <= 1.0

@@ -3497,6 +3497,37 @@ def test_column_argmax_pairs_in_registers(monkeypatch, regs, shape, axis, keep):
             assert ('.pair" = phi' in src) == regs, (op, dtype)
 
 
+def _reduced(shape, axis) -> tuple:
+    """The axes ``axis`` (an int or a tuple, negatives allowed) of ``shape``, as a tuple."""
+    return tuple(a % len(shape) for a in (axis if isinstance(axis, tuple) else (axis,)))
+
+
+def _arg_kernels(X, axis, keep: bool):
+    """``(op, last, kernel)``: argmax and argmin over ``axis`` of ``X`` (an int64 index,
+    ``keep``-ing the reduced axes), the first and the last index among equal values, each
+    auto-scheduled and built."""
+    import tecomp as tc
+    for op in ("argmax", "argmin"):
+        for last in (False, True):
+            Y = getattr(tc.nn, op)(X, axis=axis, keepdims=keep, dtype="int64",
+                                   select_last_index=last)
+            yield op, last, tc.build(tc.auto_schedule([X, Y]), [X, Y])
+
+
+def _arg_rows_reference(op, x, axis, keep: bool, last: bool):
+    """numpy's ``op`` (argmax/argmin) of ``x`` over ``axis`` (several axes: the flat
+    position over them, row-major), ``keep``-ing the reduced axes, the last index among
+    equal values where ``last``."""
+    axes = _reduced(x.shape, axis)
+    rest = [d for d in range(x.ndim) if d not in axes]
+    rows = x.transpose(*rest, *axes).reshape(*[x.shape[d] for d in rest], -1)
+    if last:
+        got = rows.shape[-1] - 1 - getattr(np, op)(rows[..., ::-1], axis=-1)
+    else:
+        got = getattr(np, op)(rows, axis=-1)
+    return np.expand_dims(got, axes) if keep else got
+
+
 @pytest.mark.parametrize("match", [True, False])
 @pytest.mark.parametrize("shape,axis,keep", [((64, 256), -1, False), ((7, 13, 250), -1, True),
                                              ((40, 64), 1, False), ((3, 5, 1000), 2, False),
@@ -3515,51 +3546,80 @@ def test_row_argmax_lanes_combined_by_matching(monkeypatch, match, shape, axis, 
 
     monkeypatch.setattr(emit_control, "SELECTION_MATCH", match)
     rng = np.random.default_rng(5)
-    axes = tuple(a % len(shape) for a in (axis if isinstance(axis, tuple) else (axis,)))
-    rest = [d for d in range(len(shape)) if d not in axes]
-    row = int(np.prod([shape[d] for d in axes]))
-
-    def reference(op, x, last):
-        rows = x.transpose(*rest, *axes).reshape(*[shape[d] for d in rest], -1)
-        if last:
-            got = rows.shape[-1] - 1 - getattr(np, op)(rows[..., ::-1], axis=-1)
-        else:
-            got = getattr(np, op)(rows, axis=-1)
-        return np.expand_dims(got, axes) if keep else got
+    row = int(np.prod([shape[d] for d in _reduced(shape, axis)]))
+    kept = len(shape) - len(_reduced(shape, axis))     # (the axes not reduced)
 
     for dtype in ("float32", "float64", "float16"):
         X = tc.placeholder(shape, name="x", dtype=dtype)
-        for op in ("argmax", "argmin"):
-            for last in (False, True):
-                Y = getattr(tc.nn, op)(X, axis=axis, keepdims=keep, dtype="int64",
-                                       select_last_index=last)
-                f = tc.build(tc.auto_schedule([X, Y]), [X, Y])
-                for data in ("normal", "ties", "nan", "zeros", "inf"):
-                    x = rng.standard_normal(shape)
-                    if data == "ties":
-                        x = rng.integers(-2, 3, shape).astype("float64")
-                    elif data == "nan":
-                        x[rng.random(shape) < 0.03] = np.nan
-                        x.reshape(-1)[-1] = np.nan
-                        x[(0,) * len(rest)] = np.nan          # a row (or plane) all NaN
-                    elif data == "zeros":
-                        x = np.where(rng.random(shape) < 0.5, -0.0, 0.0)
-                    elif data == "inf":
-                        x = np.full(shape, -np.inf if op == "argmax" else np.inf)
-                        x[rng.random(shape) < 0.3] = -x.flat[0]
-                    x = x.astype(dtype)
-                    want = reference(op, x, last)
-                    out = np.full(want.shape, -7, "int64")
-                    f(x, out)
-                    np.testing.assert_array_equal(out, want, f"{op} {dtype} {data} {last}")
-                notes = " ".join(f.vectorize_notes)
-                matched = "selection by matching" in notes
-                if not match or dtype == "float16":
-                    assert not matched, (op, dtype, notes)
-                elif dtype == "float32" and not last and row >= 64:
-                    # (a block of fewer than emit_control.SELECTION_MATCH_LANES lanes
-                    # keeps the tree: float64 lanes on a narrow vector, rows of 3)
-                    assert matched, (op, dtype, notes)
+        for op, last, f in _arg_kernels(X, axis, keep):
+            for data in ("normal", "ties", "nan", "zeros", "inf"):
+                x = rng.standard_normal(shape)
+                if data == "ties":
+                    x = rng.integers(-2, 3, shape).astype("float64")
+                elif data == "nan":
+                    x[rng.random(shape) < 0.03] = np.nan
+                    x.reshape(-1)[-1] = np.nan
+                    x[(0,) * kept] = np.nan          # a row (or plane) all NaN
+                elif data == "zeros":
+                    x = np.where(rng.random(shape) < 0.5, -0.0, 0.0)
+                elif data == "inf":
+                    x = np.full(shape, -np.inf if op == "argmax" else np.inf)
+                    x[rng.random(shape) < 0.3] = -x.flat[0]
+                x = x.astype(dtype)
+                want = _arg_rows_reference(op, x, axis, keep, last)
+                out = np.full(want.shape, -7, "int64")
+                f(x, out)
+                np.testing.assert_array_equal(out, want, f"{op} {dtype} {data} {last}")
+            notes = " ".join(f.vectorize_notes)
+            matched = "selection by matching" in notes
+            if not match or dtype == "float16":
+                assert not matched, (op, dtype, notes)
+            elif dtype == "float32" and not last and row >= 64:
+                # (a block of fewer than emit_control.SELECTION_MATCH_LANES lanes
+                # keeps the tree: float64 lanes on a narrow vector, rows of 3)
+                assert matched, (op, dtype, notes)
+
+
+@pytest.mark.parametrize("match", [True, False])
+@pytest.mark.parametrize("shape,axis,keep", [((64, 256), -1, False), ((7, 13, 250), -1, True),
+                                             ((9, 3), 1, False), ((2, 3, 17, 40), (2, 3), True)])
+def test_row_argmax_of_integers_lanes_combined_by_matching(monkeypatch, match, shape, axis,
+                                                           keep):
+    """An argmax's or argmin's partial lanes over integer values combined by matching
+    (``emit_control.SELECTION_MATCH_INTS``: the lanes' integer max or min, signed or
+    unsigned, the first (last) index among the lanes equal to it) or as the tree:
+    numpy's either way -- values over the dtype's whole range, its extremes, ties (small
+    integers), rows with tails (250, 3), two axes, keepdims, ``select_last_index``, int8,
+    int32, int64 and uint8 (unsigned compares).  Never matched when off; when on, int32
+    rows of 64 or more are."""
+    import tecomp as tc
+    from tecomp.codegen.llvm import emit_control
+
+    monkeypatch.setattr(emit_control, "SELECTION_MATCH_INTS", match)
+    rng = np.random.default_rng(6)
+    row = int(np.prod([shape[d] for d in _reduced(shape, axis)]))
+
+    for dtype in ("int32", "int8", "int64", "uint8"):
+        info = np.iinfo(dtype)
+        X = tc.placeholder(shape, name="x", dtype=dtype)
+        for op, last, f in _arg_kernels(X, axis, keep):
+            for data in ("wide", "extremes", "ties"):
+                if data == "wide":
+                    x = rng.integers(info.min, info.max, shape, dtype=dtype,
+                                     endpoint=True)
+                elif data == "extremes":
+                    x = rng.choice(np.array([info.min, info.max, 0], dtype), shape)
+                else:
+                    x = rng.integers(0, 3, shape).astype(dtype)
+                want = _arg_rows_reference(op, x, axis, keep, last)
+                out = np.full(want.shape, -7, "int64")
+                f(x, out)
+                np.testing.assert_array_equal(out, want, f"{op} {dtype} {data} {last}")
+            matched = "selection by matching" in " ".join(f.vectorize_notes)
+            if not match:
+                assert not matched, (op, dtype)
+            elif dtype == "int32" and not last and row >= 64:
+                assert matched, (op, dtype, f.vectorize_notes)
 
 
 def test_float_max_reduction_without_vectorized_loops_keeps_llvm_maximum():
