@@ -4,7 +4,6 @@ errors; argument checks; the on-disk cache."""
 import dataclasses
 import os
 import shutil
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -26,6 +25,7 @@ from tecomp.codegen.cuda import codegen_cuda  # noqa: E402
 from tecomp.codegen.cuda_emu import (  # noqa: E402
     CudaEmuModule, build_cuda_emu, compile_emu_library, find_cxx,
 )
+from tecomp.testing.emu_entry import ATTACKS, run_attack  # noqa: E402
 
 try:
     find_cxx()
@@ -421,143 +421,16 @@ def test_disk_cache_survives_a_corrupted_library(tmp_path, monkeypatch):
     assert opath.read_bytes() != path.read_bytes()
 
 
-def _planted_library(d, marker, key_section=None):
-    """A shared library a user (or an attacker who can write the cache) puts at an entry:
-    its static constructor creates ``marker`` (so the test sees whether it was ever
-    loaded), it has the entry points of an emulation library, and its key -- in the key
-    section when ``key_section`` gives one -- names another library."""
-    src = d / "planted.cc"
-    other = "0123456789abcdef0123456789abcdef"
-    sec = f'__attribute__((used, section("{cuda_emu.KEY_SECTION}"))) ' if key_section else ""
-    src.write_text(
-        '#include <cstdio>\n'
-        f'struct Mark {{ Mark() {{ FILE* f = std::fopen("{marker}", "w"); if (f) std::fclose(f); }} }};\n'
-        'static Mark mark;\n'
-        f'extern "C" int tecomp_emu_abi_version(void) {{ return {cuda_emu.ABI_VERSION}; }}\n'
-        f'extern "C" {sec}const char tecomp_emu_key[] = "{key_section or other}";\n')
-    out = d / "planted.so"
-    subprocess.run([find_cxx(), "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
-    return out
-
-
-def _entry(tmp_path, cs):
-    return tmp_path / "cuda_emu" / f"{cuda_emu._library_key(cs)[0]}.so"
-
-
-def _cached_entry(tmp_path, monkeypatch, n):
-    """A fresh cache under ``tmp_path`` holding the library of an ``n``-element
-    vector_add: (case, its CUDA source, the entry's path)."""
-    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cuda_emu, "_LIBS", {})
-    case = vector_add(symbolic=False, n_const=n)
-    cs = codegen_cuda(case.func)
-    compile_emu_library(cs, load=False)
-    return case, cs, _entry(tmp_path, cs)
-
-
-def _runs_right(case, cs, n):
-    mod = CudaEmuModule(cs, compile_emu_library(cs))
-    args = case.make_args(np.random.default_rng(0), n)
-    mod(*args)
-    check(case, args)
-
-
-@pytest.mark.parametrize("where", ["symbol", "section"])
-def test_an_entry_of_another_key_is_never_loaded(tmp_path, monkeypatch, where):
-    """A library of another key copied over an entry with a sidecar of its own is
-    compiled again *before* dlopen sees it: its static constructors never run (the key
-    was compared after dlopen before, and they ran)."""
-    from tecomp.runtime.libfiles import write_sidecar
-
-    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cuda_emu, "_LIBS", {})
-    case = vector_add(symbolic=False, n_const=81)
-    cs = codegen_cuda(case.func)
-    entry = _entry(tmp_path, cs)
-    entry.parent.mkdir(mode=0o700)
-    marker = tmp_path / "constructor-ran"
-    planted = _planted_library(tmp_path, marker,
-                               "f" * 32 if where == "section" else None)
-    shutil.copyfile(planted, entry)
-    write_sidecar(str(entry))
-    assert compile_emu_library(cs, load=False) is None     # (the check without loading)
-    assert entry.read_bytes() != planted.read_bytes()
-    shutil.copyfile(planted, entry)
-    write_sidecar(str(entry))
-    monkeypatch.setattr(cuda_emu, "_LIBS", {})
-    _runs_right(case, cs, 81)
-    assert not marker.exists()
-    assert cuda_emu.entry_key(entry.read_bytes()) == cuda_emu._library_key(cs)[0]
-
-
-def test_an_entry_swapped_after_its_check_is_not_the_one_loaded(tmp_path, monkeypatch):
-    """The entry is read, checked and dlopened through one descriptor: a library (of
-    another key, with its sidecar) renamed onto the entry's path between the check and
-    the load is not the file that is loaded (it was loaded by path before)."""
-    from tecomp.runtime.libfiles import write_sidecar
-
-    case, cs, entry = _cached_entry(tmp_path, monkeypatch, 82)
-    marker = tmp_path / "constructor-ran"
-    planted = _planted_library(tmp_path, marker)
-    swap = tmp_path / "swap.so"
-    shutil.copyfile(planted, swap)
-    checked = cuda_emu.entry_key
-    swapped = []
-
-    def check_then_swap(data, where="the CUDA emulation library"):
-        got = checked(data, where)
-        if not swapped:                 # the race: renamed onto the entry right after
-            os.replace(swap, entry)
-            write_sidecar(str(entry))
-            swapped.append(True)
-        return got
-
-    monkeypatch.setattr(cuda_emu, "entry_key", check_then_swap)
-    monkeypatch.setattr(cuda_emu, "_LIBS", {})
-    _runs_right(case, cs, 82)
-    assert swapped and not marker.exists()
-
-
-@pytest.mark.parametrize("how", ["truncated", "truncated_resealed", "empty_resealed",
-                                 "link_to_genuine", "link_to_fifo", "fifo", "sidecar_fifo",
-                                 "sidecar_link_to_dev_zero"])
-def test_a_damaged_or_linked_entry_is_compiled_again(tmp_path, monkeypatch, how):
-    """A truncated entry (with its sidecar written anew, too: dlopen never sees it), a
-    link where the entry goes (not followed: replaced by a file; its target untouched),
-    a FIFO in the entry's or its sidecar's place: compiled again, the right values."""
-    from tecomp.runtime.libfiles import write_sidecar
-
-    case, cs, entry = _cached_entry(tmp_path, monkeypatch, 83)
-    genuine = entry.read_bytes()
-    side = entry.with_name(entry.name + ".sha256")
-    target = tmp_path / "elsewhere.so"
-    if how.startswith("truncated") or how == "empty_resealed":
-        entry.unlink()
-        entry.write_bytes(genuine[:len(genuine) * 2 // 3] if how != "empty_resealed" else b"")
-        if how.endswith("resealed"):
-            write_sidecar(str(entry))
-    elif how == "link_to_genuine":
-        target.write_bytes(genuine)
-        entry.unlink()
-        entry.symlink_to(target)
-    elif how == "link_to_fifo":
-        os.mkfifo(target)
-        entry.unlink()
-        entry.symlink_to(target)
-    elif how == "fifo":
-        entry.unlink()
-        os.mkfifo(entry)
-    elif how == "sidecar_fifo":
-        side.unlink()
-        os.mkfifo(side)
-    else:
-        side.unlink()
-        side.symlink_to("/dev/zero")
-    monkeypatch.setattr(cuda_emu, "_LIBS", {})
-    _runs_right(case, cs, 83)
-    assert not entry.is_symlink() and entry.read_bytes() == genuine
-    if how == "link_to_genuine":
-        assert target.read_bytes() == genuine
+@pytest.mark.parametrize("how", ATTACKS)
+def test_an_attacked_entry_is_compiled_again_and_none_of_it_runs(how):
+    """The entry attacked (tecomp.testing.emu_entry): a library of another key with a
+    sidecar of its own (its static constructors ran before: the key was compared after
+    dlopen), one renamed onto the entry between its check and its load (loaded by path
+    before: the planted one ran), truncated or flipped and resealed, a link, a FIFO...:
+    compiled again, the right values, no constructor of another library run; a directory
+    in its place is a BuildError."""
+    kind, detail = run_attack(how, n=77 + ATTACKS.index(how), threads=32, k=ATTACKS.index(how))
+    assert kind == ("refused" if how == "directory" else "ok"), detail
 
 
 def test_precompiled_header_is_shared_and_a_broken_one_is_harmless(tmp_path, monkeypatch):
