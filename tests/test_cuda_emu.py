@@ -25,6 +25,7 @@ from tecomp.codegen.cuda import codegen_cuda  # noqa: E402
 from tecomp.codegen.cuda_emu import (  # noqa: E402
     CudaEmuModule, build_cuda_emu, compile_emu_library, find_cxx,
 )
+from tecomp.testing.emu_entry import ATTACKS, run_attack  # noqa: E402
 
 try:
     find_cxx()
@@ -418,6 +419,18 @@ def test_disk_cache_survives_a_corrupted_library(tmp_path, monkeypatch):
     mod(*args)
     check(other, args)
     assert opath.read_bytes() != path.read_bytes()
+
+
+@pytest.mark.parametrize("how", ATTACKS)
+def test_an_attacked_entry_is_compiled_again_and_none_of_it_runs(how):
+    """The entry attacked (tecomp.testing.emu_entry): a library of another key with a
+    sidecar of its own (its static constructors ran before: the key was compared after
+    dlopen), one renamed onto the entry between its check and its load (loaded by path
+    before: the planted one ran), truncated or flipped and resealed, a link, a FIFO...:
+    compiled again, the right values, no constructor of another library run; a directory
+    in its place is a BuildError."""
+    kind, detail = run_attack(how, n=77 + ATTACKS.index(how), threads=32, k=ATTACKS.index(how))
+    assert kind == ("refused" if how == "directory" else "ok"), detail
 
 
 def test_precompiled_header_is_shared_and_a_broken_one_is_harmless(tmp_path, monkeypatch):

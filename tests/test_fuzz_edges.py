@@ -798,6 +798,31 @@ def test_library_family_resealed_flips_find_dlopen_crashes():
         assert p.returncode < 0 or p.returncode > 128, (seed, p.returncode, p.stdout[-300:])
 
 
+def test_library_family_attacks_the_emulation_cache_entry(monkeypatch):
+    """Session 28: three in ten library_file seeds also attack the CUDA emulation's cache
+    entry (tecomp.testing.emu_entry).  Seed 383 plants a library of another key, with its
+    own sidecar and a static constructor; 1229 renames one onto the entry between its
+    check and its load: neither runs, the kernel is compiled again (the seeds then go on
+    to their tampered library: refused).  With the key taken from the entry's name (as
+    good as not read from its bytes) seed 383's constructor runs: a mismatch."""
+    from tecomp.codegen import cuda_emu
+
+    try:
+        cuda_emu.find_cxx()
+    except Exception:  # noqa: BLE001
+        pytest.skip("no C++ compiler for the CUDA emulation")
+    for seed, attack in ((383, "other_key"), (1229, "swap_after_check")):
+        ec = draw_edge_case(seed)
+        assert ec.twist["emu_entry"]["attack"] == attack
+        out = run_edge_case(ec)
+        assert out.kind in ("ok", "refused") and out.stage != "emulation cache entry", \
+            out.report()
+    monkeypatch.setattr(cuda_emu, "entry_key", lambda data, where="": os.path.basename(where)[:-3])
+    out = run_edge_case(draw_edge_case(383))
+    assert out.kind == "mismatch" and "constructor of a library of another key ran" in \
+        out.detail, out.report()
+
+
 def test_library_family_metadata_flips_are_refused(monkeypatch):
     """Session 27: three in ten of the resealed flips land on a digit of the metadata or
     on its sha256 beside the code, and a library that loads with metadata other than what

@@ -248,3 +248,17 @@ def test_a_grouped_case_as_winograd():
     assert out.kind == "ok", out.report()
     assert not any(draw_op_case(s).spec.get("winograd") and
                    draw_op_case(s).spec["kind"] != "grouped" for s in range(200))
+
+
+def test_a_symbolic_batch_scheduled_with_a_hint():
+    """Session 28: half the symbolic batches are scheduled with a hint of the batch
+    (``shapes={"n": hint}``), half of those reductions over a batch of rows.  Seed 1858:
+    argmin along rows of 64 over ``n`` rows, the hint 8 -- the rules took the hint for
+    the rows' extent, blocked them by 4 and unrolled a loop of ``min(n - i*4, 4)``
+    rows: tc.build refused the rules' own schedule (a ScheduleError; a crash of the
+    case).  Now the answers of PyTorch."""
+    sp = draw_op_case(1858).spec
+    assert sp["sym_batch"] and sp["batch_hint"] == 8 and sp["op"] == "argmin" and \
+        sp["shape"][-1] == 64 and sp["kwargs"]["axis"] == -1
+    out = run_op_case(draw_op_case(1858))
+    assert out.kind == "ok", out.report()

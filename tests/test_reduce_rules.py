@@ -866,6 +866,29 @@ def test_argmax_rows_in_blocks_of_rows(op, shape, dtype, keepdims):
                 assert m and int(m.group(1)) == b and int(m.group(2)) == F, ir
 
 
+@pytest.mark.parametrize("op,shape,dtype,hint", [
+    ("argmax", ("n", 64), "int32", 64), ("argmin", ("n", 33), "int32", 4),
+    ("argmax", ("n", 256), "int64", 4096), ("argmax", ("n", 8, 256), "int32", 8)])
+def test_selection_rows_of_a_symbolic_batch_build(op, shape, dtype, hint):
+    """An argmax along rows over a symbolic batch, the shapes' hint a multiple of the row
+    block: the rules took the hint for the rows' extent, blocked them and unrolled the
+    partials' rows at the block, whose extent (``min(n - i*4, 4)``) is not a constant --
+    tc.build refused the rules' own schedule with a ScheduleError.  The block is taken
+    only where the rows' extents are constants; numpy's answers for 0, 1, 5 and 37
+    rows."""
+    n = tc.var("n")
+    X = tc.placeholder(tuple(n if e == "n" else e for e in shape), name="X")
+    Y = getattr(nn, op)(X, axis=-1, dtype=dtype)
+    f = tc.build(apply_rules([X, Y], Knobs(), info2(), shapes={"n": hint}), [X, Y])
+    for m in (0, 1, 5, 37):
+        x = rng.standard_normal((m,) + shape[1:]).astype("float32")
+        x[..., 3] = 10.0 if op == "argmax" else -10.0     # (ties: the first index)
+        x[..., 9] = x[..., 3]
+        got = np.full(x.shape[:-1], -7, dtype)
+        f(x, got)
+        np.testing.assert_array_equal(got, getattr(np, op)(x, axis=-1))
+
+
 def _prefetching(ahead=4096, **kw):
     """This host's model on two threads, with a small L2 (so that small inputs stream
     past it) and the rows ahead prefetched ``ahead`` bytes (CpuModel.row_prefetch_bytes;

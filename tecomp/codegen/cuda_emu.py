@@ -35,8 +35,13 @@ writes are copied back afterwards.  Workspaces (global allocations) are allocate
 call.  Compiled libraries are cached on disk under ``$TECOMP_CACHE_DIR`` (default
 ``$XDG_CACHE_HOME/tecomp``, else ``~/.cache/tecomp``) in ``cuda_emu/`` (created ``0700``; one that other users may write
 to is refused), by a hash of everything that goes into them;
-files are written atomically (a temporary file, then ``os.replace``), and a cached
-library that fails to load is rebuilt.  With GCC the header is compiled once per
+files are written atomically (a temporary file, then ``os.replace``).  An entry is
+used only when it is a regular file (a link there is not followed) whose bytes -- read
+once, through one descriptor -- match its sha256 sidecar and name its key in their
+section :data:`KEY_SECTION`; dlopen then maps that very file (through the descriptor),
+so a library of another key copied over the entry is compiled again before any of it
+runs, and one renamed onto the entry after the check is not the one loaded.  An entry
+that fails those checks or fails to load is rebuilt.  With GCC the header is compiled once per
 compiler, flags and header into a precompiled header there too (``header-<hash>/``,
 :data:`PRECOMPILED_HEADER`), which every build loads instead of parsing the header.
 """
@@ -56,7 +61,7 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
-from ..errors import ArgumentError, BoundsError, BuildError, RuntimeUnavailableError
+from ..errors import ArgumentError, BoundsError, BuildError, LoadError, RuntimeUnavailableError
 from ..ir import dtype as _dt
 from ..ir.expr import Buffer
 from ..ir.stmt import PrimFunc
@@ -64,8 +69,9 @@ from ..runtime.argcheck import eval_host_expr
 from ..runtime.cuda_kernels import WORKSPACE_ALIGN, CudaSource, KernelInfo, workspace_elements
 from .cuda import (MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, CudaRenderer, codegen_cuda,
                    param_ctype)
-from ..runtime.libfiles import (cache_root, digest_file, private_dir, sidecar_matches, tool_identity,
-                       write_sidecar)
+from ..runtime.elf import read_sections
+from ..runtime.libfiles import (FileRefused, cache_root, digest_bytes, dlopen_fd, open_regular,
+                                private_dir, read_fd, read_sidecar, tool_identity, write_sidecar)
 from ..runtime.cuda import CudaSourceModule, stream_handle
 from ..lower.tma_pipeline import map_spec
 from ..target import tma
@@ -278,19 +284,16 @@ def compile_emu_library(cs: CudaSource, load: bool = True) -> Optional[EmuLibrar
             return lib if load else None
         d = private_dir(cache_dir(), "the CUDA emulation cache", BuildError)
         final = d / f"{key}.so"
-        loaded = None
-        # loaded only when its sha256 sidecar matches (tecomp/runtime/libfiles.py): a
-        # truncated or replaced file is rebuilt instead of being handed to dlopen
-        if final.exists() and sidecar_matches(final):
-            _log.debug("cuda-emu cache hit: %s", final)
-            if not load:
-                return None
-            loaded = _try_load(str(final), key)
+        # the entry is used only when it is what was written for this key (its sidecar,
+        # and the key in its bytes: _open_entry); anything else is compiled again
+        loaded = _open_entry(final, key, load)
         if loaded is None:
             _log.debug("cuda-emu cache miss: compiling %s", final)
             t0 = time.perf_counter()
             loaded = _build(cxx, header, launcher, cs.source, d, final, load, key)
             _log.debug("cuda-emu compiled %s in %.2f s", final.name, time.perf_counter() - t0)
+        else:
+            _log.debug("cuda-emu cache hit: %s", final)
         if not load:
             return None
         lib = EmuLibrary(cs, str(final), loaded)
@@ -298,11 +301,60 @@ def compile_emu_library(cs: CudaSource, load: bool = True) -> Optional[EmuLibrar
         return lib
 
 
-def _try_load(path: str, key: str) -> Optional[ctypes.CDLL]:
-    """The library at ``path`` if it is the one of ``key`` (a library of other kernels
-    copied over the entry, with a sidecar of its own, is not: it names another key)."""
+#: the section of an emulation library that holds its key (``tecomp_emu_key``), read
+#: from the file's bytes before the file is handed to dlopen
+KEY_SECTION = ".tecomp_emu_key"
+#: a cache entry larger than this is not one (read no further)
+MAX_ENTRY_BYTES = 1 << 30
+
+
+def entry_key(data: bytes, where: str = "the CUDA emulation library") -> Optional[str]:
+    """The key the emulation library ``data`` (its bytes) was built for: the text of its
+    :data:`KEY_SECTION` up to the first NUL; None for a file without one (not an ELF
+    file, truncated, built before the section, not built by tecomp)."""
     try:
-        lib = ctypes.CDLL(path)
+        sec = read_sections(data, where).get(KEY_SECTION)
+    except LoadError:
+        return None
+    if sec is None:
+        return None
+    return sec.split(b"\0", 1)[0].decode("ascii", "replace")
+
+
+def _open_entry(final: Path, key: str, load: bool):
+    """The cache entry ``final`` if it is the library of ``key``, loaded (``load``) or
+    True; None for a miss.
+
+    It must be a regular file (a link is not followed: the rebuild replaces the link);
+    its bytes are read once, through one descriptor, and must match its sidecar and
+    name ``key`` in :data:`KEY_SECTION`.  A library of another key copied over the
+    entry with a sidecar of its own is a miss *before* dlopen (its static constructors
+    would run on load), and the file dlopen maps is the one that was read, through that
+    descriptor (:func:`~tecomp.runtime.libfiles.dlopen_fd`), whatever has been renamed
+    onto the entry's path since."""
+    try:
+        fd = open_regular(final, MAX_ENTRY_BYTES, follow=False)
+    except (OSError, FileRefused):
+        return None
+    try:
+        try:
+            data = read_fd(fd, MAX_ENTRY_BYTES)
+        except FileRefused:
+            return None
+        if read_sidecar(final) != digest_bytes(data) or entry_key(data, str(final)) != key:
+            return None
+        if not load:
+            return True
+        return _dlopen_checked(fd, str(final), key)
+    finally:
+        os.close(fd)
+
+
+def _dlopen_checked(fd: int, path: str, key: str) -> Optional[ctypes.CDLL]:
+    """The library the file ``fd`` reads, loaded (:func:`dlopen_fd`), if its code is of
+    this ABI and the copy the loader gave names ``key``; None otherwise."""
+    try:
+        lib = dlopen_fd(fd, path)
         fn = lib.tecomp_emu_abi_version
         fn.restype = ctypes.c_int
         if fn() != ABI_VERSION:
@@ -379,7 +431,8 @@ def _build(cxx: str, header: str, launcher: str, source: str, d: Path, final: Pa
                  "mma.h": f'#include "{HEADER_NAME}"\n',
                  "cuda_bf16.h": f'#include "{HEADER_NAME}"\n',
                  "kernel.cu": source,
-                 "launcher.cc": f'{launcher}\nextern "C" const char tecomp_emu_key[] = "{key}";\n'}
+                 "launcher.cc": f'{launcher}\nextern "C" __attribute__((used, section('
+                                f'"{KEY_SECTION}"))) const char tecomp_emu_key[] = "{key}";\n'}
         if pch is None:
             files[HEADER_NAME] = header
         # (with the precompiled header the build directory has no copy of the header: a
@@ -397,14 +450,26 @@ def _build(cxx: str, header: str, launcher: str, source: str, d: Path, final: Pa
                 "compiling the CUDA emulation library failed (this is likely a tecomp bug; "
                 f"please report it with the generated source):\n{' '.join(cmd)}\n"
                 f"{(proc.stderr or proc.stdout).strip()[:8000]}")
-        lib = _try_load(out, key) if load else None
+        # the file is read once: the sidecar seals the bytes that were loaded
+        fd = open_regular(out, MAX_ENTRY_BYTES, follow=False)
+        try:
+            digest = digest_bytes(read_fd(fd, MAX_ENTRY_BYTES))
+            lib = _dlopen_checked(fd, out, key) if load else None
+        finally:
+            os.close(fd)
         if load and lib is None:
-            raise BuildError(f"the freshly built CUDA emulation library {out} does not load")
-        digest = digest_file(out)
-        os.replace(out, final)  # atomic: other processes see the old file or the new one
-        # the sidecar is written last: a reader that sees a new library with an old (or no)
-        # sidecar rebuilds, which is only wasted work
-        write_sidecar(final, digest)
+            raise BuildError(f"the freshly built CUDA emulation library {out} does not load "
+                             f"(this is likely a tecomp bug; please report it)")
+        try:
+            os.replace(out, final)  # atomic: other processes see the old file or the new one
+            # the sidecar is written last: a reader that sees a new library with an old (or
+            # no) sidecar rebuilds, which is only wasted work
+            write_sidecar(final, digest)
+        except OSError as e:
+            raise BuildError(
+                f"cannot write the CUDA emulation cache entry {final} or its sidecar "
+                f"({e.strerror}): remove what is in their place, or point TECOMP_CACHE_DIR "
+                f"at another directory") from None
         return lib
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -49,9 +49,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import re
-import shutil
-import tempfile
 import threading
 import time
 from typing import Dict, Optional, Tuple, Union
@@ -60,7 +57,7 @@ from . import aot_format as _fmt
 from . import llvm as _rt
 from .. import threads as _threads
 from .libfiles import (
-    FileRefused, digest_bytes, file_path, open_regular, read_fd, sidecar_digest, sidecar_path,
+    FileRefused, digest_bytes, dlopen_fd, file_path, open_regular, read_fd, sidecar_digest, sidecar_path,
 )
 from .cuda_library import CudaLibraryModule
 from .signature import Signature
@@ -286,24 +283,12 @@ def _signature(info: "_fmt.LibraryInfo", where: str) -> Tuple[PrimFunc, Signatur
 
 def _dlopen(fd: int, path: str, where: str, section: bytes) -> ctypes.CDLL:
     """dlopen the file ``fd`` reads -- the very file that was checked, even if ``path``
-    names another one by now -- and register its pool (once per loaded copy).
-
-    The dynamic loader returns a library it loaded before when the *name* matches, so
-    the file is opened through a name used once (a symlink to ``/proc/self/fd/N`` in a
-    fresh directory): a library exported again to the same path is then loaded anew,
-    while the same file loaded twice is one copy (the loader also matches files).
-    ``section`` (the metadata as checked) must then be the copy's metadata."""
-    proc = f"/proc/self/fd/{fd}"
-    tmp = None
+    names another one by now (:func:`~tecomp.runtime.libfiles.dlopen_fd`: a library
+    exported again to the same path is loaded anew) -- and register its pool (once per
+    loaded copy).  ``section`` (the metadata as checked) must then be the copy's
+    metadata."""
     try:
-        if os.path.exists(proc):
-            tmp = tempfile.mkdtemp(prefix="tecomp-load-")
-            name = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(path))[:100] or "lib.so"
-            target = os.path.join(tmp, name)
-            os.symlink(proc, target)
-        else:
-            target = os.path.abspath(path)
-        lib = ctypes.CDLL(target)
+        lib = dlopen_fd(fd, path)
     except UnicodeDecodeError:
         # (dlerror's message names what the library asks for, damaged names among it)
         raise LoadError(f"{where} could not be loaded: the dynamic loader's message is not "
@@ -311,9 +296,6 @@ def _dlopen(fd: int, path: str, where: str, section: bytes) -> ctypes.CDLL:
     except OSError as e:
         raise LoadError(f"{where} could not be loaded: {str(e)[:300]}; check that the "
                         f"libraries it needs (libm, libpthread, libc) are installed") from None
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
     try:
         addr = ctypes.addressof(ctypes.c_char.in_dll(lib, _fmt.METADATA_SYMBOL))
     except ValueError:

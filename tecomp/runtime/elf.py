@@ -34,8 +34,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 from ..errors import LoadError
 from ..ir.names import display
 
-__all__ = ["LibraryImage", "inspect_library", "check_plain", "host_machine", "SYSTEM_LIBRARIES",
-           "PLAIN_TAGS"]
+__all__ = ["LibraryImage", "inspect_library", "read_sections", "check_plain", "host_machine",
+           "SYSTEM_LIBRARIES", "PLAIN_TAGS"]
 
 ET_DYN = 3
 PT_LOAD, PT_DYNAMIC, PT_GNU_STACK, PF_X = 1, 2, 0x6474E551, 1
@@ -300,6 +300,28 @@ def _strings(data: bytes, where: str, tags: Dict[int, int], dynamic,
         return table[off:end if end >= 0 else len(table)].decode("ascii", "replace")
 
     return name
+
+
+def read_sections(data: bytes, where: str) -> Dict[str, bytes]:
+    """The contents of the sections of the 64-bit little-endian ELF file ``data``, by
+    name (the first of a name; read as data, nothing else of the file is checked): what
+    a library says of itself, read before ``dlopen`` runs any of it.  A LoadError naming
+    ``where`` for a file that is not such an ELF file or whose section table or sections
+    lie outside it."""
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise LoadError(f"{where} is not a 64-bit little-endian ELF file")
+    (e_shoff,) = struct.unpack_from("<Q", data, 40)
+    e_shentsize, e_shnum, e_shstrndx = struct.unpack_from("<HHH", data, 58)
+    if e_shentsize not in (0, 64):
+        raise LoadError(f"{where} is damaged: its ELF header gives sections of "
+                        f"{e_shentsize} bytes")
+
+    def need(offset: int, length: int, what: str) -> None:
+        if offset < 0 or length < 0 or offset + length > len(data):
+            raise LoadError(f"{where} is truncated or damaged: its {what} lies at bytes "
+                            f"[{offset}, {offset + length}) of a {len(data)}-byte file")
+
+    return _sections(data, where, e_shoff, e_shnum, e_shstrndx, need)
 
 
 def _sections(data: bytes, where: str, e_shoff: int, e_shnum: int, e_shstrndx: int,

@@ -20,6 +20,7 @@ sidecar too.  Where libraries come from is the caller's trust decision (docs/run
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import re
@@ -34,7 +35,7 @@ from typing import Optional, Type, Union
 __all__ = ["file_path", "digest_bytes", "digest_file", "sidecar_path", "read_sidecar",
            "sidecar_digest", "sidecar_matches", "special_file", "write_atomic", "write_sidecar",
            "write_with_sidecar", "open_regular", "read_fd", "FileRefused", "cache_root",
-           "private_dir", "tool_identity"]
+           "private_dir", "tool_identity", "dlopen_fd"]
 
 #: a sidecar larger than this is not one (read no further)
 MAX_SIDECAR_BYTES = 4096
@@ -102,22 +103,27 @@ def special_file(path: PathLike) -> str:
     return ""
 
 
-def open_regular(path: PathLike, limit: int) -> int:
-    """A read-only descriptor of the regular file ``path`` (symbolic links followed), at
-    most ``limit`` bytes long.  FileNotFoundError when there is none; FileRefused for
-    anything else that is not such a file -- a FIFO, a device or a directory is never
-    read (it could block forever or never end), and one is opened only non-blocking."""
+def open_regular(path: PathLike, limit: int, follow: bool = True) -> int:
+    """A read-only descriptor of the regular file ``path`` (symbolic links followed, or,
+    with ``follow=False``, refused), at most ``limit`` bytes long.  FileNotFoundError
+    when there is none; FileRefused for anything else that is not such a file -- a FIFO,
+    a device or a directory is never read (it could block forever or never end), and one
+    is opened only non-blocking."""
     try:
-        st = os.stat(path)
+        st = os.stat(path) if follow else os.lstat(path)
     except FileNotFoundError:
         raise
     except OSError as e:
         raise FileRefused(f"cannot be read ({e.strerror})") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise FileRefused("is a symbolic link, not a regular file")
     if not stat.S_ISREG(st.st_mode):
         raise _not_regular(st.st_mode)
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    if not follow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)   # (a link put there since the lstat)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) |
-                     getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise
     except OSError as e:
@@ -307,6 +313,32 @@ def _backup(path: Path) -> str:
         _unlink(tmp)
         raise
     return tmp
+
+
+def dlopen_fd(fd: int, path: str) -> ctypes.CDLL:
+    """dlopen the file ``fd`` reads -- the very file that was checked, even if ``path``
+    names another one by now (a file swapped in between is not the one loaded).
+
+    The dynamic loader returns a library it loaded before when the *name* matches, so
+    the file is opened through a name used once (a symlink to ``/proc/self/fd/N`` in a
+    fresh directory; ``path`` itself where there is no ``/proc``): a file written anew
+    at the same path is then loaded anew, while the same file loaded twice is one copy
+    (the loader also matches files).  Raises what ``ctypes.CDLL`` raises (OSError; a
+    UnicodeDecodeError for a loader's message that is not text)."""
+    proc = f"/proc/self/fd/{fd}"
+    tmp = None
+    try:
+        if os.path.exists(proc):
+            tmp = tempfile.mkdtemp(prefix="tecomp-load-")
+            name = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(path))[:100] or "lib.so"
+            target = os.path.join(tmp, name)
+            os.symlink(proc, target)
+        else:
+            target = os.path.abspath(path)
+        return ctypes.CDLL(target)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def cache_root() -> Path:

@@ -1309,7 +1309,11 @@ class _Rules(BlockRules):
             want //= 2
         block = self.k.choose(f"{op.name}.row_block", [1, 2, 4, 8], want) \
             if len(parts) == 1 and selection_reducer(op.bodies[0].combiner) else 1
-        if exts[-1] is None or exts[-1] % block:
+        # (the rows' real extents, not the shapes' hints: a block of a symbolic row
+        # loop leaves the partials' rows at the block an extent that is not a constant,
+        # which cannot be unrolled -- tc.build refused the rule's own schedule)
+        if exts[-1] is None or exts[-1] % block or \
+                any(not isinstance(a.dom.extent, Const) for a in axes):
             block = 1
         # the loop the rows ahead are prefetched along (None: the row loop) and the rows
         # a step of it takes

@@ -74,6 +74,14 @@ read the docs, or one who wants to crash the caller, would:
     or of the metadata's sha256 beside the code; and a library that loads with metadata
     other than what ``export_library`` wrote is a finding (before session 27 one loaded
     and took arrays its code did not compute over: a partial result).
+    Three in ten (session 28, drawn first, from a stream of their own,
+    ``RandomDraw(seed * 7919 + 96)``) also attack the CUDA emulation's cache entry of a
+    small kernel (:mod:`tecomp.testing.emu_entry`: a library of another key with its own
+    sidecar and a static constructor, one renamed onto the entry between its check and
+    its load, truncated or key-flipped and resealed, links, FIFOs, a directory): compiled
+    again with the right values and no code of another key run (a directory: a
+    BuildError); before session 28 the other key's constructors ran, and a file renamed
+    onto the entry after its check was the one loaded.
 
 Session 8's families, drawn for the edge seeds whose ``(seed // 9) % 8 == 7`` (every
 other seed draws what it drew before them; :func:`family_of`):
@@ -265,6 +273,7 @@ from .diff import (
     Case, Outcome, _exc_text, case_arrays, compare, draw_case, numpy_problems, run_case, schedule_case,
 )
 from .draw import RandomDraw
+from .emu_entry import ATTACKS as EMU_ENTRY_ATTACKS, run_attack as run_emu_attack
 from .program import Cmp, CAnd, CNot, COr, is_float
 
 FAMILIES = ("conditions", "big_split", "layouts", "lazy_bits", "foreign_target",
@@ -498,6 +507,11 @@ def draw_edge_case(seed: int) -> EdgeCase:
             digits = RandomDraw(seed * 7919 + 95)   # (session 27: the others keep theirs)
             if digits.bool(0.3):
                 twist["flip"]["region"] = digits.choice(DIGIT_REGIONS)
+        emu = RandomDraw(seed * 7919 + 96)   # (session 28: the others keep theirs)
+        if emu.bool(0.3):
+            twist["emu_entry"] = {"attack": emu.choice(EMU_ENTRY_ATTACKS), "n": emu.int(1, 300),
+                                  "threads": emu.choice((1, 7, 32, 64, 128)),
+                                  "k": emu.int(-50, 50), "cut": emu.int(1, 99)}
     elif family == "big_extent":
         v = d.choice(("huge_strides", "huge_strides", "huge_strides", "int64_n", "int64_n",
                       "int64_n", "int64_n", "big_reduction"))
@@ -1415,6 +1429,11 @@ def _check_tma_box(ec: EdgeCase, tw: dict) -> Optional[Outcome]:
 
 
 def _run_library_file(ec: EdgeCase) -> Outcome:
+    emu = ec.twist.get("emu_entry")
+    if emu is not None:
+        bad = _check_emu_entry(ec, emu)
+        if bad is not None:
+            return bad
     tw = ec.twist.get("tma_box")
     if tw is not None:
         bad = _check_tma_box(ec, tw)
@@ -1450,6 +1469,22 @@ def _run_library_file(ec: EdgeCase) -> Outcome:
         what = f"a library tampered with ({how}, {stat.filemode(mode)})"
         return _expect_refusal(ec, lambda: tc.load_module(bad_path), (tc.LoadError,),
                                f"load_module ({how})", ir, what)
+
+
+def _check_emu_entry(ec: EdgeCase, tw: dict) -> Optional[Outcome]:
+    """The CUDA emulation's cache entry of a small kernel attacked as ``tw`` says
+    (:func:`tecomp.testing.emu_entry.run_attack`): None where it is compiled again and
+    right (or, a directory in its place, refused with a BuildError); else the finding."""
+    if shutil.which(os.environ.get("CXX") or "g++") is None and shutil.which("clang++") is None:
+        return None
+    what = f"the CUDA emulation cache entry attacked ({tw['attack']})"
+    try:
+        kind, detail = run_emu_attack(tw["attack"], n=tw["n"], threads=tw["threads"],
+                                      k=tw["k"], cut=tw["cut"])
+    except Exception as e:  # noqa: BLE001
+        return Outcome("crash", ec, "emulation cache entry", f"{what}:\n{_exc_text(e)}")
+    return Outcome("mismatch", ec, "emulation cache entry", detail) if kind == "mismatch" \
+        else None
 
 
 def _load_resealed(ec: EdgeCase, c, path: str, ir: str) -> Outcome:

@@ -42,7 +42,11 @@ A stream of its own (``RandomDraw(seed * 7919 + 42)``) makes the batch symbolic 
 ``tc.var`` passed last; a reduction's first axis) in 15% of the cases, the float32 data
 of pools and reductions float64 in 15% (float16 in 10% of the rest, compared within a
 float16 ulp besides), and passes 6% of the inputs as a stride-0 broadcast along their
-first axis.  The kernel is ``tc.auto_schedule(args)`` (no trials) built for the case's
+first axis; an eighth (``RandomDraw(seed * 7919 + 48)``, session 28) gives half the
+symbolic batches a hint, ``tc.auto_schedule(args, shapes={"n": hint})`` (1 to 4096: the
+rules once took a hint for the rows' extent and unrolled a loop that is not constant),
+half of those reductions a batch of rows of 33 to 256 reduced along the rows.
+The kernel is ``tc.auto_schedule(args)`` (no trials) built for the case's
 target and called with an input as a view (strided, one element off a 64-byte line -- 4
 bytes for float32 --, a non-contiguous torch tensor) and an output one element off a
 64-byte line (a non-temporal store path must fall back) or a torch tensor.
@@ -126,7 +130,9 @@ class OpCase(SpecCase):
                 *self.replay_lines("tecomp.testing.fuzz --only ops", "ops", "run_op_case")])
         lines = [f"# ops family: {self.call_source()}",
                  f"# X {sp['shape']} {sp['dtype']}" + (f", W {sp['wshape']}" if "wshape" in sp
-                                                        else ""),
+                                                        else "")
+                 + (f"; the batch symbolic, scheduled with shapes={{'n': {sp['batch_hint']}}}"
+                    if sp.get("batch_hint") else ""),
                  f"# input passed as {sp['in_view']!r}, output as {sp['out_view']!r}"
                  + (f", NaN/inf/-0.0 among the values" if sp.get("specials") else "")
                  + (f"; illegal: must raise a TecompError naming {sp['illegal']!r}"
@@ -197,6 +203,19 @@ def draw_op_case(seed: int, target: str = "llvm") -> OpCase:
     m = maybe_machine(seed, 46)
     if m is not None and not sp.get("illegal"):
         sp["machine"] = m
+    # (an eighth stream, session 28) half the symbolic batches scheduled with a hint of
+    # the batch (``tc.auto_schedule(args, shapes={"n": hint})``), as a user who knows
+    # the usual batch would: the rules took a hint that was a multiple of a row block
+    # for the rows' extent and unrolled a loop whose extent is not a constant (an argmax
+    # along rows; tc.build refused the rules' own schedule)
+    b = RandomDraw(seed * 7919 + 48)
+    if sp.get("sym_batch") and b.bool(0.5):
+        sp["batch_hint"] = b.choice((1, 2, 3, 4, 8, 16, 64, 1000, 4096))
+        if kind == "reduce" and not sp.get("illegal") and b.bool(0.5):
+            # a batch of rows long enough for the rules' vector partials, reduced along
+            # the rows (the rules take them a block of rows at a time)
+            sp["shape"] = [sp["shape"][0] if sp["shape"] else 3, b.choice((33, 64, 100, 256))]
+            sp["kwargs"]["axis"] = -1
     # (a seventh stream) an elementwise math function at its special points instead:
     # its gradient against PyTorch's, or its NaN bits vectorized against serial
     w = RandomDraw(seed * 7919 + 47)
@@ -987,7 +1006,8 @@ def _run_op_case(case: OpCase) -> "Outcome":
     stage, ir = "auto_schedule", ""
     try:
         args = [X] + ([W] if W is not None else []) + [Y] + ([n] if n is not None else [])
-        s = tc.auto_schedule(args, target=case.target)
+        s = tc.auto_schedule(args, target=case.target,
+                             shapes={"n": sp["batch_hint"]} if sp.get("batch_hint") else None)
         stage = "build"
         f = tc.build(s, args, target=case.target)
         stage = "data"

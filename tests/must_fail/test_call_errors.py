@@ -403,6 +403,28 @@ def test_cuda_emulation_refuses_a_cache_others_can_write(tmp_path, monkeypatch):
         tc.build(s, [A, C], target="cuda-emu")
 
 
+@pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None, reason="needs g++")
+def test_cuda_emulation_cache_entry_taken_by_a_directory(tmp_path, monkeypatch):
+    """A directory where the library's cache entry goes: a BuildError naming the entry
+    (the rename onto it raised a bare IsADirectoryError from the build before)."""
+    from tecomp.codegen import cuda_emu
+    from tecomp.codegen.cuda import codegen_cuda
+
+    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cuda_emu, "_LIBS", {})
+    A = tc.placeholder((8,), name="A")
+    C = tc.compute((8,), lambda i: A[i] * 3.0, name="C")
+    s = tc.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], tc.thread_axis("threadIdx.x"))
+    func = tc.lower(s, [A, C], target="cuda-emu")
+    key = cuda_emu._library_key(codegen_cuda(func))[0]
+    (tmp_path / "cuda_emu" / f"{key}.so").mkdir(parents=True)
+    with pytest.raises(tc.BuildError, match=r"cannot write the CUDA emulation cache entry "
+                                            r".*cuda_emu/[0-9a-f]{32}\.so or its sidecar \(Is a "
+                                            r"directory\): remove what is in their place"):
+        tc.build(s, [A, C], target="cuda-emu")
+
+
 def test_cubin_cache_others_may_write_to(tmp_path, monkeypatch):
     """The cubin cache holds code that is loaded and run: one that other users may write
     to is refused, as the emulation's is."""
