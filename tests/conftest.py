@@ -10,7 +10,11 @@ The parametrized tests of :data:`THINNED` keep one case in ``k`` by default (the
 then every ``k``-th, in collection order, so every process of pytest-xdist keeps the same
 ones): the suite's budget is about 15 minutes on two cores (CI), and these matrices
 were its slowest; ``TECOMP_LONG_TESTS=1`` runs every case. ``k = 0``: the test (not a
-matrix) runs only then."""
+matrix) runs only then. ``(k, m)``: a matrix of ``m`` cases under each value of an outer
+parameter (the lanes, a switch, a dtype: whatever varies slowest in collection order)
+keeps one case in ``k`` with the kept one shifted by one for each next value, so that
+every case runs under one of the values and every value runs: case ``i`` is kept where
+``(i % m + i // m) % k == 0``."""
 import os
 
 import pytest
@@ -32,32 +36,64 @@ THINNED = {
     "tests/test_autoschedule.py::test_random_knobs_are_correct": 3,
     "tests/test_autoschedule_cuda.py::test_gpu_rules_have_no_race": 2,
     "tests/test_autoschedule_cuda.py::test_gpu_rules_match_numpy_in_the_emulation": 3,
+    # each training x layout x affine case in one dtype, float32 and float64 alternating
+    "tests/test_batch_norm.py::test_batch_norm_matches_torch": (2, 2),
+    # each shape with the pairs switch on or off, alternating
+    "tests/test_codegen_llvm.py::test_column_argmax_nan_tests_in_pairs": (2, 2),
+    # each shape with the registers switch on or off, alternating
+    "tests/test_codegen_llvm.py::test_column_argmax_pairs_in_registers": (2, 2),
+    # each shape with the matching switch on or off, alternating
+    "tests/test_codegen_llvm.py::test_row_argmax_lanes_combined_by_matching": (2, 2),
     "tests/test_cuda_emu.py::test_examples_match_numpy": 3,
     "tests/test_flash_attention.py::test_flash_attention_matches_float64": 3,
     "tests/test_flash_attention.py::test_the_register_form_with_a_padding_mask": 3,
+    # seeds of one generator: four of the eight
+    "tests/test_fuzz.py::test_fuzz_gpu_int8_gemms_with_dp4a": 2,
     "tests/test_fuzz.py::test_fuzz_seeds_with_torch_tensors_and_exported_libraries": 3,
     "tests/test_fuzz.py::test_fuzz_tensor_core_gemms_with_epilogues": 3,
     "tests/test_fuzz_edges.py::test_environment_family_finds_the_settings_the_old_code_got_wrong": 0,
     "tests/test_fuzz_edges.py::test_family_runs_clean": 3,
+    # each layout with one of the two spellings, alternating
+    "tests/test_nn_conv_groups.py::test_depthwise_data_gradient_is_a_depthwise_convolution": (2, 2),
+    # each prefetched shape on 1 or 2 threads, alternating
+    "tests/test_nn_conv_groups.py::test_depthwise_nchw_rows_prefetched": (2, 5),
     "tests/test_nn_conv_groups.py::test_depthwise_nhwc_border_rows_apart": 3,
+    # every blocking x layout under one of the two lanes x threads pairs
+    "tests/test_nn_conv_groups.py::test_depthwise_template_every_blocking": (2, 10),
     "tests/test_nn_conv_groups.py::test_forward_matches_torch": 3,
     "tests/test_nn_conv_groups.py::test_gpu_rules_in_the_emulation": 3,
     "tests/test_nn_conv_groups.py::test_gradcheck": 3,
     "tests/test_nn_conv_groups.py::test_gradients_match_torch": 3,
     "tests/test_nn_conv_groups.py::test_grouped_nchw_rows_fuse_multiply_adds": 3,
+    # each interleaved case under one of the two lanes x threads pairs
+    "tests/test_nn_conv_groups.py::test_grouped_nhwc_interleaved": (2, 4),
     "tests/test_nn_conv_groups.py::test_grouped_nhwc_interleaved_plane_tasks": 3,
     "tests/test_nn_conv_groups.py::test_grouped_nhwc_interleaved_shares_tap_broadcasts": 3,
+    # each case under one of the two lanes x threads pairs
+    "tests/test_nn_conv_groups.py::test_grouped_nhwc_interleaved_whole_vectors": (2, 3),
+    # each case under 16 or 8 lanes, alternating
+    "tests/test_nn_conv_groups.py::test_grouped_nhwc_vectors_across_groups": (2, 3),
+    # each config in NCHW or NHWC, alternating
+    "tests/test_nn_conv_groups.py::test_grouped_template_configs": (2, 2),
     "tests/test_nn_conv_groups.py::test_grouped_template_every_blocking": 3,
     "tests/test_nn_conv_groups.py::test_half_precision_sums_in_float32": 3,
     "tests/test_nn_conv_groups.py::test_nchw_rows_strided_masked_loads": 3,
     "tests/test_nn_conv_nd.py::test_conv2d_transpose_channel_vector_phases_pack_their_weights_once": 3,
     "tests/test_nn_conv_nd.py::test_conv2d_transpose_gradients_match_torch": 3,
     "tests/test_nn_conv_nd.py::test_conv2d_transpose_matches_torch": 3,
+    # each shape in NCDHW or NDHWC, alternating
+    "tests/test_nn_conv_nd.py::test_conv3d_matches_torch": (2, 2),
     "tests/test_nn_conv_nd.py::test_conv3d_ncdhw_short_reduction_by_channels": 3,
     "tests/test_nn_conv_nd.py::test_conv3d_ncdhw_template_skips_the_padded_taps": 3,
+    # each operator in float16 or bfloat16, alternating
+    "tests/test_nn_conv_nd.py::test_conv_nd_half_sums_in_float32": (2, 2),
     "tests/test_nn_ops.py::test_forward_matches_numpy": 3,
     "tests/test_nn_ops.py::test_half_precision_reductions_accumulate_in_float32": 3,
     "tests/test_nn_pooling.py::test_adaptive_against_torch": 3,
+    # each window with -inf or -inf and NaN, alternating
+    "tests/test_nn_pooling.py::test_max_gradient_with_minus_inf_data_matches_pytorch": (2, 2),
+    # max (padded, unpadded) and avg kept; ceil, k345 and exclude-pad by the long run
+    "tests/test_nn_pooling.py::test_planes_first": 2,
     "tests/test_nn_pooling.py::test_pool_against_torch_and_numpy": 3,
     "tests/test_nn_pooling.py::test_separable_windows": 3,
     "tests/test_nn_pooling.py::test_short_padded_rows": 3,
@@ -68,6 +104,8 @@ THINNED = {
     "tests/test_nn_schedule_cpu.py::test_conv2d_nchw_by_channels": 3,
     "tests/test_nn_schedule_cpu.py::test_conv2d_nchw_channel_vectors_weigh_the_weight_copy": 3,
     "tests/test_nn_schedule_cpu.py::test_conv2d_nhwc": 3,
+    # each geometry under 16 or 8 lanes, alternating
+    "tests/test_nn_schedule_cpu.py::test_conv2d_nhwc_reads_the_input_in_place_where_taps_are_skipped": (2, 6),
     "tests/test_nn_schedule_cpu.py::test_conv2d_nhwc_same_bits_on_any_thread_count": 3,
     "tests/test_nn_schedule_cpu.py::test_conv_thread_split_is_pinned_by_the_config": 3,
     "tests/test_nn_schedule_cpu.py::test_dense": 3,
@@ -86,6 +124,8 @@ THINNED = {
     "tests/test_reduce_rules.py::test_argmax_starts_at_its_first_element": 3,
     "tests/test_reduce_rules.py::test_row_argmax_prefetches_the_rows_ahead": 3,
     "tests/test_reduce_rules.py::test_selections_prefetch_their_own_distance": 3,
+    # each variant on llvm or the interpreter, alternating
+    "tests/test_scan.py::test_rnn_cell": (2, 2),
     "tests/test_skinny_gemm.py::test_a_at_w_streams_each_thread_s_columns": 3,
     "tests/test_skinny_gemm.py::test_each_fma_loads_its_vector_of_w": 3,
     "tests/test_skinny_gemm.py::test_plain_skinny_gemm_streams_w_in_place": 3,
@@ -113,5 +153,8 @@ def pytest_collection_modifyitems(config, items):
         if k is None:
             continue
         i = seen[key] = seen.get(key, -1) + 1
+        if isinstance(k, tuple):
+            k, m = k
+            i = i % m + i // m
         if k == 0 or i % k:
             item.add_marker(thin)

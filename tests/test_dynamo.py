@@ -2,7 +2,11 @@
 encoder layer) compiled against eager PyTorch, outputs and gradients; the eager
 fallback of unsupported operators and dtypes; shape specialisation; the disk cache
 reused by a second process; in inference, convolution weights packed once and packed
-again whenever they change, and strided 1x1 convolutions as a subsampled GEMM."""
+again whenever they change, and strided 1x1 convolutions as a subsampled GEMM.
+
+The autouse fixture turns the backend's disk cache off where a test gives no ``cache``
+option (here and in the test_dynamo_* files that import it): the tests of the disk cache
+ask for the ``disk_cache`` fixture, which keeps the default (on)."""
 import copy
 import logging
 import os
@@ -24,11 +28,34 @@ _LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
 RTOL = 1e-4
 
 
+_OPTIONS = td._options
+
+
+def _options_without_disk_cache(kwargs):
+    """The backend's options, with ``cache`` False where the test gave none: exporting a
+    library costs about twice its build (in a background thread, which a fork waits for),
+    and a test loads nothing back from the disk unless it asks for ``disk_cache``."""
+    nested = kwargs.get("options")
+    opts = _OPTIONS(kwargs)
+    if "cache" not in kwargs and not (isinstance(nested, dict) and "cache" in nested):
+        opts.cache = False
+    return opts
+
+
 @pytest.fixture(autouse=True)
-def _fresh_dynamo():
+def _fresh_dynamo(request, monkeypatch):
+    """A fresh TorchDynamo; the disk cache off unless the test asks for ``disk_cache``."""
+    if "disk_cache" not in request.fixturenames:
+        monkeypatch.setattr(td, "_options", _options_without_disk_cache)
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def disk_cache():
+    """The backend's default: its kernels written to (and read from) the disk cache."""
+    assert td._options is _OPTIONS
 
 
 def _close(got, want, what):
@@ -958,7 +985,7 @@ def test_disk_cache_reused_by_a_second_process(tmp_path):
     assert list((tmp_path / "cache" / "dynamo").glob("*.so"))
 
 
-def test_kernels_written_to_disk_in_the_background(tmp_path, monkeypatch):
+def test_kernels_written_to_disk_in_the_background(tmp_path, monkeypatch, disk_cache):
     """The first call returns before its kernels are exported; flush() waits for the
     writer, after which every built kernel is a library on disk."""
     monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 import tecomp.dynamo as td  # noqa: E402
 from tecomp.dynamo import cache as dcache  # noqa: E402
 from tecomp.errors import ArgumentError  # noqa: E402
-from test_dynamo import _fresh_dynamo  # noqa: E402,F401  (an autouse fixture)
+from test_dynamo import _fresh_dynamo, disk_cache  # noqa: E402,F401  (fixtures)
 
 OPTS = {"cache": False}
 LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
@@ -156,7 +156,7 @@ def test_attention_with_a_symbolic_sequence_length():
     assert builds[-1] == builds[0]
 
 
-def test_symbolic_kernel_from_the_disk_cache_at_another_size(tmp_path, monkeypatch):
+def test_symbolic_kernel_from_the_disk_cache_at_another_size(tmp_path, monkeypatch, disk_cache):
     """A kernel with symbolic extents is one library on disk, keyed by its symbolic
     signature: after the process forgets its kernels, a new size loads it (no build)."""
     monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tecomp.dynamo import STATS  # noqa: E402
-from test_dynamo import _fresh_dynamo  # noqa: E402,F401  (an autouse fixture)
+from test_dynamo import _fresh_dynamo, disk_cache  # noqa: E402,F401  (fixtures)
 
 NAN, INF = float("nan"), float("inf")
 
@@ -48,7 +48,7 @@ def test_negation_flips_the_sign_of_zero():
             assert torch.equal(torch.signbit(g[:4]), torch.signbit(w[:4])), (g, w)
 
 
-def test_cache_entry_holding_another_kernel_is_rebuilt(tmp_path, monkeypatch, caplog):
+def test_cache_entry_holding_another_kernel_is_rebuilt(tmp_path, monkeypatch, caplog, disk_cache):
     """A library in the disk cache under one kernel's name that holds another kernel of
     the same signature (copied over it, with a matching sha256 sidecar): loaded and run
     before (tanh's kernel computed sigmoid's values, silently); now refused, rebuilt and

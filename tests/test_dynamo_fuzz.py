@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import dynamo_fuzz as fz  # noqa: E402
-from test_dynamo import RTOL, ROOT, _fresh_dynamo  # noqa: E402,F401  (an autouse fixture)
+from test_dynamo import RTOL, ROOT, _fresh_dynamo, disk_cache  # noqa: E402,F401  (fixtures)
 
 LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
 
@@ -73,13 +73,13 @@ def test_random_program_at_the_edges_matches_eager(seed, specials):
 # could not be linked), a disk cache damaged between compilations (26), a
 # KeyboardInterrupt in a region's build (36)
 @pytest.mark.parametrize("seed", [0, 26, 36])
-def test_a_compilation_that_fails_part_way_leaves_a_clean_state(seed):
+def test_a_compilation_that_fails_part_way_leaves_a_clean_state(seed, disk_cache):
     prog = fz.make_program(seed)
     err, what = fz.run_faults(prog, seed)
     assert err <= RTOL, f"{what}: max error {err:.3g}\n{prog.describe()}"
 
 
-def test_a_disk_writer_that_dies_is_replaced(tmp_path, monkeypatch):
+def test_a_disk_writer_that_dies_is_replaced(tmp_path, monkeypatch, disk_cache):
     """The disk cache's writer thread ended by a BaseException (a SystemExit a library
     raised) stayed registered: cache.flush() -- and so every fork(), which waits for the
     writer -- looped forever joining the dead thread, and no kernel was written to disk
