@@ -421,7 +421,15 @@ def test_disk_cache_survives_a_corrupted_library(tmp_path, monkeypatch):
     assert opath.read_bytes() != path.read_bytes()
 
 
-@pytest.mark.parametrize("how", ATTACKS)
+#: the attacks run by default, one of each kind (a planted library, the race, a resealed
+#: damage, a link, the directory); the others (each a compile or two) with the long tests
+#: and in the fuzzer's library_file family
+DEFAULT_ATTACKS = ("other_key_section", "swap_after_check", "truncated_resealed",
+                   "key_flip_resealed", "link_to_fifo", "directory")
+
+
+@pytest.mark.parametrize("how", [h if h in DEFAULT_ATTACKS else
+                                 pytest.param(h, marks=pytest.mark.slow) for h in ATTACKS])
 def test_an_attacked_entry_is_compiled_again_and_none_of_it_runs(how):
     """The entry attacked (tecomp.testing.emu_entry): a library of another key with a
     sidecar of its own (its static constructors ran before: the key was compared after
