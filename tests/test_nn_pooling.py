@@ -1115,9 +1115,10 @@ def test_peeled_pixels(case, monkeypatch):
     """Channels last over padded data, 2-d and 3-d: the tasks are the output rows and
     each row's pixels a loop inside with its border pixels partitioned off (``pragma
     partition``: the first pixel's taps tested, the inner ones read with no test of
-    their column), a max pooling's maxima in a local block copied out; not taken with
-    the switch off.  Against PyTorch (NaN and infinities in the max windows: NaN
-    propagates) and the plain schedule; the trace replays."""
+    their column), a max pooling's maxima in a local block copied out (the copy's
+    vectors unrolled: ``UNROLL_COPY_OUT``); not taken with the switch off.  Against
+    PyTorch (NaN and infinities in the max windows: NaN propagates) and the plain
+    schedule; the trace replays."""
     from tecomp.schedule.trace import replay
 
     name, shape, build, tfn, taken = case
@@ -1136,6 +1137,14 @@ def test_peeled_pixels(case, monkeypatch):
         inner = text[loop.start():text.index(f"\n{loop.group(1)}}}\n", loop.start())]
         assert not re.search(r"kx(\*\d+)? (>=|<) ", inner), inner
         assert (f"{Y.op.name}.local" in text) == name.startswith("max"), text
+        # (the output's vectors copied from the local block unrolled: UNROLL_COPY_OUT)
+        if shape[-1] > 2 * tc.target.cpu_model().lanes:
+            assert re.search(r"unrolled \(i\d\.inner\.outer, 0, \d+\)", text) and \
+                not re.search(r"for \(i\d\.inner\.outer, ", text), text
+            monkeypatch.setattr(pool, "UNROLL_COPY_OUT", False)
+            assert re.search(r"for \(i\d\.inner\.outer, ",
+                             str(tc.lower(sc.schedule_pool(Y), [X, Y])))
+            monkeypatch.setattr(pool, "UNROLL_COPY_OUT", True)
         assert str(tc.lower(replay(s.trace.to_json(), [Y]), [X, Y])) == text
         monkeypatch.setattr(pool, "PEEL_PIXELS", False)
         assert not re.search(rf"for \({pix}, 1, ", str(tc.lower(sc.schedule_pool(Y), [X, Y])))

@@ -137,6 +137,12 @@ PEEL_PIXELS = True
 #: max_pool3d 3^3/2 p1 NDHWC 1.5x, the 2-d rows within the noise.  False: in the output
 #: (an A/B switch)
 PEEL_MAX_IN_A_LOCAL = True
+#: a step's vectors of the output copied from a local block (an average's sums, the
+#: maxima of :data:`MAX_IN_A_LOCAL`, :data:`SHORT_ROWS_IN_A_LOCAL`,
+#: :data:`PEEL_MAX_IN_A_LOCAL`) unrolled: the block then stays in registers, where
+#: LLVM kept it on the stack for the copy's loop (four stores and four loads of the
+#: stack a pixel of 64 channels).  False: the copy a loop, as before (an A/B switch)
+UNROLL_COPY_OUT = True
 #: the output of a pooling whose input and output take more than half the last-level
 #: cache (or the machine model's ``stream_output_bytes``) is stored past the cache
 #: (``pragma nontemporal`` on the tasks' loop) where its rows are whole cache lines
@@ -274,6 +280,8 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
             st.unroll(xm)
     elif xm is not None:
         st.reorder(*(at + [xm, xi]))
+        if UNROLL_COPY_OUT:
+            st.unroll(xm)
     st.vectorize(xi)
     if info.threads > 1:
         st.parallel(rows)
