@@ -49,7 +49,9 @@ move of a 4-to-1 pass at 73% of the read stream, the streamed one at 99%).
 template before this session's changes), timed in the same turns ("before", and the
 speed-up over it); ``--ab NAME[,NAME...]``: only those switches off (their values in
 :data:`BEFORE`, else False: ``--ab SEPARABLE`` the windows in one step, as before
-2026-12-02's session 24).  ``--cpu-time`` (one thread): each call timed by the process's CPU
+2026-12-02's session 24; a switch of ``tecomp.lower.schedule_ops`` too: ``--ab
+SEED_FIRST_TAP`` max pooling's windows from the identity, not their first tap).
+``--cpu-time`` (one thread): each call timed by the process's CPU
 time, which leaves out the time other processes run on a loaded machine.
 """
 from __future__ import annotations
@@ -144,6 +146,7 @@ def main() -> None:
 
     import tecomp as tc
     from tecomp import nn
+    from tecomp.lower import schedule_ops
     from tecomp.strategy.cpu import pool as pool_template
     from tecomp.viz.peaks import move_kernel, read_kernel
 
@@ -158,10 +161,14 @@ def main() -> None:
           f"L3 {l3} MiB, DRAM read stream {dram:.1f} GB/s")
     if args.ab is not None:
         names = [n for n in args.ab.split(",") if n]
-        unknown = [n for n in names if not hasattr(pool_template, n)]
+        unknown = [n for n in names if not any(hasattr(m, n) for m in (pool_template,
+                                                                         schedule_ops))]
         if unknown:
-            ap.error(f"--ab: no switch {unknown[0]!r} in tecomp.strategy.cpu.pool")
+            ap.error(f"--ab: no switch {unknown[0]!r} in tecomp.strategy.cpu.pool or "
+                     "tecomp.lower.schedule_ops")
         off = {n: BEFORE.get(n, False) for n in names} if names else dict(BEFORE)
+        owner = {n: pool_template if hasattr(pool_template, n) else schedule_ops
+                 for n in off}
     picked = [p for p in args.only.split(",") if p]
     for name, (shape, layout, op, tfn) in workloads(nn).items():
         if picked and not any(name.startswith(p) for p in picked):
@@ -182,14 +189,14 @@ def main() -> None:
         want = tfn(tx)
         fns = {"tecomp": lambda: f(xl, out), "torch": lambda: tfn(tx)}
         if args.ab is not None:
-            now = {k: getattr(pool_template, k) for k in off}
+            now = {k: getattr(owner[k], k) for k in off}
             try:
                 for k, v in off.items():
-                    setattr(pool_template, k, v)
+                    setattr(owner[k], k, v)
                 fb = tc.build(tc.auto_schedule([X, Y]), [X, Y])
             finally:
                 for k, v in now.items():
-                    setattr(pool_template, k, v)
+                    setattr(owner[k], k, v)
             fns["before"] = lambda: fb(xl, out)
         for fn in fns.values():
             if fn is fns["torch"]:

@@ -1071,3 +1071,94 @@ def test_planes_first(case, monkeypatch):
             np.testing.assert_array_equal(got, want)
     else:
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def _peeled_pixels_cases():
+    """Channels-last pooling over padded data (2-d and 3-d: the pixels peeled), and some
+    that are not: ``(name, shape, build, torch function or None, taken)``."""
+    L = tc.target.cpu_model().lanes
+    c = 2 * L + 5   # a pixel's channels: whole vectors and a partial one
+    return [
+        ("max2d", (2, 9, 11, c), lambda X: nn.max_pool2d(X, 3, 2, 1, layout="NHWC"),
+         lambda t: F.max_pool2d(t, 3, 2, 1), True),
+        ("max2d_ceil", (1, 8, 10, c),
+         lambda X: nn.max_pool2d(X, 3, 2, 1, ceil_mode=True, layout="NHWC"),
+         lambda t: F.max_pool2d(t, 3, 2, 1, ceil_mode=True), True),
+        ("max2d_dilated", (1, 9, 12, 3 * L),
+         lambda X: nn.max_pool2d(X, 3, 2, 1, dilation=2, layout="NHWC"),
+         lambda t: F.max_pool2d(t, 3, 2, 1, dilation=2), True),
+        ("max2d_s1_narrow", (1, 7, 6, 3),   # (a pixel narrower than a vector)
+         lambda X: nn.max_pool2d(X, 3, 1, 1, layout="NHWC"),
+         lambda t: F.max_pool2d(t, 3, 1, 1), True),
+        ("avg2d_s1", (2, 7, 9, c), lambda X: nn.avg_pool2d(X, 3, 1, 1, layout="NHWC"),
+         lambda t: F.avg_pool2d(t, 3, 1, 1), True),
+        ("avg2d_excl_ceil", (1, 8, 9, c),
+         lambda X: nn.avg_pool2d(X, 3, 2, 1, False, ceil_mode=True, layout="NHWC"),
+         lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False), True),
+        ("avg2d_asym", (1, 6, 7, c),   # (asymmetric padding: the plain schedule's)
+         lambda X: nn.avg_pool2d(X, 2, 1, (0, 1, 1, 0), layout="NHWC"), None, True),
+        ("max3d", (1, 5, 7, 6, c), lambda X: nn.max_pool3d(X, 3, 2, 1, layout="NDHWC"),
+         lambda t: F.max_pool3d(t, 3, 2, 1), True),
+        ("avg3d_excl", (1, 5, 6, 7, L),
+         lambda X: nn.avg_pool3d(X, 3, 2, 1, False, layout="NDHWC"),
+         lambda t: F.avg_pool3d(t, 3, 2, 1, count_include_pad=False), True),
+        # not taken: no padding, 1-d (the rows would be the batch)
+        ("max2d_unpadded", (1, 8, 8, c), lambda X: nn.max_pool2d(X, 2, layout="NHWC"),
+         lambda t: F.max_pool2d(t, 2), False),
+        ("max1d_nwc", (2, 11, c), lambda X: nn.max_pool1d(X, 3, 2, 1, layout="NWC"),
+         lambda t: F.max_pool1d(t, 3, 2, 1), False),
+    ]
+
+
+@pytest.mark.parametrize("case", _peeled_pixels_cases(), ids=lambda c: c[0])
+def test_peeled_pixels(case, monkeypatch):
+    """Channels last over padded data, 2-d and 3-d: the tasks are the output rows and
+    each row's pixels a loop inside with its border pixels partitioned off (``pragma
+    partition``: the first pixel's taps tested, the inner ones read with no test of
+    their column), a max pooling's maxima in a local block copied out (the copy's
+    vectors unrolled: ``UNROLL_COPY_OUT``); not taken with the switch off.  Against
+    PyTorch (NaN and infinities in the max windows: NaN propagates) and the plain
+    schedule; the trace replays."""
+    from tecomp.schedule.trace import replay
+
+    name, shape, build, tfn, taken = case
+    X = tc.placeholder(shape, name="X")
+    Y = build(X)
+    s = sc.schedule_pool(Y)
+    text = str(tc.lower(s, [X, Y]))
+    assert str(tc.lower(tc.auto_schedule([X, Y], trials=0), [X, Y])) == text
+    nd = len(shape) - 2
+    pix = f"i{nd}"   # the output row's pixel loop (the tasks: batch x the outer rows)
+    loop = re.search(rf"\n(\s*)for \({pix}, 1, ", text)
+    assert bool(loop) == taken, text
+    if taken:
+        # the pixel loop starts past the first pixel (peeled off with its tests); the
+        # inner pixels' taps test no column (kx)
+        inner = text[loop.start():text.index(f"\n{loop.group(1)}}}\n", loop.start())]
+        assert not re.search(r"kx(\*\d+)? (>=|<) ", inner), inner
+        assert (f"{Y.op.name}.local" in text) == name.startswith("max"), text
+        # (the output's vectors copied from the local block unrolled: UNROLL_COPY_OUT)
+        if shape[-1] > 2 * tc.target.cpu_model().lanes:
+            assert re.search(r"unrolled \(i\d\.inner\.outer, 0, \d+\)", text) and \
+                not re.search(r"for \(i\d\.inner\.outer, ", text), text
+            monkeypatch.setattr(pool, "UNROLL_COPY_OUT", False)
+            assert re.search(r"for \(i\d\.inner\.outer, ",
+                             str(tc.lower(sc.schedule_pool(Y), [X, Y])))
+            monkeypatch.setattr(pool, "UNROLL_COPY_OUT", True)
+        assert str(tc.lower(replay(s.trace.to_json(), [Y]), [X, Y])) == text
+        monkeypatch.setattr(pool, "PEEL_PIXELS", False)
+        assert not re.search(rf"for \({pix}, 1, ", str(tc.lower(sc.schedule_pool(Y), [X, Y])))
+        monkeypatch.setattr(pool, "PEEL_PIXELS", True)
+    x = _pool_data(name, shape)
+    got = run([X], Y, [x], schedule=s)
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    if name.startswith("max"):
+        np.testing.assert_array_equal(got, ref)
+    else:
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    if tfn is not None:
+        want = to_last(tfn(torch.from_numpy(to_first(x))).numpy())
+        if name.startswith("max"):
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -1323,3 +1323,69 @@ def test_column_prefetch_passes_knob(passes):
     got = np.zeros(520, "float32")
     tc.build(s, [X, Y])(x, got)
     np.testing.assert_array_equal(got, x.max(0))
+
+
+def _window(kind, dtype, unroll=True, where=False, shape=(5, 7)):
+    """``C[i] = max/min/sum over (r, k) of A[i + r, k]`` (a window over 3 rows of A),
+    its reduce loops unrolled (or not), ``where=`` a condition on the first tap or not:
+    ``(A, C, schedule)``."""
+    n, m = shape
+    A = tc.placeholder((n + 2, m), dtype, name="A")
+    r = tc.reduce_axis((0, 3), "r")
+    k = tc.reduce_axis((0, m), "k")
+    fn = {"max": tc.max, "min": tc.min, "sum": tc.sum}[kind]
+    cond = {"where": (r + k) % 4 == 1} if where else {}
+    C = tc.compute((n,), lambda i: fn(A[i + r, k], axis=[r, k], **cond), name="C")
+    s = tc.create_schedule(C.op)
+    if unroll:
+        s[C].unroll(r)
+        s[C].unroll(k)
+    return A, C, s
+
+
+@pytest.mark.parametrize("kind,dtype,unroll,where,seeded", [
+    ("max", "float32", True, False, True),
+    ("min", "float32", True, False, True),
+    ("max", "int32", True, False, True),
+    ("min", "float64", True, False, True),
+    # not seeded: reduce loops not unrolled, a condition that fails at the first tap, a sum
+    ("max", "float32", False, False, False),
+    ("max", "float32", True, True, False),
+    ("sum", "float32", True, False, False),
+])
+def test_max_min_windows_start_at_their_first_tap(kind, dtype, unroll, where, seeded,
+                                                  monkeypatch):
+    """A ``max``/``min`` reduction whose reduce loops are all unrolled starts its
+    accumulator at the first tap's element and updates with the others (the first
+    reduce loop's copy at 0 runs the inner loops from 1, then the loop from 1:
+    ``SEED_FIRST_TAP``); not where a loop stays a loop, the condition fails at the first
+    tap, or for a sum (``0 + -0.0`` is ``+0.0``).  numpy's values, NaN and infinities in
+    the windows (NaN propagates), the same as the identity's start."""
+    A, C, s = _window(kind, dtype, unroll, where)
+    text = str(tc.lower(s, [A, C]))
+    start = re.search(r"\n\s*C\[i\] = (.*)\n", text)
+    assert start, text
+    if seeded:
+        assert start.group(1) == "A[i, 0]", text
+        assert re.search(r"unrolled \(k, 1, 6\)", text) and \
+            re.search(r"unrolled \(r, 1, 2\)", text), text
+    else:
+        assert "A[" not in start.group(1), text
+        assert not re.search(r"\((k|r), 1, ", text), text
+    x = rng.standard_normal((7, 7)) * 5
+    if dtype.startswith("float") and kind != "sum":
+        x.reshape(-1)[[3, 20, 33]] = [np.nan, np.inf, -np.inf]
+    x = x.astype(dtype)
+    got = np.zeros(5, dtype)
+    tc.build(s, [A, C])(x, got)
+    monkeypatch.setattr(schedule_ops, "SEED_FIRST_TAP", False)
+    A2, C2, s2 = _window(kind, dtype, unroll, where)
+    plain = str(tc.lower(s2, [A2, C2]))
+    assert not re.search(r"\n\s*C\[i\] = A\[", plain), plain
+    before = np.zeros(5, dtype)
+    tc.build(s2, [A2, C2])(x, before)
+    np.testing.assert_array_equal(got, before)
+    if not where:
+        win = np.stack([x[i:i + 3] for i in range(5)]).reshape(5, -1)
+        ref = {"max": np.max, "min": np.min, "sum": np.sum}[kind](win, axis=1)
+        np.testing.assert_allclose(got, ref.astype(dtype), rtol=1e-6)

@@ -72,6 +72,16 @@ from .vectorize import selects_only
 #: off: it starts at the identity; benchmarks/reductions.py --seed-off)
 SEED_SELECTIONS = True
 
+#: whether a float or integer ``max``/``min`` reduction whose reduce loops are all
+#: unrolled, and whose first point is an element wherever its update runs, starts its
+#: accumulator at that element and runs its update over the other points
+#: (:meth:`LowerContext._first_point`, :func:`_without_first_point`): a max pooling
+#: window's first tap a plain load, not ``max(-inf, x)`` (on x86 a ``vmaxps`` and its NaN
+#: test a vector, which LLVM does not fold against the ``-inf``).  Exact: ``max(-inf, x)
+#: == x`` for every ``x``, NaN too.  Off: the accumulator starts at the identity (an A/B
+#: switch: ``benchmarks/pooling.py --ab SEED_FIRST_TAP``)
+SEED_FIRST_TAP = True
+
 #: whether a tuple reduction whose stage visits its reduce loops in their order combines
 #: with its reducer's ``in_order`` result (an argmax's ties without index compares);
 #: off: the general combine everywhere (benchmarks/reductions.py --new-off)
@@ -1526,7 +1536,8 @@ class LowerContext:
                 buf = bufs[0]
                 cur = BufferLoad(buf, store_idx, buf.dtype)
                 update = BufferStore(buf, comb.combine(cur, srcs[0]), store_idx)
-                init = BufferStore(buf, comb.identity, store_idx)
+                first = self._first_point(st, comb, srcs[0], cond)
+                init = BufferStore(buf, comb.identity if first is None else first, store_idx)
             else:
                 # a tuple reduction: every element is combined from the old values; unless
                 # each reads only its own (a sum and a sum of squares), they are bound first
@@ -1613,10 +1624,18 @@ class LowerContext:
                         st, leaves[p:t], call)))
                 init_nest = init_over(region_data)
                 return self._loops(st, leaves[:t], seq(init_nest, call))
+            update_nest = self._loops(st, leaves[p:], _guard(update, inf.guards))
+            if len(bufs) == 1 and first is not None:
+                # (the accumulator starts at the first point's element: the update runs
+                # over the other points)
+                try:
+                    update_nest = _without_first_point(
+                        update_nest, {iv.var for iv in leaves[p:] if iv.kind == "reduce"})
+                except _NotPeeled:
+                    init = BufferStore(bufs[0], comb.identity, store_idx)
             init_nest = self._loops(st, [iv for iv in leaves[p:] if iv.kind != "reduce"],
                                     _guard(init, dguards), attach=False)
-            update_nest = self._loops(st, leaves[p:], _guard(update, inf.guards))
-            inner = seq(init_nest, update_nest)
+            inner = init_nest if update_nest is None else seq(init_nest, update_nest)
             return self._loops(st, leaves[:p], inner)
         values = [self.lower_expr(substitute(b, vmap)) for b in inf.bodies]
         stored = values
@@ -1651,6 +1670,61 @@ class LowerContext:
                            self._tensorized_at(st) is not None)
         return comb, srcs, cond
 
+    def _at_first_point(self, st: Stage, cond, unrolled: bool = False):
+        """``(at_first, ranges)`` where the reduction stage ``st`` (its condition
+        ``cond``) has an element at its first point wherever its update runs: every
+        reduce loop of a constant extent of at least 1 (``unrolled``: and unrolled), none
+        thread-bound, no stage computed inside them, and the condition and the guards
+        that read a reduce loop proved there (a split's tail past the extent, a lane past
+        a short axis: no element to start from).  ``at_first`` maps the reduce loops'
+        counters to 0, ``ranges`` the loops around to their ranges (a source's root
+        value reads the loops of the stages it is computed at too).  Else None."""
+        inf = self.info[st]
+        leaves = st.leaf_iter_vars
+        p = next(i for i, iv in enumerate(leaves) if iv.kind == "reduce")
+        inner = set(leaves[p:])
+        if any(x.attach_type == "scope" and x.attach_stage is st and x.attach_ivar in inner
+               for x in self.stages):
+            return None
+        red = [iv for iv in leaves[p:] if iv.kind == "reduce"]
+        for iv in red:
+            attrs = st.iter_attrs.get(iv)
+            if (_thread_tag(st, iv) or not isinstance(inf.extent[iv], Const)
+                    or int(inf.extent[iv].value) < 1
+                    or unrolled and (attrs is None or attrs.kind != "unrolled")):
+                return None
+        ranges = {iv.var: _range0(self.info[x].extent[iv])
+                  for x, iv in self._loops_around(st, st.leaf_iter_vars)
+                  if iv in self.info[x].extent}
+        at_first = {iv.var: Const(0, iv.var.dtype) for iv in red}
+        tests = [g for g in inf.guards if _uses_reduce(g, st, inf)]
+        if not (isinstance(cond, Const) and cond.value is True):
+            tests.append(cond)
+        if not all(prove(substitute(g, at_first), ranges) for g in tests):
+            return None
+        return at_first, ranges
+
+    def _first_point(self, st: Stage, comb, src, cond):
+        """The element at the first point of the reduction stage ``st`` (one buffer, its
+        combiner ``comb`` a float or integer ``max``/``min`` of ``src``, the condition
+        ``cond``) where its accumulator starts there (:data:`SEED_FIRST_TAP`): every
+        reduce loop unrolled (its copies made at code generation), no lockstep or
+        intrinsic, and an element at the first point wherever the update runs
+        (:meth:`_at_first_point`).  Else None."""
+        if not SEED_FIRST_TAP or st.lockstep is not None or \
+                self._tensorized_at(st) is not None:
+            return None
+        x, y = Var("x", src.dtype), Var("y", src.dtype)
+        e = comb.combine(x, y)
+        if not (isinstance(e, (Max, Min)) and e.a is x and e.b is y
+                and isinstance(comb.identity, Const)):
+            return None
+        at = self._at_first_point(st, cond, unrolled=True)
+        if at is None:
+            return None
+        at_first, _ = at
+        return _simplify(substitute(src, at_first))
+
     def _seeded_selection(self, st: Stage):
         """``(combiner, first, ranges)`` for a tuple reduction stage ``st`` that only
         selects (:func:`~tecomp.lower.vectorize.selects_only`: an argmax) whose first
@@ -1682,30 +1756,10 @@ class LowerContext:
         comb, srcs, cond = self._reduce_parts(st)
         if not selects_only(comb):
             return None
-        leaves = st.leaf_iter_vars
-        p = next(i for i, iv in enumerate(leaves) if iv.kind == "reduce")
-        inner = set(leaves[p:])
-        if any(x.attach_type == "scope" and x.attach_stage is st and x.attach_ivar in inner
-               for x in self.stages):
+        at = self._at_first_point(st, cond)
+        if at is None:
             return None
-        red = [iv for iv in leaves[p:] if iv.kind == "reduce"]
-        if any(_thread_tag(st, iv) for iv in red) or \
-                not all(isinstance(inf.extent[iv], Const) and int(inf.extent[iv].value) >= 1
-                        for iv in red):
-            return None
-        # (the loops of the stages it is computed at too: a source's root value reads them)
-        ranges = {iv.var: _range0(self.info[x].extent[iv])
-                  for x, iv in self._loops_around(st, st.leaf_iter_vars)
-                  if iv in self.info[x].extent}
-        at_first = {iv.var: Const(0, iv.var.dtype) for iv in red}
-        # the first point is an element wherever the update runs: the condition and the
-        # guards that read a reduce loop hold there (a split's tail past the extent, a
-        # lane past a short axis: no element to start from)
-        tests = [g for g in inf.guards if _uses_reduce(g, st, inf)]
-        if not (isinstance(cond, Const) and cond.value is True):
-            tests.append(cond)
-        if not all(prove(substitute(g, at_first), ranges) for g in tests):
-            return None
+        at_first, ranges = at
         known, held = {}, {}
         for x, y, e, buf in zip(comb.lhs, comb.rhs, srcs, inf.buffers):
             if not _dt.is_int(e.dtype):
@@ -2293,6 +2347,54 @@ def _in_kernel(st: Stage) -> bool:
             return True
         st = st.attach_stage if st.attach_type == "scope" else None
     return False
+
+
+def _loop_vars(stmt) -> list:
+    """The counters of the loops in ``stmt``."""
+    return [n.var for n in collect(stmt, lambda n: isinstance(n, For))]
+
+
+def _rebind_loops(stmt, fresh: dict):
+    """``stmt`` with each loop of a counter in ``fresh`` binding its new one."""
+    class M(Mutator):
+        def visit_For(self, s):
+            s = self.generic_visit(s)
+            return dataclasses.replace(s, var=fresh[s.var]) if s.var in fresh else s
+    return M().visit(stmt)
+
+
+class _NotPeeled(Exception):
+    """:func:`_without_first_point`: a nest that is not loops around one update."""
+
+
+def _without_first_point(stmt, rvars):
+    """The loop nest ``stmt`` (loops, pragmas and guards around one update) over every
+    point of its loops but the first of those of ``rvars`` (each from 0): at the
+    outermost such loop ``r``, the rest of the nest at ``r = 0`` without its first point,
+    then ``r`` from 1 (:data:`SEED_FIRST_TAP`).  None where nothing is left (one point);
+    ``_NotPeeled`` for another shape of nest."""
+    if isinstance(stmt, For) and stmt.var in rvars:
+        # (the copy's loops get counters of their own: a pass may take a counter's
+        # range from the loop it first sees binding it)
+        body, fresh = substitute(stmt.body, {stmt.var: stmt.min}), {}
+        for v in _loop_vars(body):
+            fresh[v] = Var(v.name, v.dtype)
+        body = _rebind_loops(substitute(body, fresh), fresh)
+        rest = _without_first_point(body, {fresh.get(v, v) for v in rvars - {stmt.var}})
+        n = int(stmt.extent.value)
+        tail = dataclasses.replace(stmt, min=_simplify(stmt.min + 1),
+                                   extent=Const(n - 1, stmt.extent.dtype)) if n > 1 else None
+        parts = [x for x in (rest, tail) if x is not None]
+        return seq(*parts) if parts else None
+    if isinstance(stmt, (For, AttrStmt)):
+        body = _without_first_point(stmt.body, rvars)
+        return None if body is None else dataclasses.replace(stmt, body=body)
+    if isinstance(stmt, IfThenElse) and stmt.else_case is None:
+        body = _without_first_point(stmt.then_case, rvars)
+        return None if body is None else dataclasses.replace(stmt, then_case=body)
+    if rvars or not isinstance(stmt, BufferStore):
+        raise _NotPeeled
+    return None
 
 
 def _guard(stmt, guards):

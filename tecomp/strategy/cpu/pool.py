@@ -125,6 +125,24 @@ PAIRS_FIRST = True
 #: -> 1.11 ms, the bytes of a contiguous 4-to-1 sum 1.04-1.15 ms, PyTorch 1.52 ms; 8
 #: vectors a step 2.34 ms.  False: VECTORS a step, as before (an A/B switch)
 WHOLE_PIXELS = True
+#: channels last over padded data: the tasks are the output rows (batch x rows), each
+#: row's pixels a loop inside them with its border pixels partitioned off (``pragma
+#: partition``: the inner pixels read their window with no padding test and step their
+#: addresses, where a task a pixel tested each tap and recomputed its address from the
+#: fused index); False: a task a pixel, as before (an A/B switch)
+PEEL_PIXELS = True
+#: ... max pooling: a pixel's maxima in a local block (registers) copied out
+#: (``cache_write``), not kept in the output (LLVM kept a streamed store of the output's
+#: ``-inf`` start before the window's maxima).  Zen 4, one thread, CPU time:
+#: max_pool3d 3^3/2 p1 NDHWC 1.5x, the 2-d rows within the noise.  False: in the output
+#: (an A/B switch)
+PEEL_MAX_IN_A_LOCAL = True
+#: a step's vectors of the output copied from a local block (an average's sums, the
+#: maxima of :data:`MAX_IN_A_LOCAL`, :data:`SHORT_ROWS_IN_A_LOCAL`,
+#: :data:`PEEL_MAX_IN_A_LOCAL`) unrolled: the block then stays in registers, where
+#: LLVM kept it on the stack for the copy's loop (four stores and four loads of the
+#: stack a pixel of 64 channels).  False: the copy a loop, as before (an A/B switch)
+UNROLL_COPY_OUT = True
 #: the output of a pooling whose input and output take more than half the last-level
 #: cache (or the machine model's ``stream_output_bytes``) is stored past the cache
 #: (``pragma nontemporal`` on the tasks' loop) where its rows are whole cache lines
@@ -213,6 +231,7 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
             _separated(s, out, pool.output(0), info, small)
         return
     short = first and _short_padded_rows(pool, out, last, L)
+    peel = not first and _peels_pixels(pool, len(out.shape) - 1)
     if _max_in_a_local(pool, out, last is not None and last < L):
         pool = s.cache_write(out, "local").op
         # (a row narrower than a vector: its window's taps go to the local block, so
@@ -221,6 +240,10 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
     elif (SHORT_ROWS_IN_A_LOCAL and short and pool is out.op
           and math.prod(w or 0 for w in window) >= SHORT_ROW_TAPS):
         pool = s.cache_write(out, "local").op
+    elif peel and PEEL_MAX_IN_A_LOCAL and pool is out.op:
+        # (channels last, the pixels peeled: a pixel's maxima in registers, stored once;
+        # in the output, LLVM kept a streamed store of the -inf start before the window)
+        pool = s.cache_write(out, "local").op
     st = s[out]
     *outer, x = st.op.axis
     if first and len(outer) > 2:
@@ -228,6 +251,12 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         # inside, so that their first and last rows (the padding) are partitioned off
         rows = st.fuse(outer[0], outer[1])
         outer = [rows] + outer[2:]
+    elif peel:
+        # channels last, padded: tasks over the output rows, each row's pixels a loop
+        # inside, its first and last pixels (the padding) partitioned off
+        rows = st.fuse(*outer[:-1])
+        outer = [rows, outer[-1]]
+        st.pragma(outer[-1], "partition")
     else:
         rows = st.fuse(*outer) if len(outer) > 1 else outer[0]
         outer = [rows]
@@ -251,6 +280,8 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
             st.unroll(xm)
     elif xm is not None:
         st.reorder(*(at + [xm, xi]))
+        if UNROLL_COPY_OUT:
+            st.unroll(xm)
     st.vectorize(xi)
     if info.threads > 1:
         st.parallel(rows)
@@ -282,6 +313,16 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         if U > 1:
             ps.unroll(pxo)
         ps.vectorize(pxi)
+
+
+def _peels_pixels(pool, outer: int) -> bool:
+    """Whether the channels-last pooling ``pool`` (``outer`` output axes before the
+    channels) runs each output row's pixels as a loop of its own, its border pixels
+    partitioned off (:data:`PEEL_PIXELS`): its data is padded, and it is 2-d or 3-d (a
+    1-d one's rows would be its batch: tasks too few to share)."""
+    if not PEEL_PIXELS or outer < 3:
+        return False
+    return any(_is_padding(ld.producer.op) for ld in _loads(pool.body.source))
 
 
 def _streams_output(s: Schedule, pool, out, info: CpuModel) -> bool:
@@ -728,7 +769,9 @@ def schedule_pool(outs, target: str = "llvm") -> Schedule:
     the outer spatial loops inside them (channels first: their padded first and last
     rows partitioned off; over short padded rows, a 3-d max pooling's maxima in a
     local block, a 2-d one's data rows prefetched ahead) or every output row (channels
-    last); the last axis is
+    last: a pixel; over padded data, 2-d and 3-d, a row of pixels, its border pixels
+    partitioned off and a max pooling's maxima in a local block, :data:`PEEL_PIXELS`);
+    the last axis is
     vectorized, up to four vectors of it a step, with the window unrolled around them
     (an average's sums computed per step).  Global pooling channels first: the plane
     one contiguous run in whole vectors of partial results, their lanes as a tree
