@@ -46,6 +46,9 @@ first axis; an eighth (``RandomDraw(seed * 7919 + 48)``, session 28) gives half 
 symbolic batches a hint, ``tc.auto_schedule(args, shapes={"n": hint})`` (1 to 4096: the
 rules once took a hint for the rows' extent and unrolled a loop that is not constant),
 half of those reductions a batch of rows of 33 to 256 reduced along the rows.
+A ninth (``RandomDraw(seed * 7919 + 49)``, session 28) gives half the channels-last
+2-d/3-d poolings over padded data pixels of 21 to 64 channels (the template's peeled
+pixels, ``pool.PEEL_PIXELS``).
 The kernel is ``tc.auto_schedule(args)`` (no trials) built for the case's
 target and called with an input as a view (strided, one element off a 64-byte line -- 4
 bytes for float32 --, a non-contiguous torch tensor) and an output one element off a
@@ -203,7 +206,6 @@ def draw_op_case(seed: int, target: str = "llvm") -> OpCase:
     m = maybe_machine(seed, 46)
     if m is not None and not sp.get("illegal"):
         sp["machine"] = m
-<<<<<<< HEAD
     # (an eighth stream, session 28) half the symbolic batches scheduled with a hint of
     # the batch (``tc.auto_schedule(args, shapes={"n": hint})``), as a user who knows
     # the usual batch would: the rules took a hint that was a multiple of a row block
@@ -217,18 +219,16 @@ def draw_op_case(seed: int, target: str = "llvm") -> OpCase:
             # the rows (the rules take them a block of rows at a time)
             sp["shape"] = [sp["shape"][0] if sp["shape"] else 3, b.choice((33, 64, 100, 256))]
             sp["kwargs"]["axis"] = -1
-=======
-    # (an eighth stream) channels-last 2-d/3-d pooling over padded data with a pixel of
+    # (a ninth stream, session 28) channels-last 2-d/3-d pooling over padded data with a pixel of
     # several vectors (a partial one at its end): the template's peeled pixels
     # (pool.PEEL_PIXELS: the rows' border pixels partitioned off, a max pooling's
     # maxima in a local block), where the drawn channels are mostly under a vector
-    q = RandomDraw(seed * 7919 + 48)
+    q = RandomDraw(seed * 7919 + 49)
     if (kind == "pool" and not sp.get("illegal") and sp["layout"][1] != "C"
             and sp["nd"] > 1 and any(a or b for a, b in sp["pairs"]) and q.bool(0.5)):
         c = q.choice((21, 37, 48, 64))
         if math.prod(sp["shape"][:-1]) * c <= 600_000:
             sp["shape"][-1] = c
->>>>>>> h28-pool
     # (a seventh stream) an elementwise math function at its special points instead:
     # its gradient against PyTorch's, or its NaN bits vectorized against serial
     w = RandomDraw(seed * 7919 + 47)
