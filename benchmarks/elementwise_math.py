@@ -38,7 +38,9 @@ pow_s25``); ``--math27-ab`` for session 27's (softplus's segments with
 their two-part ``C`` and slope, ``emit_math.SOFTPLUS_SHORT_SEGMENTS`` off; ``tecomp softplus_s26``);
 ``--math28-ab`` for session 28's (cbrt's exponent by bits and integer additions,
 ``emit_math_f32.CBRT_SCALEF`` off; log1p by a division with its special values selected
-on every lane, ``emit_math.LOG1P_EXACT_ARG`` off; ``tecomp cbrt_s27``, ``tecomp log1p_s27``);
+on every lane, ``emit_math.LOG1P_EXACT_ARG`` off; expm1 with its rare cases selected on
+every lane, ``emit_math.EXPM1_BRANCH`` off; ``tecomp cbrt_s27``, ``tecomp log1p_s27``,
+``tecomp expm1_s27``);
 ``--cpu-time``
 (with ``--threads 1``) times each call by the process's CPU time (a shared machine).
 
@@ -79,7 +81,8 @@ MATH26 = {"pow": ("emit_math_f32", ("POW_TABLE32", "POW_LN16"))}
 MATH27 = {"softplus": ("emit_math", ("SOFTPLUS_SHORT_SEGMENTS",))}
 #: session 28's (``--math28-ab``)
 MATH28 = {"cbrt": ("emit_math_f32", ("CBRT_SCALEF",)),
-          "log1p": ("emit_math", ("LOG1P_EXACT_ARG",))}
+          "log1p": ("emit_math", ("LOG1P_EXACT_ARG",)),
+          "expm1": ("emit_math", ("EXPM1_BRANCH",))}
 #: each session's switches, the tag of its A/B column and its flag's name
 AB = ((MATH20, "s19", "math20_ab"), (MATH21, "s20", "math21_ab"), (MATH23, "s22", "math23_ab"),
       (MATH24, "s23", "math24_ab"), (MATH25, "s24", "math25_ab"),

@@ -2348,6 +2348,9 @@ _MORE_SPECIALS = {
               10.05, 10.06, -9.0, -1e-30, 1e-45],
              [np.nan, 1, 1, 1, 0, 2, np.float32(1.2786762e-38), None, None, None, None, 0, 2,
               1, 1]),
+    "expm1": ([np.nan, 1e-40, -1e-40, 3.4028235e38, -3.4028235e38, 88.72284, -30.1,
+               2.0 ** -26, -(2.0 ** -26)],
+              [np.nan, 1e-40, -1e-40, np.inf, -1, np.inf, -1, 2.0 ** -26, -(2.0 ** -26)]),
     "log1p": ([np.nan, 1e-40, -1e-40, 3.4028235e38, -3.4028235e38, 2.0 ** 125,
                np.float32(2.0 ** 125) * np.float32(1 - 2.0 ** -24), -1 + 2.0 ** -24, -1.0000001,
                1e-45, -1e-45],
@@ -2767,6 +2770,24 @@ def test_erfc_float32_segments_where_a_table_instruction_is(monkeypatch):
         assert same.all(), (fn, x[~same][:5])
 
 
+def _unary_by_lanes(fn, x, target, lanes, run=True):
+    """``fn`` (a ``tc`` function) over float32 ``x``, vectorized by ``lanes`` (1:
+    serial), built for ``target``: the module and its output on ``x`` (zeros where
+    ``run`` is false: the host cannot run the target)."""
+    import tecomp as tc
+
+    A = tc.placeholder((x.size,), name="A")
+    B = tc.compute((x.size,), lambda i: fn(A[i]), name="B")
+    s = tc.create_schedule(B.op)
+    if lanes > 1:
+        s[B].vectorize(s[B].split(B.op.axis[0], factor=lanes)[1])
+    f = tc.build(s, [A, B], target=target)
+    out = np.zeros(x.size, np.float32)
+    if run:
+        f(x, out)
+    return f, out
+
+
 @pytest.mark.parametrize("variant", ["avx512", "fma"])
 def test_cbrt_exponent_by_getexp_and_scalef(variant, monkeypatch):
     """float32 cbrt's common lanes take the exponent with one ``vgetexpps`` and scale by
@@ -2787,15 +2808,7 @@ def test_cbrt_exponent_by_getexp_and_scalef(variant, monkeypatch):
     x = x[: x.size // 16 * 16]
 
     def build(lanes):
-        A = tc.placeholder((x.size,), name="A")
-        B = tc.compute((x.size,), lambda i: tc.cbrt(A[i]), name="B")
-        s = tc.create_schedule(B.op)
-        if lanes > 1:
-            s[B].vectorize(s[B].split(B.op.axis[0], factor=lanes)[1])
-        f = tc.build(s, [A, B], target=target)
-        out = np.zeros(x.size, np.float32)
-        if runs:
-            f(x, out)
+        f, out = _unary_by_lanes(tc.cbrt, x, target, lanes, runs)
         return f.get_source("asm"), out
 
     asm, new = build(16)
@@ -2815,6 +2828,34 @@ def test_cbrt_exponent_by_getexp_and_scalef(variant, monkeypatch):
     nan = np.isnan(want)
     assert np.isnan(new[nan]).all()
     np.testing.assert_array_equal(new[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
+def test_expm1_rare_lanes_in_a_branch(monkeypatch):
+    """float32 expm1 leaves ``x > 64`` and NaN to a branch (``expm1.rare``, once per
+    vector that has such a lane: ``emit_math.EXPM1_BRANCH``) and gives the same bits as
+    with every case selected on every lane (the flag off), vectorized by 16 and 8 and
+    serial, AVX-512 and AVX2, on the dense sample of every float32 input with the edges
+    64, 88.72 and -30 (where the host runs the target)."""
+    import tecomp as tc
+    from tecomp.codegen.llvm import emit_math
+
+    x = _dense_inputs(64.0, 88.72283, -30.0, 2.0 ** -25, -(2.0 ** -25), 1.0)
+    x = x[: x.size // 16 * 16]
+    avx512 = tc.Target("llvm").has_feature("avx512f")
+
+    def run(target, lanes):
+        f, out = _unary_by_lanes(tc.expm1, x, target, lanes, avx512 or "avx512" not in target)
+        return f.get_source("llvm-unopt"), out
+
+    for target, lanes in ((_MATH_TARGETS["avx512"], 16), (_MATH_TARGETS["fma"], 8)):
+        monkeypatch.setattr(emit_math, "EXPM1_BRANCH", True)
+        ir_new, new = run(target, lanes)
+        _, serial = run(target, 1)
+        monkeypatch.setattr(emit_math, "EXPM1_BRANCH", False)
+        ir_old, old = run(target, lanes)
+        assert "expm1.rare" in ir_new and "expm1.rare" not in ir_old
+        np.testing.assert_array_equal(new.view(np.uint32), old.view(np.uint32), target)
+        np.testing.assert_array_equal(serial.view(np.uint32), new.view(np.uint32), target)
 
 
 def test_softplus_direct_segments_with_avx512(monkeypatch):

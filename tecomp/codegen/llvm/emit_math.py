@@ -64,6 +64,13 @@ SINCOS_BY_PI = True
 #: ``benchmarks/elementwise_math.py --math28-ab``)
 LOG1P_EXACT_ARG = True
 
+#: whether float32 ``expm1`` leaves ``x > 64`` and NaN to a branch taken once per vector
+#: that has such a lane (:meth:`_MathEmitter.expm1_f32`), so that the common lanes need
+#: neither the clamp at 89 nor the select of ``2^n (u + 1)`` nor the NaN's: the same bits;
+#: off: all of them on every lane, as in session 27 (the A/B switch of
+#: ``benchmarks/elementwise_math.py --math28-ab``)
+EXPM1_BRANCH = True
+
 #: whether float64 ``tan`` is tecomp's vector code where the target has FMA
 #: (:meth:`~tecomp.codegen.llvm.emit_math_wide._WideMathEmitter.tan_f64`); off: libm's
 #: ``tan`` per lane, as before session 22 (an A/B switch for timing it)
@@ -329,11 +336,30 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         inf beyond), ``u = exp(r) - 1`` by :meth:`_expm1_poly`, then
         ``2^n u + (2^n - 1)`` (:meth:`_ldexp` both times; for ``n = 0`` this is ``u``
         itself), and ``2^n (u + 1)`` above 64.  ``|x| < 2^-25`` gives ``x`` (``-0.0``
-        included); a NaN is passed through."""
+        included); a NaN is passed through.  With :data:`EXPM1_BRANCH`, lanes above 64
+        and NaN take a branch (once per vector that has one) to this whole form; the
+        others are clamped at -30 only and take ``2^n u + (2^n - 1)`` (the same bits)."""
+        if EXPM1_BRANCH:
+            b, ty, _, C, _, _ = self._kit(x)
+            xc = b.call(self._fn1("llvm.maxnum", ty, 2), [x, C(-30.0)])
+            res, _ = self._expm1_common(*self._exp_reduce(xc, None, None))
+            ax = b.call(self._fn1("llvm.fabs", ty), [x])
+            res = b.select(b.fcmp_ordered("<", ax, C(2.0 ** -25)), x, res)
+            return self._slow_where(b.fcmp_unordered(">", x, C(64.0)), "expm1.rare",
+                                    self._expm1_everywhere, x, res)
+        return self._expm1_everywhere(x)
+
+    def _expm1_common(self, n, r):
+        """``2^n u + (2^n - 1)``, ``u = exp(r) - 1`` (:meth:`expm1_f32`), and ``u``."""
+        b, _, _, C, _, _ = self._kit(r)
+        u = self._expm1_poly(r)
+        return b.fadd(self._ldexp(u, n), b.fsub(self._ldexp(C(1.0), n), C(1.0))), u
+
+    def _expm1_everywhere(self, x):
+        """:meth:`expm1_f32` with its rare cases selected on every lane."""
         b, ty, _, C, _, madd = self._kit(x)
         n, r = self._exp_reduce(x, -30.0, 89.0)
-        u = self._expm1_poly(r)
-        res = b.fadd(self._ldexp(u, n), b.fsub(self._ldexp(C(1.0), n), C(1.0)))
+        res, u = self._expm1_common(n, r)
         # above 64 the -1 is far below half an ulp: exp(x) itself, as exp_f32 computes
         # it (2^n alone overflows for n = 128 while 2^n u + 2^n may not)
         big = b.fcmp_ordered(">", x, C(64.0))
