@@ -36,6 +36,11 @@ atan2_s24``, ``tecomp pow_s24``); ``--math26-ab`` for session 26's (pow by a bas
 logarithm and tables of 16, ``emit_math_f32.POW_TABLE32`` and ``POW_LN16`` off; ``tecomp
 pow_s25``); ``--math27-ab`` for session 27's (softplus's segments with
 their two-part ``C`` and slope, ``emit_math.SOFTPLUS_SHORT_SEGMENTS`` off; ``tecomp softplus_s26``);
+``--math28-ab`` for session 28's (cbrt's exponent by bits and integer additions,
+``emit_math_f32.CBRT_SCALEF`` off; log1p by a division with its special values selected
+on every lane, ``emit_math.LOG1P_EXACT_ARG`` off; expm1 with its rare cases selected on
+every lane, ``emit_math.EXPM1_BRANCH`` off; ``tecomp cbrt_s27``, ``tecomp log1p_s27``,
+``tecomp expm1_s27``);
 ``--cpu-time``
 (with ``--threads 1``) times each call by the process's CPU time (a shared machine).
 
@@ -43,7 +48,7 @@ their two-part ``C`` and slope, ``emit_math.SOFTPLUS_SHORT_SEGMENTS`` off; ``tec
                                            [--rows 4096] [--ulps] [--softplus-ab]
                                            [--math20-ab] [--math21-ab] [--math23-ab]
                                            [--math24-ab] [--math25-ab] [--math26-ab]
-                                           [--math27-ab] [--cpu-time]
+                                           [--math27-ab] [--math28-ab] [--cpu-time]
 """
 from __future__ import annotations
 
@@ -74,10 +79,14 @@ MATH25 = {"atan2": ("emit_math_wide", ("ATAN2_NARROW",)),
 MATH26 = {"pow": ("emit_math_f32", ("POW_TABLE32", "POW_LN16"))}
 #: session 27's (``--math27-ab``)
 MATH27 = {"softplus": ("emit_math", ("SOFTPLUS_SHORT_SEGMENTS",))}
+#: session 28's (``--math28-ab``)
+MATH28 = {"cbrt": ("emit_math_f32", ("CBRT_SCALEF",)),
+          "log1p": ("emit_math", ("LOG1P_EXACT_ARG",)),
+          "expm1": ("emit_math", ("EXPM1_BRANCH",))}
 #: each session's switches, the tag of its A/B column and its flag's name
 AB = ((MATH20, "s19", "math20_ab"), (MATH21, "s20", "math21_ab"), (MATH23, "s22", "math23_ab"),
       (MATH24, "s23", "math24_ab"), (MATH25, "s24", "math25_ab"),
-      (MATH26, "s25", "math26_ab"), (MATH27, "s26", "math27_ab"))
+      (MATH26, "s25", "math26_ab"), (MATH27, "s26", "math27_ab"), (MATH28, "s27", "math28_ab"))
 
 
 def main() -> None:

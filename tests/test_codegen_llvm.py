@@ -2172,7 +2172,12 @@ _MORE_F32 = {
     "log2": (np.log2, (1.0, 1.4142135, 2.0, 1.1754944e-38), (1.5, 2.0),
              [np.inf, 0.0, -0.0, 1.0, 2.0, -1.0, -np.inf, 2.0 ** -149],
              [np.inf, -np.inf, -np.inf, 0, 1, np.nan, np.nan, -149]),
-    "log1p": (np.log1p, (0.0, -0.5, 1.0, -0.9999), (1.5, 1.5),
+    # (FMA: the exact reduced argument, no division; -8.940697e-08: the division form's
+    # largest error, 1.44 ulp, above the FMA form's bound; 0.5: where the reduced argument
+    # rounds once, at 0.49999997 (1.27 ulp); 2^125: where the branch of the special
+    # values starts)
+    "log1p": (np.log1p, (0.0, -0.5, 1.0, -0.9999, -8.940697e-08, 0.5, 2.0 ** 125, 3.0, -0.75),
+              (1.3, 1.5),
               [np.inf, -1.0, 0.0, -0.0, -2.0, -np.inf, 1e-30, -1e-30],
               [np.inf, -np.inf, 0, -0.0, np.nan, np.nan, 1e-30, -1e-30]),
     # (AVX-512: the edges of the direct segments' range, +-15.5, and of some segments)
@@ -2343,6 +2348,16 @@ _MORE_SPECIALS = {
               10.05, 10.06, -9.0, -1e-30, 1e-45],
              [np.nan, 1, 1, 1, 0, 2, np.float32(1.2786762e-38), None, None, None, None, 0, 2,
               1, 1]),
+    "expm1": ([np.nan, 1e-40, -1e-40, 3.4028235e38, -3.4028235e38, 88.72284, -30.1,
+               2.0 ** -26, -(2.0 ** -26)],
+              [np.nan, 1e-40, -1e-40, np.inf, -1, np.inf, -1, 2.0 ** -26, -(2.0 ** -26)]),
+    "log1p": ([np.nan, 1e-40, -1e-40, 3.4028235e38, -3.4028235e38, 2.0 ** 125,
+               np.float32(2.0 ** 125) * np.float32(1 - 2.0 ** -24), -1 + 2.0 ** -24, -1.0000001,
+               1e-45, -1e-45],
+              [np.nan, 1e-40, -1e-40, np.float32(np.log1p(3.4028235e38)), np.nan,
+               np.float32(np.log1p(2.0 ** 125)),
+               np.float32(np.log1p(np.float64(np.float32(2.0 ** 125) * np.float32(1 - 2.0 ** -24)))),
+               np.float32(np.log1p(-1 + 2.0 ** -24)), np.nan, 1e-45, -1e-45]),
     "fast_log": ([1e-40, -1e-40, 3.4028235e38], [np.float32(np.log(np.float64(np.float32(1e-40)))),
                                                  np.nan, np.float32(np.log(3.4028235e38))]),
     "softplus": ([np.nan, -0.0, 1e-40, -1e-40, 3.4028235e38, -3.4028235e38, 88.8, -88.8,
@@ -2753,6 +2768,94 @@ def test_erfc_float32_segments_where_a_table_instruction_is(monkeypatch):
         same = (outs[0].view(np.uint32) == outs[1].view(np.uint32)) | (
             np.isnan(outs[0]) & np.isnan(outs[1]))
         assert same.all(), (fn, x[~same][:5])
+
+
+def _unary_by_lanes(fn, x, target, lanes, run=True):
+    """``fn`` (a ``tc`` function) over float32 ``x``, vectorized by ``lanes`` (1:
+    serial), built for ``target``: the module and its output on ``x`` (zeros where
+    ``run`` is false: the host cannot run the target)."""
+    import tecomp as tc
+
+    A = tc.placeholder((x.size,), name="A")
+    B = tc.compute((x.size,), lambda i: fn(A[i]), name="B")
+    s = tc.create_schedule(B.op)
+    if lanes > 1:
+        s[B].vectorize(s[B].split(B.op.axis[0], factor=lanes)[1])
+    f = tc.build(s, [A, B], target=target)
+    out = np.zeros(x.size, np.float32)
+    if run:
+        f(x, out)
+    return f, out
+
+
+@pytest.mark.parametrize("variant", ["avx512", "fma"])
+def test_cbrt_exponent_by_getexp_and_scalef(variant, monkeypatch):
+    """float32 cbrt's common lanes take the exponent with one ``vgetexpps`` and scale by
+    ``2^(-3k)`` and ``2^k`` with one ``vscalefps`` each where the target has AVX-512
+    (``emit_math_f32.CBRT_SCALEF``; AVX2: ``k`` from the biased exponent, its bias in the
+    addend of ``e/3``), and give the same bits as the exponent's bits and integer
+    additions (``CBRT_SCALEF`` off), vectorized and serial, correctly rounded (numpy's
+    float64 cbrt rounded) on the dense sample of every float32 input; the edges: where
+    ``k = floor(e/3)`` steps, normal and subnormal, both signs."""
+    import tecomp as tc
+    from tecomp.codegen.llvm import emit_math_f32
+
+    target = _MATH_TARGETS[variant]
+    runs = variant == "fma" or tc.Target("llvm").has_feature("avx512f")
+    edges = [2.0 ** e for e in range(-149, 128)]
+    x = _dense_inputs(*_MORE_F32["cbrt"][1], *edges[::7], *edges[1::7], *edges[2::7])
+    x = np.concatenate([x, -x])
+    x = x[: x.size // 16 * 16]
+
+    def build(lanes):
+        f, out = _unary_by_lanes(tc.cbrt, x, target, lanes, runs)
+        return f.get_source("asm"), out
+
+    asm, new = build(16)
+    _, serial = build(1)
+    monkeypatch.setattr(emit_math_f32, "CBRT_SCALEF", False)
+    asm_old, old = build(16)
+    if variant == "avx512":
+        assert len(re.findall(r"vscalefps\s[^\n]*%zmm", asm)) == 2
+        assert len(re.findall(r"vgetexpps\s[^\n]*%zmm", asm)) == 1
+    assert not re.search(r"vscalefps|vgetexpps", asm_old) and asm != asm_old
+    if not runs:
+        return
+    np.testing.assert_array_equal(new.view(np.uint32), old.view(np.uint32))
+    np.testing.assert_array_equal(serial.view(np.uint32), new.view(np.uint32))
+    with np.errstate(all="ignore"):
+        want = np.cbrt(x.astype(np.float64)).astype(np.float32)
+    nan = np.isnan(want)
+    assert np.isnan(new[nan]).all()
+    np.testing.assert_array_equal(new[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
+def test_expm1_rare_lanes_in_a_branch(monkeypatch):
+    """float32 expm1 leaves ``x > 64`` and NaN to a branch (``expm1.rare``, once per
+    vector that has such a lane: ``emit_math.EXPM1_BRANCH``) and gives the same bits as
+    with every case selected on every lane (the flag off), vectorized by 16 and 8 and
+    serial, AVX-512 and AVX2, on the dense sample of every float32 input with the edges
+    64, 88.72 and -30 (where the host runs the target)."""
+    import tecomp as tc
+    from tecomp.codegen.llvm import emit_math
+
+    x = _dense_inputs(64.0, 88.72283, -30.0, 2.0 ** -25, -(2.0 ** -25), 1.0)
+    x = x[: x.size // 16 * 16]
+    avx512 = tc.Target("llvm").has_feature("avx512f")
+
+    def run(target, lanes):
+        f, out = _unary_by_lanes(tc.expm1, x, target, lanes, avx512 or "avx512" not in target)
+        return f.get_source("llvm-unopt"), out
+
+    for target, lanes in ((_MATH_TARGETS["avx512"], 16), (_MATH_TARGETS["fma"], 8)):
+        monkeypatch.setattr(emit_math, "EXPM1_BRANCH", True)
+        ir_new, new = run(target, lanes)
+        _, serial = run(target, 1)
+        monkeypatch.setattr(emit_math, "EXPM1_BRANCH", False)
+        ir_old, old = run(target, lanes)
+        assert "expm1.rare" in ir_new and "expm1.rare" not in ir_old
+        np.testing.assert_array_equal(new.view(np.uint32), old.view(np.uint32), target)
+        np.testing.assert_array_equal(serial.view(np.uint32), new.view(np.uint32), target)
 
 
 def test_softplus_direct_segments_with_avx512(monkeypatch):

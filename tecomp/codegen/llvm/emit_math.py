@@ -55,6 +55,22 @@ QUADRANT_MAGIC = True
 #: off: by pi/2, the polynomials of sin and cos both and a select, as in session 20
 SINCOS_BY_PI = True
 
+#: whether float32 ``log1p`` feeds ``log``'s polynomial the exact reduced argument
+#: ``(1 + x) 2^-e - 1`` (one FMA: ``x 2^-e + (2^-e - 1)``, exact by Sterbenz's lemma) in
+#: place of ``log(1 + x) + (x - (u - 1)) / u``, and leaves its special values (``x <= -1``,
+#: ``x >= 2^125``, inf, NaN) to a branch taken once per vector that has one
+#: (:meth:`_MathEmitter.log1p_f32`): no division, no selects but the sign of zero; off: the
+#: division and the selects on every lane, as in session 27 (the A/B switch of
+#: ``benchmarks/elementwise_math.py --math28-ab``)
+LOG1P_EXACT_ARG = True
+
+#: whether float32 ``expm1`` leaves ``x > 64`` and NaN to a branch taken once per vector
+#: that has such a lane (:meth:`_MathEmitter.expm1_f32`), so that the common lanes need
+#: neither the clamp at 89 nor the select of ``2^n (u + 1)`` nor the NaN's: the same bits;
+#: off: all of them on every lane, as in session 27 (the A/B switch of
+#: ``benchmarks/elementwise_math.py --math28-ab``)
+EXPM1_BRANCH = True
+
 #: whether float64 ``tan`` is tecomp's vector code where the target has FMA
 #: (:meth:`~tecomp.codegen.llvm.emit_math_wide._WideMathEmitter.tan_f64`); off: libm's
 #: ``tan`` per lane, as before session 22 (an A/B switch for timing it)
@@ -320,11 +336,30 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         inf beyond), ``u = exp(r) - 1`` by :meth:`_expm1_poly`, then
         ``2^n u + (2^n - 1)`` (:meth:`_ldexp` both times; for ``n = 0`` this is ``u``
         itself), and ``2^n (u + 1)`` above 64.  ``|x| < 2^-25`` gives ``x`` (``-0.0``
-        included); a NaN is passed through."""
+        included); a NaN is passed through.  With :data:`EXPM1_BRANCH`, lanes above 64
+        and NaN take a branch (once per vector that has one) to this whole form; the
+        others are clamped at -30 only and take ``2^n u + (2^n - 1)`` (the same bits)."""
+        if EXPM1_BRANCH:
+            b, ty, _, C, _, _ = self._kit(x)
+            xc = b.call(self._fn1("llvm.maxnum", ty, 2), [x, C(-30.0)])
+            res, _ = self._expm1_common(*self._exp_reduce(xc, None, None))
+            ax = b.call(self._fn1("llvm.fabs", ty), [x])
+            res = b.select(b.fcmp_ordered("<", ax, C(2.0 ** -25)), x, res)
+            return self._slow_where(b.fcmp_unordered(">", x, C(64.0)), "expm1.rare",
+                                    self._expm1_everywhere, x, res)
+        return self._expm1_everywhere(x)
+
+    def _expm1_common(self, n, r):
+        """``2^n u + (2^n - 1)``, ``u = exp(r) - 1`` (:meth:`expm1_f32`), and ``u``."""
+        b, _, _, C, _, _ = self._kit(r)
+        u = self._expm1_poly(r)
+        return b.fadd(self._ldexp(u, n), b.fsub(self._ldexp(C(1.0), n), C(1.0))), u
+
+    def _expm1_everywhere(self, x):
+        """:meth:`expm1_f32` with its rare cases selected on every lane."""
         b, ty, _, C, _, madd = self._kit(x)
         n, r = self._exp_reduce(x, -30.0, 89.0)
-        u = self._expm1_poly(r)
-        res = b.fadd(self._ldexp(u, n), b.fsub(self._ldexp(C(1.0), n), C(1.0)))
+        res, u = self._expm1_common(n, r)
         # above 64 the -1 is far below half an ulp: exp(x) itself, as exp_f32 computes
         # it (2^n alone overflows for n = 128 while 2^n u + 2^n may not)
         big = b.fcmp_ordered(">", x, C(64.0))
@@ -378,14 +413,19 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         every schedule; measured on every float32 input against float64 log:
         docs/numerics.md.  ``log(0) = -inf``, ``log(x < 0) = NaN``, ``log(inf) = inf``,
         NaN stays NaN."""
-        b, ty, ity, C, I, madd = self._kit(x)
         ef, f, exact = self._log_reduce(x, 0.75)
+        return self._log_specials(x, self._log34(ef, f), exact)
+
+    def _log34(self, ef, f):
+        """``e ln2 + log1p(f)`` for :meth:`_log_reduce`'s ``e`` and ``f`` (``m = 1 + f``
+        in ``[3/4, 3/2)``): ``f - f^2/2 + f^3 P(f)`` with ``ln2`` in two parts
+        (:meth:`log_f32`)."""
+        b, ty, ity, C, I, madd = self._kit(f)
         z = b.fmul(f, f)
         y = b.fmul(b.fmul(self._horner(self._LOG34_P, f, madd), f), z)
         y = madd(ef, C(self._LN2_F32[1]), y)
         y = madd(z, C(-0.5), y)
-        res = madd(ef, C(self._LN2_F32[0]), b.fadd(f, y))
-        return self._log_specials(x, res, exact)
+        return madd(ef, C(self._LN2_F32[0]), b.fadd(f, y))
 
     #: log(m) = s + s z P(z), s = 2 (m - 1) / (m + 1), z = s^2 <= 0.16, for m in [3/4, 3/2)
     #: (a degree-2 P fitted for tecomp: Lawson's iteration towards the minimax relative
@@ -473,10 +513,37 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         return self._log_specials(x, b.fadd(ef, madd(f, C(hi), w)))
 
     def log1p_f32(self, x):
-        """log(1 + x) for float32, accurate near 0: ``u = 1 + x`` (rounded) and
-        ``log(u) + (x - (u - 1)) / u`` (:meth:`log_f32`; the correction is the
-        rounding error of ``u``, exact, divided by ``u``).  ``log1p(+-0) = +-0``,
+        """log(1 + x) for float32, accurate near 0.  With :data:`LOG1P_EXACT_ARG`: ``u =
+        1 + x`` (rounded) gives ``e`` of :meth:`_log_reduce` (``u = m 2^e``, ``m`` in
+        ``[3/4, 3/2)``), then ``f = x 2^-e + (2^-e - 1)`` by one FMA: the exact ``(1 + x)
+        2^-e - 1`` wherever it is a float (``x 2^-e`` and ``2^-e - 1`` within a factor 2
+        of each other: Sterbenz; ``x`` itself for ``e = 0``), and ``e ln2 + log1p(f)``
+        by ``log``'s polynomial (:meth:`_log34`): no division.  Lanes with ``x <= -1``,
+        ``x >= 2^125`` (``2^-e`` would be subnormal), inf or NaN take a branch, once per
+        vector that has one, to the form below; ``log1p(+-0) = +-0`` by a select.
+        Otherwise: ``log(u) + (x - (u - 1)) / u`` (:meth:`log_f32`; the correction is
+        the rounding error of ``u``, exact, divided by ``u``).  ``log1p(+-0) = +-0``,
         ``log1p(-1) = -inf``, NaN below -1, ``log1p(inf) = inf``."""
+        if LOG1P_EXACT_ARG and self.policy.has_fma:
+            return self._log1p_exact_arg(x)
+        return self._log1p_by_division(x)
+
+    def _log1p_exact_arg(self, x):
+        """:meth:`log1p_f32` with :data:`LOG1P_EXACT_ARG`."""
+        b, ty, ity, C, I, madd = self._kit(x)
+        ef, _, _ = self._log_reduce(b.fadd(x, C(1.0)), 0.75)
+        scalef = self.policy.vector_op("scalef", ty)
+        if scalef is not None:
+            s = scalef(b, self.mb, C(1.0), b.fneg(ef))
+        else:   # 2^-e from its exponent bits (e in [-24, 126] here)
+            s = b.bitcast(b.add(b.fptosi(b.fmul(ef, C(-(2.0 ** 23))), ity), I(127 << 23)), ty)
+        res = self._log34(ef, madd(x, s, b.fsub(s, C(1.0))))
+        res = b.select(b.fcmp_ordered("==", x, C(0.0)), x, res)
+        odd = b.or_(b.fcmp_unordered("<=", x, C(-1.0)), b.fcmp_unordered(">=", x, C(2.0 ** 125)))
+        return self._slow_where(odd, "log1p.special", self._log1p_by_division, x, res)
+
+    def _log1p_by_division(self, x):
+        """:meth:`log1p_f32` by ``log(u) + (x - (u - 1)) / u``."""
         b, ty, _, C, _, _ = self._kit(x)
         u = b.fadd(x, C(1.0))
         c = b.fsub(x, b.fsub(u, C(1.0)))

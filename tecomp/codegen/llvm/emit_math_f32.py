@@ -37,6 +37,15 @@ POW_F32_LANES = True
 #: switch of ``benchmarks/elementwise_math.py --math24-ab``)
 CBRT_F32_LANES = True
 
+#: whether float32 ``cbrt``'s common lanes (normal ``x``: :meth:`_F32MathEmitter.cbrt_f32`)
+#: take ``a``'s exponent ``e`` with one ``vgetexpps`` and scale ``a`` by ``2^(-3k)`` and
+#: the result by ``2^k`` with one ``vscalefps`` each where the target has them (AVX-512;
+#: elsewhere ``k`` from the biased exponent, the bias folded into the addend of ``e/3``):
+#: the same bits, five instructions fewer a vector with AVX-512, one fewer with AVX2; off:
+#: the exponent's bits, conversions and integer additions as in session 27 (the A/B
+#: switch of ``benchmarks/elementwise_math.py --math28-ab``)
+CBRT_SCALEF = True
+
 #: whether float32 ``pow``'s common lanes leave ``|w| >= 128`` (``w = y log2|x|``: the
 #: results near the overflow and the subnormal ones) to the branch of the special values,
 #: tested on ``w`` once it is computed, so that they need neither ``w``'s clamp to
@@ -188,7 +197,11 @@ class _F32MathEmitter:
         and ``s y1 = t + tl`` by FMAs, ``t - m`` exact by Sterbenz: ``r = (t - m) + tl
         + sl y1``), ``y2 = y1 - y1 c`` rounded once by an FMA (the sum within about 1e-13
         of ``cbrt(m)``), times ``2^k`` by the exponent bits (the result is a normal
-        float).  The sign of ``x``; ``cbrt(+-0) = +-0``, ``cbrt(+-inf) = +-inf``, NaN
+        float).  With :data:`CBRT_SCALEF` where the target has ``vgetexpps`` and
+        ``vscalefps`` (AVX-512), the common lanes take ``e`` from the one and ``m = a
+        2^(-3k)`` and the product by ``2^k`` from the other (exact: the same bits);
+        elsewhere ``k`` is ``floor((e + 127)/3 + 1/6 - 127/3)`` of the biased exponent.
+        The sign of ``x``; ``cbrt(+-0) = +-0``, ``cbrt(+-inf) = +-inf``, NaN
         stays NaN.  Lanes that are not a normal float take a branch, once per vector
         that has one, which computes the whole vector with the scaling and the special
         values (the same bits for the other lanes)."""
@@ -211,10 +224,24 @@ class _F32MathEmitter:
             xs = b.select(tiny, b.fmul(ax, C(16777216.0)), ax)
         else:
             xs = ax
-        bits = b.bitcast(xs, ity)
-        e = b.fsub(b.sitofp(b.lshr(bits, I(23)), ty), C(127.0))
-        k = b.call(self._fn1("llvm.floor", ty), [madd(e, C(1.0 / 3.0), C(1.0 / 6.0))])
-        m = b.bitcast(b.sub(bits, b.fptosi(b.fmul(k, C(3.0 * 2 ** 23)), ity)), ty)
+        getexp = self.policy.vector_op("getexp", ty) if CBRT_SCALEF and not general else None
+        scalef = self.policy.vector_op("scalef", ty) if getexp is not None else None
+        if scalef is not None:
+            # (a normal a: its exponent e, k = floor(e/3), m = a 2^(-3k) exact)
+            k = b.call(self._fn1("llvm.floor", ty),
+                       [madd(getexp(b, self.mb, xs), C(1.0 / 3.0), C(1.0 / 6.0))])
+            m = scalef(b, self.mb, xs, b.fmul(k, C(-3.0)))
+        else:
+            bits = b.bitcast(xs, ity)
+            if CBRT_SCALEF:
+                # floor((e + 127)/3 + 1/6 - 127/3) = floor(e/3 + 1/6) (margin 1/6)
+                k = b.call(self._fn1("llvm.floor", ty),
+                           [madd(b.sitofp(b.lshr(bits, I(23)), ty), C(1.0 / 3.0),
+                                 C(1.0 / 6.0 - 127.0 / 3.0))])
+            else:
+                e = b.fsub(b.sitofp(b.lshr(bits, I(23)), ty), C(127.0))
+                k = b.call(self._fn1("llvm.floor", ty), [madd(e, C(1.0 / 3.0), C(1.0 / 6.0))])
+            m = b.bitcast(b.sub(bits, b.fptosi(b.fmul(k, C(3.0 * 2 ** 23)), ity)), ty)
         inv = b.fdiv(C(1.0), m)
         y = self._horner(self._CBRT_GUESS, m, madd)
 
@@ -231,7 +258,11 @@ class _F32MathEmitter:
         tl = madd(s, y, b.fneg(t))
         y = corrected(y, madd(sl, y, b.fadd(b.fsub(t, m), tl)), (1.0 / 3.0, -2.0 / 9.0))
         kr = b.fsub(k, b.select(tiny, C(8.0), C(0.0))) if general else k
-        res = b.bitcast(b.add(b.bitcast(y, ity), b.fptosi(b.fmul(kr, C(2.0 ** 23)), ity)), ty)
+        if scalef is not None:
+            res = scalef(b, self.mb, y, kr)
+        else:
+            res = b.bitcast(b.add(b.bitcast(y, ity), b.fptosi(b.fmul(kr, C(2.0 ** 23)), ity)),
+                            ty)
         res = b.call(self._fn1("llvm.copysign", ty, 2), [res, x])
         if not general:
             return res
