@@ -8,7 +8,7 @@ changed below it, so ``new is old`` is a cheap "did anything change" test.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict
 
 from .expr import (
     SERVICES, Buffer, BufferLoad, CommReducer, Const, Expr, IterVar, Let, Node, Range, Reduce, TupleCommReducer, Var,
@@ -43,39 +43,59 @@ def child_fields(cls) -> tuple:
 
 
 _WALKED = (Expr, Stmt, Range)
+#: the node classes the generic walks do not enter
+_OPAQUE = (IterVar, CommReducer, TupleCommReducer, Buffer)
+_WALK_FIELDS: Dict[type, tuple] = {}
 
 
-def _handler(vcls: type, ncls: type) -> Optional[Callable]:
-    """The ``visit_<ClassName>`` method of visitor class ``vcls`` for node class ``ncls``
-    (looked up once per pair: the visitors are the hot loops of lowering and codegen).
-    The cache lives on the visitor class itself, so that a class defined inside a
-    function (one per call) takes its cache with it when it is collected."""
-    cache = vcls.__dict__.get("_handler_cache")
-    if cache is None:
-        cache = {}
-        type.__setattr__(vcls, "_handler_cache", cache)
-    try:
-        return cache[ncls]
-    except KeyError:
-        f = getattr(vcls, "visit_" + ncls.__name__, None)
-        cache[ncls] = f
-        return f
+def _walk_fields(cls) -> tuple:
+    """The fields of node class ``cls`` the generic walks visit, in order: a PrimFunc's
+    body; none of an IterVar, a reducer or a Buffer; else :func:`child_fields`."""
+    f = _WALK_FIELDS.get(cls)
+    if f is None:
+        if issubclass(cls, PrimFunc):
+            f = ("body",)
+        elif issubclass(cls, _OPAQUE):
+            f = ()
+        else:
+            f = child_fields(cls)
+        _WALK_FIELDS[cls] = f
+    return f
+
+
+def _resolve(vcls: type, ncls: type) -> Callable:
+    """What visitor class ``vcls`` calls for a node of class ``ncls``: its
+    ``visit_<ClassName>`` method, else its ``generic_visit``.  Looked up once per pair
+    and kept in the class's own ``_handler_cache`` (the visitors are the hot loops of
+    lowering and codegen), which :class:`_WalkerType` gives every visitor class, so that
+    a class defined inside a function (one per call) takes its cache with it when it is
+    collected."""
+    f = getattr(vcls, "visit_" + ncls.__name__, None)
+    if f is None:
+        f = getattr(vcls, "generic_visit")
+    vcls._handler_cache[ncls] = f
+    return f
 
 
 class _WalkerType(type):
-    """The type of the visitor classes: a ``visit_<ClassName>`` method set or deleted on
-    a class after its walks began (a test's monkeypatch, a debugging wrapper) empties the
-    handler caches (:func:`_handler`) of that class and of every class below it, which
-    would otherwise keep calling the method they looked up first."""
+    """The type of the visitor classes: each class gets a handler cache of its own
+    (:func:`_resolve`), and a ``visit_<ClassName>`` or ``generic_visit`` method set or
+    deleted on a class after its walks began (a test's monkeypatch, a debugging wrapper)
+    empties the caches of that class and of every class below it, which would otherwise
+    keep calling the method they looked up first."""
+
+    def __init__(cls, name, bases, ns, **kw):
+        super().__init__(name, bases, ns, **kw)
+        type.__setattr__(cls, "_handler_cache", {})
 
     def __setattr__(cls, name, value):
         super().__setattr__(name, value)
-        if name.startswith("visit_"):
+        if name.startswith("visit_") or name == "generic_visit":
             cls._forget_handlers()
 
     def __delattr__(cls, name):
         super().__delattr__(name)
-        if name.startswith("visit_"):
+        if name.startswith("visit_") or name == "generic_visit":
             cls._forget_handlers()
 
     def _forget_handlers(cls):
@@ -93,61 +113,76 @@ class Visitor(metaclass=_WalkerType):
     Handlers are looked up on the class (once per node class), not on the instance."""
 
     def visit(self, node):
-        m = _handler(type(self), type(node))
-        if m is not None:
-            return m(self, node)
-        return self.generic_visit(node)
+        cls = type(self)
+        h = cls._handler_cache.get(type(node))
+        if h is None:
+            h = _resolve(cls, type(node))
+        return h(self, node)
 
     def generic_visit(self, node):
-        if isinstance(node, PrimFunc):
-            self.visit(node.body)
-            return
-        if isinstance(node, (IterVar, CommReducer, TupleCommReducer, Buffer)):
-            return
-        for name in child_fields(type(node)):
+        fields = _WALK_FIELDS.get(type(node))
+        if fields is None:
+            fields = _walk_fields(type(node))
+        visit = self.visit
+        for name in fields:
             v = getattr(node, name)
             if isinstance(v, _WALKED):
-                self.visit(v)
+                visit(v)
             elif isinstance(v, tuple):
                 for x in v:
                     if isinstance(x, _WALKED):
-                        self.visit(x)
+                        visit(x)
 
 
 class Mutator(metaclass=_WalkerType):
     """Rewrite walk.  Override ``visit_<ClassName>``; return a new node or the same one."""
 
     def visit(self, node):
-        m = _handler(type(self), type(node))
-        if m is not None:
-            return m(self, node)
-        return self.generic_visit(node)
+        cls = type(self)
+        h = cls._handler_cache.get(type(node))
+        if h is None:
+            h = _resolve(cls, type(node))
+        return h(self, node)
 
     def visit_buffer(self, buf: Buffer) -> Buffer:
         """Hook for Buffers referenced by loads, stores and allocations."""
         return buf
 
     def generic_visit(self, node):
+        fields = _WALK_FIELDS.get(type(node))
+        if fields is None:
+            fields = _walk_fields(type(node))
         if isinstance(node, PrimFunc):
             body = self.visit(node.body)
             return node if body is node.body else node.with_body(body)
-        if isinstance(node, (IterVar, CommReducer, TupleCommReducer, Buffer)):
-            return node
-        changed = {}
-        for name in child_fields(type(node)):
+        changed = None
+        visit = self.visit
+        for name in fields:
             v = getattr(node, name)
             if isinstance(v, _WALKED):
-                nv = self.visit(v)
+                nv = visit(v)
             elif isinstance(v, Buffer):
                 nv = self.visit_buffer(v)
             elif isinstance(v, tuple) and v and isinstance(v[0], _WALKED):
-                items = tuple(self.visit(x) if isinstance(x, _WALKED) else x for x in v)
-                nv = v if all(a is b for a, b in zip(items, v)) else items
+                items = None
+                for i, x in enumerate(v):
+                    if isinstance(x, _WALKED):
+                        nx = visit(x)
+                        if nx is not x:
+                            if items is None:
+                                items = list(v[:i])
+                            items.append(nx)
+                            continue
+                    if items is not None:
+                        items.append(x)
+                nv = v if items is None else tuple(items)
             else:
                 continue
             if nv is not v:
+                if changed is None:
+                    changed = {}
                 changed[name] = nv
-        if not changed:
+        if changed is None:
             return node
         return dataclasses.replace(node, **changed)
 
@@ -204,20 +239,17 @@ def _rev_fields(cls) -> tuple:
     which push children on a stack so that they come off it in order)."""
     f = _REV_FIELDS.get(cls)
     if f is None:
-        if issubclass(cls, PrimFunc):
-            f = ("body",)
-        elif issubclass(cls, (IterVar, CommReducer, TupleCommReducer, Buffer)):
-            f = ()
-        else:
-            f = tuple(reversed(child_fields(cls)))
-        _REV_FIELDS[cls] = f
+        f = _REV_FIELDS[cls] = tuple(reversed(_walk_fields(cls)))
     return f
 
 
 def _push_children(node, push) -> None:
     """``push`` each node the generic walk visits below ``node``, the last first (so that
     a stack gives them back in order)."""
-    for name in _rev_fields(type(node)):
+    fields = _REV_FIELDS.get(type(node))
+    if fields is None:
+        fields = _rev_fields(type(node))
+    for name in fields:
         v = getattr(node, name)
         if isinstance(v, _WALKED):
             push(v)

@@ -134,6 +134,9 @@ def read_host() -> None:
 #: of :func:`llvm_cpu_features` therefore cannot see
 PROBE_BLIND = frozenset({"64bit", "cx16", "sahf"})
 _FEATURES_OF: Dict[Tuple[str, str], FrozenSet[str]] = {}
+#: the TargetMachine the probes of :func:`llvm_cpu_features` run on, by triple (kept: it
+#: caches a subtarget per function feature string, the same in every probe)
+_PROBE_TM: Dict[str, object] = {}
 
 
 def llvm_cpu_features(cpu: str, features: str) -> Optional[FrozenSet[str]]:
@@ -148,7 +151,10 @@ def llvm_cpu_features(cpu: str, features: str) -> Optional[FrozenSet[str]]:
     caller's (``X86TTIImpl::areInlineCompatible``).  So a probe module has one caller
     compiled for ``(cpu, features)`` and, for each feature ``f``, a callee compiled for
     ``+f`` alone; after LLVM's O1 pipeline, the callees that were inlined are the features
-    the caller has.  About 50 ms, once per ``(cpu, features)`` in a process.
+    the caller has.  About 30 ms, once per ``(cpu, features)`` in a process: the probes
+    share one TargetMachine (:data:`_PROBE_TM`), which keeps the subtarget of each
+    feature string it has met, so that only the first probe builds the callees' (one
+    per feature: with a TargetMachine each, a probe took 80-250 ms).
 
     ``cpu`` must be a CPU LLVM knows (an unknown name makes LLVM abort the process)."""
     known = feature_names()
@@ -175,8 +181,10 @@ def llvm_cpu_features(cpu: str, features: str) -> Optional[FrozenSet[str]]:
     with LLVM_LOCK:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        tm = llvm.Target.from_triple(triple).create_target_machine(
-            cpu="x86-64" if x86 else "generic", features="", opt=1)
+        tm = _PROBE_TM.get(triple)
+        if tm is None:
+            tm = _PROBE_TM[triple] = llvm.Target.from_triple(triple).create_target_machine(
+                cpu="x86-64" if x86 else "generic", features="", opt=1)
         mod = llvm.parse_assembly("\n".join(lines))
         mod.triple = triple
         mod.data_layout = str(tm.target_data)
