@@ -44,6 +44,8 @@ THINNED = {
     "tests/test_codegen_llvm.py::test_column_argmax_pairs_in_registers": (2, 2),
     # each shape with the matching switch on or off, alternating
     "tests/test_codegen_llvm.py::test_row_argmax_lanes_combined_by_matching": (2, 2),
+    # (the same for integer values: each shape matched or as a tree, alternating)
+    "tests/test_codegen_llvm.py::test_row_argmax_of_integers_lanes_combined_by_matching": (2, 2),
     "tests/test_cuda_emu.py::test_examples_match_numpy": 3,
     "tests/test_flash_attention.py::test_flash_attention_matches_float64": 3,
     "tests/test_flash_attention.py::test_the_register_form_with_a_padding_mask": 3,
