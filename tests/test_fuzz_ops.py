@@ -262,3 +262,26 @@ def test_a_symbolic_batch_scheduled_with_a_hint():
         sp["shape"][-1] == 64 and sp["kwargs"]["axis"] == -1
     out = run_op_case(draw_op_case(1858))
     assert out.kind == "ok", out.report()
+
+
+def test_integer_selections_of_other_widths_and_signs(monkeypatch):
+    """Session 28: a third of the int32 max/min/argmax/argmin are drawn over int8, uint8
+    or int64 data of a few values, each type's ends among them (their lanes are matched,
+    the integer max/min signed or not).  Seed 26943: argmin along rows of 256 over uint8,
+    PyTorch's answers; with the lanes' minimum taken as signed (a mutant of
+    emit_control's unsigned match) a mismatch."""
+    from tecomp.codegen.llvm import emit_control
+
+    sp = draw_op_case(26943).spec
+    assert sp["dtype"] == "uint8" and sp["op"] == "argmin" and sp["shape"][-1] == 256
+    out = run_op_case(draw_op_case(26943))
+    assert out.kind == "ok", out.report()
+    match = emit_control._ControlEmitter._selection_match
+
+    def signed(self, *args, **kwargs):
+        kwargs["unsigned"] = False
+        return match(self, *args[:7], **kwargs)
+
+    monkeypatch.setattr(emit_control._ControlEmitter, "_selection_match", signed)
+    out = run_op_case(draw_op_case(26943))
+    assert out.kind == "mismatch", out.report()

@@ -49,6 +49,9 @@ half of those reductions a batch of rows of 33 to 256 reduced along the rows.
 A ninth (``RandomDraw(seed * 7919 + 49)``, session 28) gives half the channels-last
 2-d/3-d poolings over padded data pixels of 21 to 64 channels (the template's peeled
 pixels, ``pool.PEEL_PIXELS``).
+A tenth (``RandomDraw(seed * 7919 + 50)``, session 28) gives a third of the int32
+``max``/``min``/``argmax``/``argmin`` int8, uint8 or int64 data of a few values, the type's
+ends among them (the lanes matched as signed or unsigned).
 The kernel is ``tc.auto_schedule(args)`` (no trials) built for the case's
 target and called with an input as a view (strided, one element off a 64-byte line -- 4
 bytes for float32 --, a non-contiguous torch tensor) and an output one element off a
@@ -229,6 +232,13 @@ def draw_op_case(seed: int, target: str = "llvm") -> OpCase:
         c = q.choice((21, 37, 48, 64))
         if math.prod(sp["shape"][:-1]) * c <= 600_000:
             sp["shape"][-1] = c
+    # (a tenth stream, session 28) a third of the integer max/min/argmax/argmin over
+    # another width or an unsigned type: their lanes are combined by matching, the
+    # integer max (min) signed or not (emit_control.SELECTION_MATCH_INTS)
+    u = RandomDraw(seed * 7919 + 50)
+    if kind == "reduce" and sp["dtype"] == "int32" and \
+            sp["op"] in ("max", "min", "argmax", "argmin") and u.bool(1 / 3):
+        sp["dtype"] = u.choice(tuple(INT_EXTREMES))
     # (a seventh stream) an elementwise math function at its special points instead:
     # its gradient against PyTorch's, or its NaN bits vectorized against serial
     w = RandomDraw(seed * 7919 + 47)
@@ -651,6 +661,14 @@ def _make_illegal(d, sp):
 # data and arguments
 
 
+#: the other integer types of the tenth stream, and the values their data is drawn from
+INT_EXTREMES = {
+    "int8": (-128, -127, -1, 0, 1, 126, 127),
+    "uint8": (0, 1, 127, 128, 129, 254, 255),
+    "int64": (-2**63, -2**40, -1, 0, 1, 2**40, 2**63 - 1),
+}
+
+
 def _data(case: OpCase):
     sp = case.spec
     rng = np.random.default_rng(case.seed)
@@ -666,6 +684,9 @@ def _data(case: OpCase):
             x = np.where(x, ones, np.uint8(0)).astype(np.uint8).view(bool)
     elif sp["dtype"] == "int32":
         x = rng.integers(-5, 6, shape).astype("int32")
+    elif sp["dtype"] in INT_EXTREMES:
+        # a few values, each type's ends among them (ties; a sign taken for the other)
+        x = rng.choice(np.array(INT_EXTREMES[sp["dtype"]], sp["dtype"]), size=shape)
     elif sp.get("op") == "prod":
         # factors exp(N(0, 1 / n)): a product of all of them is exp(N(0, 1)), far from
         # float32's (and float16's) ends in any order
