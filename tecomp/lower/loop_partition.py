@@ -62,7 +62,7 @@ from __future__ import annotations
 from ..ir import op as _op
 from ..ir.arith import eval_interval
 from ..ir.expr import GE, GT, LE, LT, Add, And, Call, Const, Mul, Range, Select, Sub, Var
-from ..ir.functor import Mutator, Visitor, collect, substitute, uses_var
+from ..ir.functor import Mutator, Visitor, _walk_vars, children, collect, substitute, uses_var
 from ..ir.stmt import AttrStmt, For, IfThenElse, SeqStmt, annotated_loop, seq
 
 
@@ -220,10 +220,70 @@ class _DropTerm(Mutator):
         return IfThenElse(cond, then, els)
 
 
+#: each subtree's size and condition variables worked out once per pass
+#: (:class:`_Subtrees`); False: each loop walks its whole body again (the cost before;
+#: ``benchmarks/build_time.py --ab`` times both)
+WALK_ONCE = True
+
 #: the IR nodes partitioning may add, as a multiple of the function's
 GROWTH = 4
 #: ... and at least this many
 MIN_BUDGET = 2000
+
+
+_NO_VARS = frozenset()
+
+
+class _Subtrees:
+    """What partitioning asks of each subtree, worked out once per node object: its size
+    (the nodes the generic walk visits, itself included: statements and the expressions
+    in them) and the Vars read by the conditions of the ``if`` statements and ``select``
+    expressions in it (a loop whose counter none of them reads has no guard to partition
+    on: its body is not searched).  Each loop of a nest asked this of its whole body, the
+    walks costing depth times size; the mutator keeps unchanged subtrees as the same
+    objects, so a partitioned loop's parts reuse what is known of them.  Nodes are kept
+    alive by the table (an id is not reused while it holds them)."""
+
+    def __init__(self):
+        self.memo = {}   # id(node) -> (node, size, condition vars)
+
+    def facts(self, node):
+        """``(size, condition vars)`` of ``node``."""
+        memo = self.memo
+        got = memo.get(id(node))
+        if got is not None:
+            return got[1], got[2]
+        stack = [node]
+        pop, push = stack.pop, stack.append
+        while stack:
+            n = pop()
+            if type(n) is tuple:          # (node,): its children are done
+                n = n[0]
+                kids = children(n)
+                size = 1
+                cv = _NO_VARS
+                for k in kids:
+                    _, ks, kv = memo[id(k)]
+                    size += ks
+                    if kv:
+                        cv = kv if not cv else cv | kv
+                if type(n) is IfThenElse or type(n) is Select:
+                    own = frozenset(_walk_vars(n.cond)[0])   # as uses_var sees them
+                    if own:
+                        cv = own if not cv else cv | own
+                memo[id(n)] = (n, size, cv)
+                continue
+            if id(n) in memo:
+                continue
+            push((n,))
+            for k in children(n):
+                if id(k) not in memo:
+                    push(k)
+        got = memo[id(node)]
+        return got[1], got[2]
+
+    def size(self, node) -> int:
+        return self.facts(node)[0]
 
 
 class _Count(Visitor):
@@ -238,6 +298,7 @@ class _Count(Visitor):
 
 
 def _size(stmt) -> int:
+    """The nodes of ``stmt`` (one walk; :class:`_Subtrees` for many questions)."""
     c = _Count()
     c.visit(stmt)
     return c.n
@@ -255,6 +316,7 @@ class LoopPartition(Mutator):
         self.budget = budget
         #: partitions not made for the budget
         self.refused = 0
+        self.subtrees = _Subtrees()
 
     def visit_AttrStmt(self, s):
         if s.key in ("pragma_no_partition", "pragma_partition"):
@@ -312,7 +374,8 @@ class LoopPartition(Mutator):
                 # must be reached by all of them the same number of times
                 parts = None
             if parts is not None and self.budget is not None:
-                extra = _size(s.body) * (len(parts) - 1)
+                extra = (self.subtrees.size(s.body) if WALK_ONCE else _size(s.body)) * \
+                    (len(parts) - 1)
                 if extra > self.budget:
                     parts = None   # over budget: this loop keeps its guards
                     self.refused += 1
@@ -349,6 +412,8 @@ class LoopPartition(Mutator):
     def _partition(self, s):
         """(main, tail) where the guard holds in main, or None.  The part of the tail
         where the guard is always false loses the guarded statement altogether."""
+        if WALK_ONCE and s.var not in self.subtrees.facts(s.body)[1]:
+            return None   # no condition in the body reads the counter: no guard on it
         finder = _FindGuards(s.var, nested=self.always.get(id(s)) is s)
         finder.visit(s.body)
         for term, (a, rest), inner in finder.guards():
@@ -512,7 +577,10 @@ def _is_empty(s):
 def loop_partition(func, simplify, ranges=None, budget="auto"):
     """``budget``: the IR nodes partitioning may add ("auto": ``GROWTH`` times the
     function's, at least ``MIN_BUDGET``; None: unlimited)."""
+    lp = LoopPartition(simplify, ranges)
     if budget == "auto":
-        budget = max(MIN_BUDGET, GROWTH * _size(func.body))
-    body = LoopPartition(simplify, ranges, budget).visit(func.body)
+        budget = max(MIN_BUDGET, GROWTH * (lp.subtrees.size(func.body) if WALK_ONCE
+                                           else _size(func.body)))
+    lp.budget = budget
+    body = lp.visit(func.body)
     return func if body is func.body else func.with_body(body)
