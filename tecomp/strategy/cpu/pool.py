@@ -350,7 +350,7 @@ def _next_row_from_memory(s: Schedule, pool, out, info: CpuModel) -> bool:
     the last-level cache or the model's ``stream_output_bytes`` (they come from memory
     call after call).  Not taken (Zen 4, one thread, CPU time, under load): from the
     L3, where max_pool2d 3x3/2 NHWC ran 0.68x as fast with the prefetches; at a stride
-    of 1 (avg_pool2d 3x3/1 p1 NHWC over 8x112x112x64: 0.80-0.84x)."""
+    of 1 (avg_pool2d 3x3/1 p1 NHWC over 8x112x112x64: 0.74-0.87x)."""
     first = pool.attrs.get("layout", "NC")[1] == "C"
     if not PREFETCH_NEXT_ROW or (_stride(pool, -2 if first else -3) or 0) < 2:
         return False
