@@ -967,6 +967,15 @@ def test_channels_last_whole_pixels_symbolic_batch_and_half():
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
 
 
+def _template_for(Y, model):
+    """The pooling template's schedule of ``Y`` for the machine model ``model`` (the
+    rules' for the rest of the DAG)."""
+    from tecomp.strategy.cpu.common import _auto_rest
+    s = tc.create_schedule(Y.op)
+    pool.pool_into(s, [Y], model)
+    return _auto_rest(s, [Y], model)
+
+
 @pytest.mark.parametrize("case", [
     ("max2d_nhwc", (2, 9, 11, 32), lambda X: nn.max_pool2d(X, 3, 2, 1, layout="NHWC"), True),
     ("avg3d_ndhwc", (1, 4, 6, 5, 48),
@@ -985,30 +994,106 @@ def test_streamed_outputs(case, monkeypatch):
     The same values either way (aligned buffers: the streamed copy of the nest runs),
     against the plain schedule."""
     from dataclasses import replace
-    from tecomp.strategy.cpu.common import _auto_rest
 
     name, shape, build, taken = case
     X = tc.placeholder(shape, name="X")
     Y = build(X)
     info = tc.target.cpu_model("llvm -mcpu=znver4")
-
-    def schedule(model):
-        s = tc.create_schedule(Y.op)
-        pool.pool_into(s, [Y], model)
-        return _auto_rest(s, [Y], model)
-
     small = replace(info, stream_output_bytes=1024)
-    s = schedule(small)
+    s = _template_for(Y, small)
     text = str(tc.lower(s, [X, Y]))
     assert ("pragma_nontemporal" in text) == taken, text
-    assert "pragma_nontemporal" not in str(tc.lower(schedule(info), [X, Y]))
+    assert "pragma_nontemporal" not in str(tc.lower(_template_for(Y, info), [X, Y]))
     monkeypatch.setattr(pool, "STREAM_OUTPUT", False)
-    assert "pragma_nontemporal" not in str(tc.lower(schedule(small), [X, Y]))
+    assert "pragma_nontemporal" not in str(tc.lower(_template_for(Y, small), [X, Y]))
     x = tc.aligned(rng.standard_normal(shape).astype("float32"))
     got = tc.empty(tuple(int(e.value) for e in Y.shape), "float32")
     tc.build(s, [X, Y])(x, got)
     ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def _next_row_cases():
+    L = tc.target.cpu_model().lanes
+    c = 2 * L + 5   # (a pixel of two vectors and a part of one)
+    return [
+        # (name, shape, the operator, PyTorch's over channels-first data, taken)
+        ("max2d_nhwc", (2, 9, 10, c), lambda X: nn.max_pool2d(X, 3, 2, 1, layout="NHWC"),
+         lambda t: F.max_pool2d(t, 3, 2, 1), True),
+        ("max2d_nhwc_ceil_dil", (1, 12, 11, L),
+         lambda X: nn.max_pool2d(X, 3, 2, 1, dilation=2, ceil_mode=True, layout="NHWC"),
+         lambda t: F.max_pool2d(t, 3, 2, 1, dilation=2, ceil_mode=True), True),
+        ("avg2d_nhwc_excl", (1, 9, 8, c),
+         lambda X: nn.avg_pool2d(X, 3, 2, 1, False, ceil_mode=True, layout="NHWC"),
+         lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False), True),
+        ("max3d_ndhwc", (1, 5, 7, 6, L), lambda X: nn.max_pool3d(X, 3, 2, 1, layout="NDHWC"),
+         lambda t: F.max_pool3d(t, 3, 2, 1), True),
+        ("max2d_nchw", (2, 3, 9, 2 * L + 7), lambda X: nn.max_pool2d(X, 3, 2, 1),
+         lambda t: F.max_pool2d(t, 3, 2, 1), True),
+        ("avg2d_nchw_ceil", (1, 3, 10, 2 * L + 6),
+         lambda X: nn.avg_pool2d(X, 3, 2, 1, ceil_mode=True),
+         lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True), True),
+        ("max2d_nchw_rows_s3", (1, 2, 11, 2 * L + 7),
+         lambda X: nn.max_pool2d(X, (4, 3), (3, 2), 1),
+         lambda t: F.max_pool2d(t, (4, 3), (3, 2), 1), True),
+        # not taken: a stride of 1 along the rows (the next row reads one row anew)
+        ("avg2d_nhwc_s1", (1, 7, 9, c), lambda X: nn.avg_pool2d(X, 3, 1, 1, layout="NHWC"),
+         lambda t: F.avg_pool2d(t, 3, 1, 1), False),
+        ("max2d_nchw_rows_s1", (1, 2, 9, 2 * L + 7),
+         lambda X: nn.max_pool2d(X, 3, (1, 2), 1),
+         lambda t: F.max_pool2d(t, 3, (1, 2), 1), False),
+        # not taken: no peeled pixels (unpadded) and no separated rows
+        ("max2d_nhwc_unpadded", (1, 8, 8, c), lambda X: nn.max_pool2d(X, 2, layout="NHWC"),
+         lambda t: F.max_pool2d(t, 2), False),
+    ]
+
+
+@pytest.mark.parametrize("case", _next_row_cases(), ids=lambda c: c[0])
+def test_next_row_prefetched(case, monkeypatch):
+    """A pooling whose data and output take more than the machine model's
+    ``stream_output_bytes`` (here 64 bytes; by default half the last-level cache),
+    channels last with its pixels peeled or channels first in two steps, a stride of 2
+    or more along the rows: the next output row's data prefetched into the L2 along the
+    current row (``PREFETCH_NEXT_ROW``: a prefetch of the data, not of the padding, at
+    each pixel / each vector of the local row, at the next row's index).  Not under
+    the bound, at a stride of 1 along the rows, or with the switch off.  The same
+    values as the plain schedule and PyTorch (NaN and infinities in max windows); the
+    trace replays."""
+    from dataclasses import replace
+    from tecomp.schedule.trace import replay
+
+    name, shape, build, tfn, taken = case
+    X = tc.placeholder(shape, name="X")
+    Y = build(X)
+    small = replace(tc.target.cpu_model("llvm -mcpu=znver4"), stream_output_bytes=64)
+    s = _template_for(Y, small)
+    text = str(tc.lower(s, [X, Y]))
+    fetch = re.findall(r"prefetch \(L2\) (\w+)\[([^\n]*)\]\n", text)
+    assert bool(fetch) == taken, text
+    if taken:
+        assert {t for t, _ in fetch} == {"X"}, fetch
+        # (the next output row: channels last the fused rows' loop + 1, clamped to the
+        # last; channels first the inner rows' data rows of row ``i2 + 1``)
+        assert any(re.search(r"min\(i0\.i1\.[\w.]*fused \+ 1, \d+\)|i2\*\d+ \+ X\.pf\d \+ \d", i)
+                   for _, i in fetch), fetch
+        assert str(tc.lower(replay(s.trace.to_json(), [Y]), [X, Y])) == text
+    default = replace(small, stream_output_bytes=0)   # (half the last-level cache)
+    assert "prefetch (" not in str(tc.lower(_template_for(Y, default), [X, Y]))
+    monkeypatch.setattr(pool, "PREFETCH_NEXT_ROW", False)
+    assert "prefetch (" not in str(tc.lower(_template_for(Y, small), [X, Y]))
+    monkeypatch.setattr(pool, "PREFETCH_NEXT_ROW", True)
+    first = name.split("_")[1].startswith("nc")
+    x = _pool_data(name, shape)
+    got = run([X], Y, [x], schedule=s)
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    want = tfn(torch.from_numpy(x if first else to_first(x))).numpy()
+    want = want if first else to_last(want)
+    if name.startswith("max"):
+        np.testing.assert_array_equal(got, ref)
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def _planes_first_cases():
@@ -1039,7 +1124,6 @@ def test_planes_first(case, monkeypatch):
     replays."""
     from dataclasses import replace
     from tecomp.schedule.trace import replay
-    from tecomp.strategy.cpu.common import _auto_rest
 
     name, shape, build = case
     X = tc.placeholder(shape, name="X")
@@ -1047,20 +1131,15 @@ def test_planes_first(case, monkeypatch):
     red = Y.op if name.startswith("max") else Y.op.input_tensors[0].op
     info = replace(tc.target.cpu_model("llvm -mcpu=znver4"), stream_output_bytes=1024)
 
-    def schedule(model):
-        s = tc.create_schedule(Y.op)
-        pool.pool_into(s, [Y], model)
-        return _auto_rest(s, [Y], model)
-
-    s = schedule(info)
+    s = _template_for(Y, info)
     text = str(tc.lower(s, [X, Y]))
     assert f"{red.name}.sep.sep[" in text and f"allocate {red.name}.sep: " in text, text
     assert str(tc.lower(replay(s.trace.to_json(), [Y]), [X, Y])) == text
     for other in (tc.target.cpu_model("llvm -mcpu=znver4"), replace(info, l2_bytes=1024)):
-        again = str(tc.lower(schedule(other), [X, Y]))
+        again = str(tc.lower(_template_for(Y, other), [X, Y]))
         assert f"{red.name}.sep.sep[" not in again and f"{red.name}.sep[" in again, again
     monkeypatch.setattr(pool, "PLANES_FIRST", False)
-    assert f"{red.name}.sep.sep[" not in str(tc.lower(schedule(info), [X, Y]))
+    assert f"{red.name}.sep.sep[" not in str(tc.lower(_template_for(Y, info), [X, Y]))
     x = _pool_data(name, shape)
     got = run([X], Y, [x], schedule=s)
     ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))

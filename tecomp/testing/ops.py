@@ -52,6 +52,11 @@ pixels, ``pool.PEEL_PIXELS``).
 A tenth (``RandomDraw(seed * 7919 + 50)``, session 28) gives a third of the int32
 ``max``/``min``/``argmax``/``argmin`` int8, uint8 or int64 data of a few values, the type's
 ends among them (the lanes matched as signed or unsigned).
+An eleventh (``RandomDraw(seed * 7919 + 51)``, session 29) runs half the 2-d/3-d poolings
+of a stride of 2 or more along the rows (that no drawn model reached) under the host's
+model with a ``stream_output_bytes`` of 64 or 1024 bytes: their data then come "from
+memory", and the next output row's data are prefetched along the current one
+(``pool.PREFETCH_NEXT_ROW``).
 The kernel is ``tc.auto_schedule(args)`` (no trials) built for the case's
 target and called with an input as a view (strided, one element off a 64-byte line -- 4
 bytes for float32 --, a non-contiguous torch tensor) and an output one element off a
@@ -239,6 +244,15 @@ def draw_op_case(seed: int, target: str = "llvm") -> OpCase:
     if kind == "reduce" and sp["dtype"] == "int32" and \
             sp["op"] in ("max", "min", "argmax", "argmin") and u.bool(1 / 3):
         sp["dtype"] = u.choice(tuple(INT_EXTREMES))
+    # (an eleventh stream, session 29) half the 2-d/3-d poolings with a stride of 2 or
+    # more along the rows under a model whose stream_output_bytes is small: their data
+    # "from memory", the next output row's data prefetched along the current row
+    # (pool.PREFETCH_NEXT_ROW; the sixth stream's drawn models reach it a quarter of the
+    # time, with small caches besides)
+    r = RandomDraw(seed * 7919 + 51)
+    if (kind == "pool" and not sp.get("illegal") and sp["nd"] > 1
+            and sp["s"][-2] >= 2 and "machine" not in sp and r.bool(0.5)):
+        sp["machine"] = {"stream_output_bytes": r.choice((64, 1024))}
     # (a seventh stream) an elementwise math function at its special points instead:
     # its gradient against PyTorch's, or its NaN bits vectorized against serial
     w = RandomDraw(seed * 7919 + 47)

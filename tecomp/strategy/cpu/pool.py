@@ -143,6 +143,20 @@ PEEL_MAX_IN_A_LOCAL = True
 #: LLVM kept it on the stack for the copy's loop (four stores and four loads of the
 #: stack a pixel of 64 channels).  False: the copy a loop, as before (an A/B switch)
 UNROLL_COPY_OUT = True
+#: a pooling whose data and output come from memory (more than half the last-level
+#: cache, or the machine model's ``stream_output_bytes``, as :data:`STREAM_OUTPUT`),
+#: tasks of output rows: the data of the next output row prefetched into the L2 along
+#: the current one (``prefetch(.., along=the rows' loop)``: at each pixel of a
+#: channels-last row, :data:`PEEL_PIXELS`, or each vector of a channels-first local
+#: row, :func:`_separated`), a row's time ahead of its loads, where the hardware's
+#: prefetcher left the loads of the window's new rows waiting on memory; a window
+#: stepping by 2 or more along the rows (:func:`_next_row_from_memory`).  Zen 4, one
+#: thread, CPU time, under load: max_pool2d 3x3/2 p1 NHWC over 8x112x112x64 1.14-1.32x,
+#: ceil mode over 8x111x111x64 1.38x, avg_pool2d 3x3/2 p1 NHWC over 8x56x56x256 1.16x,
+#: max_pool3d 3^3/2 p1 NDHWC over 2x32x56x56x64 1.31-1.43x (over 32 channels
+#: 0.85-1.03x), NCHW max_pool2d 3x3/2 p1 0.98-1.09x.  False: none (an A/B switch;
+#: benchmarks/DECISIONS.md, "Pooling: the next output row's data prefetched")
+PREFETCH_NEXT_ROW = True
 #: the output of a pooling whose input and output take more than half the last-level
 #: cache (or the machine model's ``stream_output_bytes``) is stored past the cache
 #: (``pragma nontemporal`` on the tasks' loop) where its rows are whole cache lines
@@ -291,6 +305,9 @@ def pool_into(s: Schedule, outs, info: CpuModel) -> None:
         for ax in outer[1:]:
             st.pragma(ax, "partition")
         st.pragma(rows, "masked_wide_loads")
+    if peel and _next_row_from_memory(s, pool, out, info):
+        # (channels last: the next output row's window rows, a pixel's at each pixel)
+        st.prefetch(_data(pool), outer[-1], offset=1, level=2, along=rows)
     ahead = _rows_ahead(pool, info) if PREFETCH_ROWS else 0
     if ahead and short and len(window) == 2 and len(outer) > 1 and pool is out.op:
         # (2-d max pooling over short padded rows, channels first: the data rows
@@ -323,6 +340,30 @@ def _peels_pixels(pool, outer: int) -> bool:
     if not PEEL_PIXELS or outer < 3:
         return False
     return any(_is_padding(ld.producer.op) for ld in _loads(pool.body.source))
+
+
+def _next_row_from_memory(s: Schedule, pool, out, info: CpuModel) -> bool:
+    """Whether the next output row's data are prefetched along the current one
+    (:data:`PREFETCH_NEXT_ROW`): the window steps by 2 or more along the rows (the next
+    output row then reads at least 2 of its ``K`` rows anew; the prefetches cover all
+    ``K``), and the data that ``pool`` reads and its output ``out`` take more than half
+    the last-level cache or the model's ``stream_output_bytes`` (they come from memory
+    call after call).  Not taken (Zen 4, one thread, CPU time, under load): from the
+    L3, where max_pool2d 3x3/2 NHWC ran 0.68x as fast with the prefetches; at a stride
+    of 1 (avg_pool2d 3x3/1 p1 NHWC over 8x112x112x64: 0.74-0.87x)."""
+    first = pool.attrs.get("layout", "NC")[1] == "C"
+    if not PREFETCH_NEXT_ROW or (_stride(pool, -2 if first else -3) or 0) < 2:
+        return False
+    sizes = [_bytes(t) for t in _reads_through_inline(s, pool) + [out]]
+    return _outgrows_llc(None if None in sizes else sum(sizes), info,
+                         limit=info.stream_output_bytes)
+
+
+def _data(pool):
+    """The tensor that the window of ``pool`` reads (the padding's input where it reads
+    a padding inlined into it)."""
+    t = _loads(pool.body.source)[0].producer
+    return t.op.input_tensors[0] if _is_padding(t.op) else t
 
 
 def _streams_output(s: Schedule, pool, out, info: CpuModel) -> bool:
@@ -519,16 +560,16 @@ def _separable(pool, first: bool, small: bool, last, lanes: int) -> bool:
             and (0 if STRIDE1_SEPARABLE else 1) < step < K)
 
 
-def _stride(pool):
+def _stride(pool, dim: int = -1):
     """The step of the data element that the window of ``pool`` (one load) reads along
-    its last axis from one output to the next (its stride there), or None where it is
-    not a constant."""
+    its axis ``dim`` (the last: channels first, the row) from one output to the next
+    (its stride there), or None where it is not a constant."""
     lds = _loads(pool.body.source)
     if len(lds) != 1:
         return None
-    x = pool.axis[-1]
+    x = pool.axis[dim]
     ranges = {iv.var: iv.dom for iv in list(pool.axis) + list(pool.reduce_axis)}
-    e = lds[0].indices[-1]
+    e = lds[0].indices[dim]
     step = simplify(substitute(e, {x.var: x.var + 1}) - e, ranges)
     return int(step.value) if isinstance(step, Const) else None
 
@@ -541,9 +582,14 @@ def _separated(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     (:func:`_windows_from_the_row`).  The tasks are (batch x channels), the outer
     spatial loops inside."""
     L = info.lanes
+    ahead = _next_row_from_memory(s, red.op, out, info) and _data(red.op)
     sep = s.separate(red, red.op.reduce_axis[-1])
     st, rows, outer, x, at = _channel_rows_tasks(s, out, info)
-    _local_rows(s[sep], st, at, L, small)
+    wo = _local_rows(s[sep], st, at, L, small)
+    if outer and ahead is not False:
+        # (the next output row's window rows, a vector of the data's columns at each of
+        # the local row's)
+        s[sep].prefetch(ahead, wo, offset=1, level=2, along=outer[-1])
     if SEPARATE_PARTITION:
         for ax in outer:
             st.pragma(ax, "partition")
@@ -671,6 +717,7 @@ def _local_rows(ts, st, at, L: int, small: bool) -> None:
     if (_cint(tw.dom.extent) or UNROLL_WINDOW * L) <= 2 * VECTORS * L:
         ts.unroll(wo)
     ts.vectorize(wi)
+    return wo
 
 
 def _window_along_the_data(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
@@ -790,6 +837,9 @@ def schedule_pool(outs, target: str = "llvm") -> Schedule:
     the window's rows reduced over the data's columns, then each output from its taps
     of it.  Channels first, 1-d windows side by side along a row of whole vectors, of
     an even kernel of 4 or more: the window's pairs first (:func:`_pairs_first`), then
-    each output from its pairs.  Otherwise, and for any other DAG, the auto-scheduler's
-    rules."""
+    each output from its pairs.  The peeled pixels' rows and the two-step local rows of
+    a window that steps by 2 or more along the rows, where its data and output come
+    from memory: the next output row's data prefetched into the L2 along the current
+    row (:data:`PREFETCH_NEXT_ROW`).  Otherwise, and for any other DAG, the
+    auto-scheduler's rules."""
     return _template_or_rules(pool_into, outs, target)
