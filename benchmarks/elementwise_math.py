@@ -2,7 +2,7 @@
 
 ``out = gelu_tanh(x + b) * y`` on 2048 x 4096 float32 (``gelu_tanh(v) = 0.5 v (1 +
 tanh(sqrt(2/pi) (v + 0.044715 v^3)))``, PyTorch's ``gelu(approximate="tanh")``), and
-``f(x)`` on the same size for f in exp, tanh, log, erf, sigmoid, exp2, expm1, log1p,
+``f(x)`` on the same size for f in exp, tanh, log, erf, sigmoid, exp2, expm1, log1p, log2,
 softplus, sin, cos, tan, atan, erfc and cbrt (PyTorch has no cbrt: its ``pow(x, 1/3)`` on
 positive ``x``), the looser ``fast_erfc`` and ``fast_log`` (against the same peers),
 ``atan2(x, y)`` and ``pow(|y|, x)`` (and a copy, ``x + 0``: the memory
@@ -40,7 +40,8 @@ their two-part ``C`` and slope, ``emit_math.SOFTPLUS_SHORT_SEGMENTS`` off; ``tec
 ``emit_math_f32.CBRT_SCALEF`` off; log1p by a division with its special values selected
 on every lane, ``emit_math.LOG1P_EXACT_ARG`` off; expm1 with its rare cases selected on
 every lane, ``emit_math.EXPM1_BRANCH`` off; ``tecomp cbrt_s27``, ``tecomp log1p_s27``,
-``tecomp expm1_s27``);
+``tecomp expm1_s27``); ``--math29-ab`` for session 29's (log, log2 and log1p without
+their table of 16, ``emit_math.LOG_TABLE`` off; ``tecomp log_s28`` ...);
 ``--cpu-time``
 (with ``--threads 1``) times each call by the process's CPU time (a shared machine).
 
@@ -48,7 +49,8 @@ every lane, ``emit_math.EXPM1_BRANCH`` off; ``tecomp cbrt_s27``, ``tecomp log1p_
                                            [--rows 4096] [--ulps] [--softplus-ab]
                                            [--math20-ab] [--math21-ab] [--math23-ab]
                                            [--math24-ab] [--math25-ab] [--math26-ab]
-                                           [--math27-ab] [--math28-ab] [--cpu-time]
+                                           [--math27-ab] [--math28-ab] [--math29-ab]
+                                           [--cpu-time]
 """
 from __future__ import annotations
 
@@ -83,10 +85,13 @@ MATH27 = {"softplus": ("emit_math", ("SOFTPLUS_SHORT_SEGMENTS",))}
 MATH28 = {"cbrt": ("emit_math_f32", ("CBRT_SCALEF",)),
           "log1p": ("emit_math", ("LOG1P_EXACT_ARG",)),
           "expm1": ("emit_math", ("EXPM1_BRANCH",))}
+#: session 29's (``--math29-ab``)
+MATH29 = {fn: ("emit_math", ("LOG_TABLE",)) for fn in ("log", "log2", "log1p")}
 #: each session's switches, the tag of its A/B column and its flag's name
 AB = ((MATH20, "s19", "math20_ab"), (MATH21, "s20", "math21_ab"), (MATH23, "s22", "math23_ab"),
       (MATH24, "s23", "math24_ab"), (MATH25, "s24", "math25_ab"),
-      (MATH26, "s25", "math26_ab"), (MATH27, "s26", "math27_ab"), (MATH28, "s27", "math28_ab"))
+      (MATH26, "s25", "math26_ab"), (MATH27, "s26", "math27_ab"), (MATH28, "s27", "math28_ab"),
+      (MATH29, "s28", "math29_ab"))
 
 
 def main() -> None:
@@ -147,7 +152,7 @@ def main() -> None:
         "log": (tc.log, np.log, "log", pos), "erf": (tc.erf, erf64, "erf", x),
         "sigmoid": (tc.sigmoid, lambda v: 1 / (1 + np.exp(-v)), "sigmoid", x),
         "exp2": (tc.exp2, np.exp2, "exp2", x), "expm1": (tc.expm1, np.expm1, "expm1", x),
-        "log1p": (tc.log1p, np.log1p, "log1p", pos),
+        "log1p": (tc.log1p, np.log1p, "log1p", pos), "log2": (tc.log2, np.log2, "log2", pos),
         "softplus": (tc.softplus, lambda v: np.logaddexp(0, v), "softplus", x),
         "sin": (tc.sin, np.sin, "sin", x), "cos": (tc.cos, np.cos, "cos", x),
         "tan": (tc.tan, np.tan, "tan", x), "atan": (tc.atan, np.arctan, "atan", x),

@@ -2148,6 +2148,39 @@ def test_log_float32_error_everywhere(exp_variant):
                              np.float32(np.log(np.float64(np.float32(1e-45))))], exp_variant)
 
 
+@pytest.mark.parametrize("fn", ["log", "log2", "log1p"])
+def test_log_functions_by_a_table_of_16(fn):
+    """Where the target has FMA and reads a 16-entry table in one instruction (AVX-512's
+    ``vpermps``), float32 log, log2 and log1p reduce ``m`` once more by a table of 16
+    (``emit_math.LOG_TABLE``): within their own bound, 0.8 ulp (docs/numerics.md: every
+    input), on a sample of every input, the same bits vectorized and serial, with
+    their special values; AVX2 (two ``vpermps`` and a blend per table) keeps the former
+    forms (their bounds: the dense tests above)."""
+    import tecomp as tc
+
+    if not tc.Target("llvm").has_feature("avx512f"):
+        pytest.skip("this CPU has no AVX-512")
+    avx512 = _MATH_TARGETS["avx512"]
+    A = tc.placeholder((1024,), name="A")
+    for target in (avx512, _MATH_TARGETS["fma"]):
+        B = tc.compute((1024,), lambda i: getattr(tc, fn)(A[i]), name="B")
+        s = tc.create_schedule(B.op)
+        s[B].vectorize(s[B].split(B.op.axis[0], factor=16)[1])
+        asm = tc.build(s, [A, B], target=target).get_source("asm")
+        assert ("vperm" in asm) == (target == avx512) and "vfmadd" in asm, (target, fn)
+    ref, edges, _, special, want = _MORE_F32.get(fn, (np.log, (1.0, 0.75, 1.5, 2.0), None,
+                                                       [0.0, -0.0, -1.0, np.inf, 1e-45],
+                                                       [-np.inf, -np.inf, np.nan, np.inf,
+                                                        np.float32(np.log(2.0 ** -149))]))
+    bits = [np.arange(0, 1 << 32, 1021, dtype=np.uint64).astype(np.uint32)]
+    # (and 2^12 patterns around each bin's edge in [3/4, 3/2))
+    for edge in list(edges) + [1 + k / 16 for k in range(1, 8)] + [0.75 + k / 32 for k in range(1, 8)]:
+        b = int(np.float32(edge).view(np.uint32))
+        bits.append(np.arange(max(b - (1 << 11), 0), b + (1 << 11), dtype=np.uint32))
+    _check_float32_function(fn, np.concatenate(bits).view(np.float32), ref, 0.8, special, want,
+                            avx512)
+
+
 def _dense_inputs(*edges):
     """Every 509th float32 bit pattern, 2^14 patterns around each of ``edges``, and the
     smallest magnitudes of both signs."""
@@ -2657,18 +2690,23 @@ def test_functions_of_two_arguments_float64_and_gradients(fn):
 
 @pytest.mark.parametrize("fn, instrs", [("exp", {"vscalefps"}), ("erf", {"vpermps"}),
                                          ("log", {"vgetmantps", "vgetexpps"})])
-def test_avx512_math_instructions(fn, instrs):
+def test_avx512_math_instructions(fn, instrs, monkeypatch):
     """With AVX-512, exp's ``p * 2**n`` is one ``vscalefps`` and log's significand and
     exponent one ``vgetmantps`` and one ``vgetexpps`` (no integer exponent arithmetic),
     for zmm vectors and, with AVX-512VL, ymm ones, and erf's coefficients one
     ``vpermps`` each (zmm: an 8-lane vector padded to 16), with neither an exponential
     nor a division (checked in the assembly, on any CPU); where this CPU has AVX-512,
     they give the same bits as the code without them (AVX2's two ``vpermps`` and a blend
-    for erf) on a dense sample of every float32 input (every 509th bit pattern and the
-    edges)."""
+    for erf; for log, its polynomial: ``emit_math.LOG_TABLE`` off, the table of 16 being
+    AVX-512's alone) on a dense sample of every float32 input (every 509th bit pattern
+    and the edges)."""
     import re
 
     import tecomp as tc
+    from tecomp.codegen.llvm import emit_math
+
+    if fn == "log":
+        monkeypatch.setattr(emit_math, "LOG_TABLE", False)
 
     for lanes, reg in ((16, "zmm"), (8, "ymm")):
         A = tc.placeholder((1024,), name="A")

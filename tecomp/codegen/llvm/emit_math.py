@@ -76,6 +76,17 @@ EXPM1_BRANCH = True
 #: ``tan`` per lane, as before session 22 (an A/B switch for timing it)
 TAN_F64 = True
 
+#: whether float32 ``log``, ``log2`` and ``log1p`` reduce ``m`` (in ``[3/4, 3/2)``) once
+#: more by a table of 16 where the target has FMA and reads a 16-entry table in one
+#: instruction (AVX-512): ``r = m/c - 1`` exact by one FMA with a 5-bit ``1/c``, ``log c``
+#: read in two parts, a degree-5 polynomial on ``|r| <= 1/16``
+#: (:meth:`_MathEmitter._log_table`); ``log1p`` as ``log(u)`` plus the rounding error of
+#: ``u = 1 + x`` over ``u``, its special values in a branch; off: ``log``'s degree-10
+#: polynomial on ``[-1/4, 1/2)`` (``log1p``: with session 28's exact reduced argument),
+#: ``log2``'s degree-11 one on ``[sqrt(1/2), sqrt(2))`` (the A/B switch of
+#: ``benchmarks/elementwise_math.py --math29-ab``)
+LOG_TABLE = True
+
 
 class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
     """The part of :class:`~tecomp.codegen.llvm.emitter._FnEmitter` that emits math functions
@@ -413,8 +424,81 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         every schedule; measured on every float32 input against float64 log:
         docs/numerics.md.  ``log(0) = -inf``, ``log(x < 0) = NaN``, ``log(inf) = inf``,
         NaN stays NaN."""
+        lookup = self._log_lookup(x.type)
+        if lookup is not None:
+            ef, _, exact, m = self._log_reduce(x, 0.75, with_m=True)
+            t, r, lo, _ = self._log_table(lookup, ef, m)
+            return self._log_specials(x, self.b.fadd(t, self.b.fadd(r, lo)), exact)
         ef, f, exact = self._log_reduce(x, 0.75)
         return self._log_specials(x, self._log34(ef, f), exact)
+
+    def _log_lookup(self, ty):
+        """The 16-entry table read of :meth:`_log_table` (``policy.vector_op("lookup16")``)
+        where :data:`LOG_TABLE` is on and the target has FMA and reads a table of 16 in
+        one instruction per register, as those with a 32-entry table instruction do
+        (AVX-512's ``vpermps``), else None: AVX2's two ``vpermps`` and a blend per table
+        made log1p 0.86x and log2 0.96x their former forms (benchmarks/DECISIONS.md)."""
+        if not (LOG_TABLE and self.policy.has_fma) or self.policy.vector_op("lookup32", ty) is None:
+            return None
+        return self.policy.vector_op("lookup16", ty)
+
+    #: the table of :meth:`_log_table`, by the four bits of ``m`` (in ``[3/4, 3/2)``)
+    #: below its exponent's: ``1/c`` with 5 significant bits (1 for the rows around
+    #: ``m = 1``), so that ``r = m/c - 1`` is one exact FMA with ``|r| <= 1/16``
+    _LOGT_INV = (1.0, 0.90625, 0.875, 0.8125, 0.78125, 0.75, 0.71875, 0.6875,
+                 1.3125, 1.25, 1.1875, 1.1875, 1.125, 1.0625, 1.0625, 1.0)
+    #: ``log c = -log(1/c)``: a multiple of 2^-16 (so that ``e ln2_hi + log c`` is exact)
+    #: and the rest, rounded
+    _LOGT_HI = (0.0, 0.0984344482421875, 0.1335296630859375, 0.2076416015625,
+                0.246856689453125, 0.287689208984375, 0.3302459716796875, 0.37469482421875,
+                -0.2719268798828125, -0.22314453125, -0.171844482421875, -0.171844482421875,
+                -0.1177825927734375, -0.0606231689453125, -0.0606231689453125, 0.0)
+    _LOGT_LO = (0.0, 5.624571258522337e-06, 1.72953855326341e-06, -2.236784212072962e-06,
+                3.388478489796398e-06, -7.136532531148987e-06, -4.284809165255865e-06,
+                -1.3747772982242168e-06, -6.835600743215764e-06, 9.799357485462679e-07,
+                -5.774504643341061e-06, -5.774504643341061e-06, -4.428829356584174e-07,
+                -1.452871174478787e-06, -1.452871174478787e-06, 0.0)
+    #: log(1 + r) = r - r^2/2 + r^3 P(r) for -0.0371 <= r <= 0.0625 (a degree-2 P fitted
+    #: for tecomp: weighted least squares towards the minimax relative error, 4.7e-9)
+    _LOGT_P = (0.3333446979522705, -0.2501894235610962, 0.19052651524543762)
+
+    #: ``log2 c`` as :data:`_LOGT_HI` and :data:`_LOGT_LO` hold ``log c``
+    _LOGT2_HI = (0.0, 0.1420135498046875, 0.1926422119140625, 0.299560546875,
+                 0.35614013671875, 0.4150390625, 0.4764404296875, 0.5405731201171875,
+                 -0.3923187255859375, -0.321929931640625, -0.2479248046875, -0.2479248046875,
+                 -0.169921875, -0.08746337890625, -0.08746337890625, 0.0)
+    _LOGT2_LO = (0.0, 5.455067821458215e-06, 2.8660283533099573e-06, -2.650160979555949e-07,
+                 3.6735066260007443e-06, -1.5632211898264359e-06, -2.3857444375607884e-06,
+                 -4.7387543418153655e-06, 1.3028071634835214e-06, 1.8367533130003721e-06,
+                 -2.7087560283689527e-06, -2.7087560283689527e-06, -3.1264423796528718e-06,
+                 5.376559215619636e-07, 5.376559215619636e-07, 0.0)
+
+    def _log_table(self, lookup, ef, m, base2: bool = False):
+        """``e ln2 + log m`` as ``t + (r + lo)`` for ``m`` in ``[3/4, 3/2)`` (and ``e``)
+        of :meth:`_log_reduce`: ``1/c``, ``log c`` in two parts read from tables of 16 by
+        the four bits of ``m`` below its exponent's (``lookup``), ``r = m (1/c) - 1``
+        (one FMA, exact: ``1/c`` has 5 significant bits and ``|r| <= 1/16``), ``t = e
+        ln2_hi + log_hi c`` (exact), ``lo = (e ln2_lo + log_lo c) + (r^2 (r P(r) -
+        1/2))``.  Returns ``(t, r, lo, 1/c)``.  ``base2``: ``e + log2 m`` as ``t + (p +
+        lo)`` instead, ``t = e + log2_hi c`` (exact), ``p = r log2(e)_hi`` (rounded) and
+        ``lo`` the rest: ``p``'s rounding error (one FMA), ``r log2(e)_lo``, ``y
+        log2(e)_hi`` and ``log2_lo c``; returns ``(t, p, lo, 1/c)``."""
+        b, ty, ity, C, I, madd = self._kit(m)
+        idx = b.lshr(b.bitcast(m, ity), I(19))
+        inv = lookup(b, self.mb, self._LOGT_INV, idx)
+        c_hi = lookup(b, self.mb, self._LOGT2_HI if base2 else self._LOGT_HI, idx)
+        c_lo = lookup(b, self.mb, self._LOGT2_LO if base2 else self._LOGT_LO, idx)
+        r = madd(m, inv, C(-1.0))
+        q = madd(self._horner(self._LOGT_P, r, madd), r, C(-0.5))
+        y = b.fmul(q, b.fmul(r, r))
+        if base2:
+            hi, lo = self._LOG2E
+            p = b.fmul(r, C(hi))
+            w = madd(r, C(lo), madd(y, C(hi), c_lo))
+            return b.fadd(ef, c_hi), p, b.fadd(w, madd(r, C(hi), b.fneg(p))), inv
+        t = madd(ef, C(self._LN2_F32[0]), c_hi)
+        lo = b.fadd(madd(ef, C(self._LN2_F32[1]), c_lo), y)
+        return t, r, lo, inv
 
     def _log34(self, ef, f):
         """``e ln2 + log1p(f)`` for :meth:`_log_reduce`'s ``e`` and ``f`` (``m = 1 + f``
@@ -461,12 +545,12 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         # the same bits)
         return b.select(b.fcmp_unordered("<", x, C(0.0)), C(float("nan")), res)
 
-    def _log_reduce(self, x, low: float = 0.7071067811865476):
+    def _log_reduce(self, x, low: float = 0.7071067811865476, with_m: bool = False):
         """``x = m * 2^e`` with ``m`` in ``[low, 2 low)`` (``low`` sqrt(1/2), or 3/4):
         ``(e, f = m - 1, exact)``, ``e`` and ``f`` float32 (``f`` exact), for a positive
         finite ``x`` (other values give garbage that :meth:`_log_specials` replaces);
         ``exact`` says ``e`` is ``-inf`` at 0 and ``inf`` at ``inf`` with ``f`` finite
-        (AVX-512's instructions, for ``low = 3/4``)."""
+        (AVX-512's instructions, for ``low = 3/4``); ``with_m``: ``m`` too, fourth."""
         b, ty, ity, C, I, madd = self._kit(x)
         quarter = low == 0.75
         getmant = self.policy.vector_op("getmant34" if quarter else "getmant", ty)
@@ -478,6 +562,8 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
             e = getexp(b, self.mb, x)
             if quarter:     # m in [3/4, 3/2); m < 1: one more in the exponent
                 ef = b.select(b.fcmp_ordered("<", m, C(1.0)), b.fadd(e, C(1.0)), e)
+                if with_m:
+                    return ef, b.fsub(m, C(1.0)), True, m
                 return ef, b.fsub(m, C(1.0)), True
             # m in [1, 2); m >= sqrt(2): m/2 - 1 and one more in the exponent
             high = b.fcmp_ordered(">=", m, C(2 * 0.70710677))
@@ -492,8 +578,11 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         m = b.bitcast(b.or_(b.and_(bits, I(0x007FFFFF)), I(0x3F000000)), ty)
         # m < low: 2m - 1 and one less in the exponent, else m - 1
         below = b.fcmp_ordered("<", m, C(low))
-        f = b.fsub(b.select(below, b.fadd(m, m), m), C(1.0))
-        return b.sitofp(b.select(below, b.sub(e, I(1)), e), ty), f, False
+        m = b.select(below, b.fadd(m, m), m)
+        ef = b.sitofp(b.select(below, b.sub(e, I(1)), e), ty)
+        if with_m:
+            return ef, b.fsub(m, C(1.0)), False, m
+        return ef, b.fsub(m, C(1.0)), False
 
     #: log2(e) as a float32 and the rest
     _LOG2E = (1.4426950216293335, 1.925963033500011e-08)
@@ -502,8 +591,14 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         """log2(x) for float32 in plain vector instructions: :meth:`_log_reduce`'s
         ``e`` and ``f``, ``log1p(f) = f + y`` as in :meth:`log_f32` (``y`` the
         polynomial's part), then ``e + f*log2(e) + y*log2(e)`` with ``log2(e)`` in two
-        parts.  Special values as ``log``."""
+        parts.  With :data:`LOG_TABLE` (AVX-512: :meth:`_log_lookup`),
+        :meth:`_log_table`'s base-2 form on ``[3/4, 3/2)``.  Special values as ``log``."""
         b, ty, _, C, _, madd = self._kit(x)
+        lookup = self._log_lookup(ty)
+        if lookup is not None:
+            ef, _, exact, m = self._log_reduce(x, 0.75, with_m=True)
+            t, p, lo, _ = self._log_table(lookup, ef, m, base2=True)
+            return self._log_specials(x, b.fadd(t, b.fadd(p, lo)), exact)
         ef, f, _ = self._log_reduce(x)
         z = b.fmul(f, f)
         y = b.fmul(b.fmul(self._horner(self._LOG_P, f, madd), f), z)
@@ -522,11 +617,54 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         ``x >= 2^125`` (``2^-e`` would be subnormal), inf or NaN take a branch, once per
         vector that has one, to the form below; ``log1p(+-0) = +-0`` by a select.
         Otherwise: ``log(u) + (x - (u - 1)) / u`` (:meth:`log_f32`; the correction is
-        the rounding error of ``u``, exact, divided by ``u``).  ``log1p(+-0) = +-0``,
-        ``log1p(-1) = -inf``, NaN below -1, ``log1p(inf) = inf``."""
+        the rounding error of ``u``, exact, divided by ``u``).  With :data:`LOG_TABLE`
+        (AVX-512: :meth:`_log_lookup`): :meth:`_log1p_table`.
+        ``log1p(+-0) = +-0``, ``log1p(-1) = -inf``, NaN below -1, ``log1p(inf) = inf``."""
+        lookup = self._log_lookup(x.type)
+        if lookup is not None:
+            return self._log1p_table(x, lookup)
         if LOG1P_EXACT_ARG and self.policy.has_fma:
             return self._log1p_exact_arg(x)
         return self._log1p_by_division(x)
+
+    def _log1p_table(self, x, lookup):
+        """:meth:`log1p_f32` with :data:`LOG_TABLE`: ``log(u)`` of ``u = 1 + x`` (rounded)
+        as :meth:`log_f32` computes it, ``t + (r + lo)``, with ``lo`` plus ``d/u``, ``d =
+        x - (u - 1)`` the rounding error of ``u`` (exact), as ``d' (1 - r)``, ``d' = d
+        (1/c) 2^-e`` (``vscalefps``; a scalar builds ``2^-e`` from its bits; ``1/u =
+        (1/c) 2^-e / (1 + r)``; the next term, ``d' r^2``, is below 2^-32 of the
+        result).
+        Lanes with ``u`` not a positive normal float (``x <= -1``, inf, NaN) take a
+        branch, once per vector that has one, to the division's form; ``+-0`` by a
+        select."""
+        b, ty, ity, C, I, madd = self._kit(x)
+        u = b.fadd(x, C(1.0))
+        ef, _, _, m = self._log_reduce(u, 0.75, with_m=True)
+        t, r, lo, inv = self._log_table(lookup, ef, m)
+        d = b.fmul(b.fsub(x, b.fsub(u, C(1.0))), inv)
+        scalef = self.policy.vector_op("scalef", ty)
+        if scalef is not None:
+            d = scalef(b, self.mb, d, b.fneg(ef))
+        else:   # (a scalar) 2^-e from its exponent bits (e in [-24, 128] here; from 127
+            # on as 0: d/u is then below 2^-150)
+            ec = b.call(self._fn1("llvm.minnum", ty, 2), [ef, C(127.0)])
+            d = b.fmul(d, b.bitcast(b.add(b.fptosi(b.fmul(ec, C(-(2.0 ** 23))), ity),
+                                          I(127 << 23)), ty))
+        lo = b.fadd(lo, madd(b.fneg(d), r, d))
+        res = b.fadd(t, b.fadd(r, lo))
+        res = b.select(b.fcmp_ordered("==", x, C(0.0)), x, res)
+        # u <= 0 (either zero), inf or NaN: its bits minus the smallest normal's, unsigned,
+        # at or beyond those of inf minus it
+        odd = b.icmp_unsigned(">=", b.sub(b.bitcast(u, ity), I(0x00800000)),
+                              I(0x7F800000 - 0x00800000))
+        return self._slow_where(odd, "log1p.special", self._log1p_special, x, res)
+
+    def _log1p_special(self, x):
+        """:meth:`_log1p_by_division` with one NaN for every NaN (LLVM may order the
+        operands of its last addition either way, which picks one of two NaNs)."""
+        b, _, _, C, _, _ = self._kit(x)
+        return b.select(b.fcmp_unordered("uno", x, x), C(float("nan")),
+                        self._log1p_by_division(x))
 
     def _log1p_exact_arg(self, x):
         """:meth:`log1p_f32` with :data:`LOG1P_EXACT_ARG`."""

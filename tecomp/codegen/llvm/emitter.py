@@ -114,7 +114,7 @@ Lowering
   ``tanh``, ``erf``, ``atan`` ... call libm per lane (``tan`` too where the target has
   no FMA); float32 ``erf``, ``tanh``, ``log``,
   ``sin`` ... are tecomp's own vector code (``_FnEmitter.erf_f32``, ``tanh_f32``,
-  ``log_f32``: at most 1.62, 2.36 and 0.84 ulp, docs/numerics.md), and so are float32
+  ``log_f32``: at most 1.62, 2.36 and 0.86 ulp, docs/numerics.md), and so are float32
   ``tan``, ``atan``, ``erfc``, ``pow`` and ``cbrt``
   (:mod:`~tecomp.codegen.llvm.emit_math_f32`, float32 lanes; ``pow`` where the target
   has FMA and a table instruction, ``cbrt`` where it has FMA), float32
