@@ -289,6 +289,23 @@ class Op:
         self.name = _register(self, name or outs[0].name)
         self._torch_op = getattr(getattr(torch.ops, NAMESPACE), self.name).default
 
+    # An op is a function of its tensors (weights are arguments, not state) with a cache
+    # of kernels: ``copy.deepcopy`` of a model that holds one (an EMA copy, a snapshot)
+    # shares it, as it shares a function; pickling (``torch.save(model)``) is refused,
+    # saying how.
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce_ex__(self, protocol):
+        raise ArgumentError(
+            f"tecomp.torch op {NAMESPACE}::{self.name} cannot be pickled (its kernels are "
+            f"machine code compiled in this process; torch.save(model) pickles the model's "
+            f"attributes): save model.state_dict() with torch.save, and where you load it "
+            f"make the model, its ops with tecomp.torch.op, again and call load_state_dict")
+
     def __repr__(self):
         return (f"<tecomp.torch.Op {NAMESPACE}::{self.name} ({', '.join(x.name for x in self.inputs)})"
                 f" -> ({', '.join(t.name for t in self.outputs)}) on {self.target}>")

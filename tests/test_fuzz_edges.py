@@ -843,3 +843,28 @@ def test_library_family_metadata_flips_are_refused(monkeypatch):
     monkeypatch.setattr(aot_format, "check_digest", lambda *a, **k: None)
     out = run_edge_case(draw_edge_case(257))
     assert out.kind == "mismatch" and "metadata other than" in out.detail, out.report()
+
+
+def test_torch_autograd_family_copies_and_pickles_ops(monkeypatch):
+    """(session 29) The family's ``copied`` twist: a model holding the op deep-copied
+    (an EMA copy) and the copy used, the op or its module pickled (refused, saying how).
+    Clean; with the copy and pickle methods of ops and modules taken away (before
+    session 29: a TypeError about a thread lock, an AttributeError about a lambda)
+    both crash."""
+    tct = pytest.importorskip("tecomp.torch")
+    from tecomp.runtime import timing
+
+    seeds = {}
+    for s in _seeds("torch_autograd", 40):
+        tw = draw_edge_case(s).twist
+        cp = tw.get("copied")
+        if cp and cp["how"] in ("deepcopy_holder", "pickle_module") and not tw["mixed_floats"]:
+            seeds.setdefault(cp["how"], s)
+    assert len(seeds) == 2, seeds
+    for s in seeds.values():
+        assert run_edge_case(draw_edge_case(s)).kind == "ok"
+    for cls in (tct.Op, timing.Timed):
+        for name in ("__copy__", "__deepcopy__", "__reduce_ex__"):
+            monkeypatch.delattr(cls, name)
+    for s in seeds.values():
+        assert run_edge_case(draw_edge_case(s)).kind == "crash"

@@ -126,7 +126,12 @@ Session 9's families, drawn for the edge seeds whose ``seed // 576`` is odd and 
     create_graph=True)`` then a backward through the gradient) equal to torch autograd's
     on the same formula; or a batch of 0 rows, forward and backward, specialised or not;
     one in five called with float32 and float64 tensors for its two float32 inputs: the
-    op's ``ArgumentError`` naming both.
+    op's ``ArgumentError`` naming both.  Two in five (a stream of their own,
+    ``RandomDraw(seed * 7919 + 52)``, session 29) first take the op through ``copy``
+    or ``pickle``, before or after a first call (:data:`COPY_WAYS`): a model (a dict)
+    holding it deep-copied, as an EMA copy is, and the copy's op used; ``copy.copy``;
+    the op, or its forward's compiled module, pickled: an ``ArgumentError`` saying how
+    to move it, then the op used as it is (the mixed ones are refused first).
 ``quant_scales``
     ``quantize``, ``dequantize``, ``requantize`` or ``quantized_dense`` with scales at
     float32's ends (subnormal, the smallest normal, the largest, past it, and products of
@@ -566,6 +571,9 @@ def draw_edge_case(seed: int) -> EdgeCase:
                  "variant": d.choice(("second_derivative", "second_derivative", "empty_batch")),
                  "dynamic": d.choice((None, False, True))}
         twist["mixed_floats"] = d.bool(0.2)   # (drawn last: the others keep their draws)
+        life = RandomDraw(seed * 7919 + 52)   # (session 29: the others keep theirs)
+        if life.bool(0.4):
+            twist["copied"] = {"how": life.choice(COPY_WAYS), "after_call": life.bool(0.5)}
     elif family == "quant_scales":
         twist = {"op": d.choice(("quantize", "dequantize", "requantize", "quantized_dense")),
                  "scales": [d.choice(EDGE_SCALES) for _ in range(3)],
@@ -2185,6 +2193,40 @@ _FORMULAS = {
 }
 
 
+#: what torch_autograd's ``copied`` twist does with the op before the gradient penalty
+#: (session 29): deep-copy a model (a dict) holding it, as an EMA copy does, and use the
+#: copy; ``copy.copy`` it; pickle it, or the module of its forward (both refused with an
+#: ArgumentError saying how), then use it as it is
+COPY_WAYS = ("deepcopy_holder", "deepcopy_holder", "copy_op", "pickle_op", "pickle_module")
+
+
+def _copied_op(o, how: str, x0, w0):
+    """``o`` after torch_autograd's ``copied`` twist ``how`` (:data:`COPY_WAYS`): the op to
+    use; a pickle's refusal checked (a mismatch raised as ``_Mismatch`` otherwise)."""
+    import copy
+    import pickle
+
+    if how == "deepcopy_holder":
+        held = copy.deepcopy({"op": o, "weights": [x0, w0]})
+        if held["weights"][0] is x0:
+            raise _Mismatch("copy.deepcopy kept a tensor it should have copied")
+        return held["op"]
+    if how == "copy_op":
+        return copy.copy(o)
+    what = o if how == "pickle_op" else next(iter(o._compiled.values())).fwd
+    try:
+        pickle.dumps(what)
+    except tc.ArgumentError as e:
+        if "cannot be pickled" not in str(e):
+            raise _Mismatch(f"pickling {how[7:]} refused, but not saying how:\n{e}")
+        return o
+    raise _Mismatch(f"pickling {how[7:]} accepted: its kernels are this process's code")
+
+
+class _Mismatch(Exception):
+    """A fuzz check that found a wrong behaviour (not a crash)."""
+
+
 def _run_torch_autograd(ec: EdgeCase) -> Outcome:
     try:
         import torch
@@ -2226,6 +2268,15 @@ def _run_torch_autograd(ec: EdgeCase) -> Outcome:
                 return Outcome("mismatch", ec, stage, f"refused, but not by the op, naming "
                                f"both inputs:\n{_exc_text(e)}")
             return Outcome("mismatch", ec, stage, "accepted: expected an ArgumentError")
+        cp = tw.get("copied")
+        if cp:   # (session 29) deep-copied, copied or pickled, before or after a call
+            stage = f"the op {cp['how']} {'after' if cp['after_call'] else 'before'} a call"
+            if cp["after_call"] or cp["how"] == "pickle_module":
+                o(x0, w0)
+            try:
+                o = _copied_op(o, cp["how"], x0, w0)
+            except _Mismatch as e:
+                return Outcome("mismatch", ec, stage, str(e))
         stage = f"{tw['variant']} through tecomp.torch.op"
         got = penalty(o)
         stage = "the same in torch"

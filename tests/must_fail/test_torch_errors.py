@@ -403,3 +403,33 @@ def test_tensor_whose_storage_was_shrunk(axpy, op):
     out = torch.zeros(4, 8)
     axpy(x, y, out)                          # still callable
     torch.testing.assert_close(out, 2 * x + y)
+
+
+class _ScaledOp(torch.nn.Module):
+    """A model holding a tecomp.torch op (test_pickling_an_op; pickle needs the class at
+    module level)."""
+
+    def __init__(self, f):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(4))
+        self.f = f
+
+    def forward(self, x):
+        return self.f(x) * self.scale
+
+
+def test_pickling_an_op(op):
+    """torch.save(model) pickles the model's attributes: an op among them is refused,
+    saying to save the state_dict (it raised an AttributeError about a local lambda
+    before)."""
+    import io
+
+    m = _ScaledOp(op[0])
+    with pytest.raises(ArgumentError, match=r"tecomp.torch op tecomp::\w+ cannot be pickled.*"
+                                            r"save model.state_dict\(\) with torch.save.*"
+                                            r"tecomp.torch.op, again and call load_state_dict"):
+        torch.save(m, io.BytesIO())
+    torch.save(m.state_dict(), io.BytesIO())         # the weights: fine
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), 3 * x)      # still works
