@@ -46,6 +46,7 @@ import threading
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.autograd.forward_ad as _FORWARD_AD
 import torch.distributed as dist
 
 from .autodiff import gradient
@@ -665,6 +666,19 @@ class Op:
                     f"runs on {self.device_type} (target {self.target}): move it with "
                     f".to({self.device_type!r})")
 
+    def _check_dual(self, tensors):
+        """An ArgumentError when a tensor carries a forward-mode AD tangent: the op has no
+        forward-mode formula, and its output would carry none (silently)."""
+        for k, (x, t) in enumerate(zip(self.inputs, tensors)):
+            if _FORWARD_AD.unpack_dual(t).tangent is not None:
+                raise ArgumentError(
+                    f"{self.name}: input {x.name} (argument {k + 1}) is a forward-mode AD "
+                    f"dual tensor (torch.autograd.forward_ad.make_dual), and tecomp.torch ops "
+                    f"have no forward-mode formula (jvp): its output would have no tangent. "
+                    f"Differentiate in reverse mode (x.requires_grad_(), y.backward() or "
+                    f"torch.autograd.grad), or pass the primal, "
+                    f"torch.autograd.forward_ad.unpack_dual(x).primal, for the values only")
+
     def _check_transforms(self, tensors):
         """An ArgumentError when a tensor is a torch.func transform's (functorch) tensor."""
         from torch._C import _functorch
@@ -683,6 +697,8 @@ class Op:
             out = self._torch_op(*tensors)
             return out[0] if self.single and isinstance(out, (list, tuple)) else out
         self._check_call(tensors)
+        if _FORWARD_AD._current_level >= 0:
+            self._check_dual(tensors)
         for t in tensors:
             if t.requires_grad:
                 break

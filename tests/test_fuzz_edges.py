@@ -868,3 +868,27 @@ def test_torch_autograd_family_copies_and_pickles_ops(monkeypatch):
             monkeypatch.delattr(cls, name)
     for s in seeds.values():
         assert run_edge_case(draw_edge_case(s)).kind == "crash"
+
+
+def test_lazy_bits_family_refuses_forward_mode_dual_tensors(monkeypatch):
+    """(session 29) The family's dual variants: a forward-mode AD dual tensor as an input
+    or an output refused, plain tensors inside the level run as plain ones.  With the
+    check and the fast binder's step aside taken away (before session 29: the tangent
+    dropped, or left on an overwritten output, silently), the dual ones are mismatches
+    (accepted)."""
+    pytest.importorskip("torch")
+    from tecomp.runtime import argcheck, llvm
+
+    seeds = {}
+    for s in _seeds("lazy_bits", 300):
+        v = draw_edge_case(s).twist["variant"]
+        if v in ("dual_input", "dual_output", "plain_in_dual_level"):
+            seeds.setdefault(v, []).append(s)
+    picks = [seeds["dual_input"][0], 318, seeds["plain_in_dual_level"][0]]
+    assert draw_edge_case(318).twist["variant"] == "dual_output"
+    assert [run_edge_case(draw_edge_case(s)).kind for s in picks] == ["refused", "refused", "ok"]
+    source = llvm._fast_path_source
+    monkeypatch.setattr(argcheck, "forward_ad_level", lambda: -1)
+    monkeypatch.setattr(llvm, "_fast_path_source", lambda *a, **k: (source(*a, **k) or "").replace(
+        "    if fwad._current_level >= 0: return None\n", ""))
+    assert [run_edge_case(draw_edge_case(s)).kind for s in picks] == ["mismatch", "mismatch", "ok"]

@@ -27,7 +27,11 @@ read the docs, or one who wants to crash the caller, would:
     an input or output whose storage was shrunk after a first call
     (``untyped_storage().resize_``, as FSDP frees a parameter; refused likewise); or a
     ZeroTensor (``torch._efficientzerotensor``, data pointer 0) as an input (read as
-    zeros) or an output (refused).
+    zeros) or an output (refused); or (a fifth of the seeds, a stream of their own,
+    ``RandomDraw(seed * 7919 + 53)``, session 29) inside a forward-mode AD level
+    (``torch.autograd.forward_ad.dual_level``) a dual tensor as an input (its tangent
+    would be dropped) or an output (its tangent would stay): refused; or plain tensors
+    there: the plain call's outputs.
 ``foreign_target``
     the case built for another CPU (``-mcpu``, ``-mattr`` additions and removals), called
     here: the right answer, or a :class:`~tecomp.errors.TecompError` naming the target --
@@ -496,6 +500,9 @@ def draw_edge_case(seed: int) -> EdgeCase:
         zero = RandomDraw(seed * 7919 + 91)   # (a stream of its own: other draws stay)
         if zero.bool(0.2):
             twist = {"variant": zero.choice(("zero_tensor_input", "zero_tensor_output"))}
+        dual = RandomDraw(seed * 7919 + 53)   # (session 29: the others keep theirs)
+        if dual.bool(0.2):
+            twist = {"variant": dual.choice(("dual_input", "dual_output", "plain_in_dual_level"))}
     elif family == "library_file":
         twist = {"tamper": d.choice(("flip_byte", "truncate", "append", "swap_sidecar",
                                      "empty", "fifo", "directory", "symlink_to_dev",
@@ -1068,6 +1075,8 @@ def _run_lazy_bits(ec: EdgeCase) -> Outcome:
         return _run_shrunk_storage(ec, torch, c)
     if v in ("zero_tensor_input", "zero_tensor_output"):
         return _run_zero_tensor(ec, torch, c)
+    if v in ("dual_input", "dual_output", "plain_in_dual_level"):
+        return _run_dual(ec, torch, c)
     call = []
     twisted = False
     for pos, a in enumerate(arrs):
@@ -1122,14 +1131,47 @@ def _run_zero_tensor(ec: EdgeCase, torch, c) -> Outcome:
                                c.ir, "a ZeroTensor output")
     ref = [np.zeros_like(x) if pos == pick else
            (x.copy() if isinstance(x, np.ndarray) else x) for pos, x in enumerate(arrs)]
+    return _same_as_plain(ec, c, ref, call, "a ZeroTensor input vs zeros")
+
+
+def _same_as_plain(ec: EdgeCase, c, ref, call, what: str) -> Outcome:
+    """The module of ``c`` called on the plain arrays ``ref``, then on ``call`` (the
+    tensors over ``c.arrs``' memory): the same outputs, else a finding (``what`` names
+    the comparison)."""
+    stage = f"lazy_bits {c.variant}"
     try:
-        mod(*ref)
-        mod(*call)
+        c.mod(*ref)
+        c.mod(*call)
     except Exception as e:  # noqa: BLE001
-        return Outcome("crash", ec, "lazy_bits zero_tensor_input", _exc_text(e), c.ir)
-    msg = _same_outputs(ec, arrs, ref, "a ZeroTensor input vs zeros")
-    return Outcome("mismatch", ec, "lazy_bits zero_tensor_input", msg, c.ir) if msg else \
-        Outcome("ok", ec, "", "", c.ir)
+        return Outcome("crash", ec, stage, _exc_text(e), c.ir)
+    msg = _same_outputs(ec, c.arrs, ref, what)
+    return Outcome("mismatch", ec, stage, msg, c.ir) if msg else Outcome("ok", ec, "", "", c.ir)
+
+
+def _run_dual(ec: EdgeCase, torch, c) -> Outcome:
+    """Inside ``torch.autograd.forward_ad.dual_level`` (session 29): a dual tensor (a
+    tangent of ones) for the first float input that is not also an output, or for the
+    first float output: an ArgumentError (read, its tangent was dropped; written, its
+    tangent stayed, describing other values); or every tensor plain: the outputs of the
+    plain call (the fast binder steps aside inside the level)."""
+    import torch.autograd.forward_ad as fwad
+
+    mod, ins, outs, arrs, v = c.mod, c.ins, c.outs, c.arrs, c.variant
+    floats = [pos for pos, a in enumerate(arrs) if isinstance(a, np.ndarray) and
+              a.dtype.kind == "f" and a.dtype.itemsize >= 4 and a.size]
+    pick = next((pos for pos in floats if ((pos in outs) if v == "dual_output" else
+                                           (pos in ins and pos not in outs))), None)
+    if pick is None:
+        return Outcome("ok", ec, "", "", c.ir)
+    ref = [x.copy() if isinstance(x, np.ndarray) else x for x in arrs]
+    with fwad.dual_level():
+        call = [torch.from_numpy(x) if pos in floats else x for pos, x in enumerate(arrs)]
+        if v != "plain_in_dual_level":
+            call[pick] = fwad.make_dual(call[pick], torch.ones_like(call[pick]))
+            return _expect_refusal(ec, lambda: mod(*call), (tc.ArgumentError,), "lazy_bits",
+                                   c.ir, f"a forward-mode AD dual tensor as an "
+                                   f"{'output' if v == 'dual_output' else 'input'}")
+        return _same_as_plain(ec, c, ref, call, "plain tensors in a dual level vs numpy")
 
 
 def _run_shrunk_storage(ec: EdgeCase, torch, c) -> Outcome:
