@@ -46,6 +46,7 @@ import threading
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.autograd.forward_ad as _FORWARD_AD
 import torch.distributed as dist
 
 from .autodiff import gradient
@@ -288,6 +289,23 @@ class Op:
         self._lock = threading.Lock()
         self.name = _register(self, name or outs[0].name)
         self._torch_op = getattr(getattr(torch.ops, NAMESPACE), self.name).default
+
+    # An op is a function of its tensors (weights are arguments, not state) with a cache
+    # of kernels: ``copy.deepcopy`` of a model that holds one (an EMA copy, a snapshot)
+    # shares it, as it shares a function; pickling (``torch.save(model)``) is refused,
+    # saying how.
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce_ex__(self, protocol):
+        raise ArgumentError(
+            f"tecomp.torch op {NAMESPACE}::{self.name} cannot be pickled (its kernels are "
+            f"machine code compiled in this process; torch.save(model) pickles the model's "
+            f"attributes): save model.state_dict() with torch.save, and where you load it "
+            f"make the model, its ops with tecomp.torch.op, again and call load_state_dict")
 
     def __repr__(self):
         return (f"<tecomp.torch.Op {NAMESPACE}::{self.name} ({', '.join(x.name for x in self.inputs)})"
@@ -648,6 +666,19 @@ class Op:
                     f"runs on {self.device_type} (target {self.target}): move it with "
                     f".to({self.device_type!r})")
 
+    def _check_dual(self, tensors):
+        """An ArgumentError when a tensor carries a forward-mode AD tangent: the op has no
+        forward-mode formula, and its output would carry none (silently)."""
+        for k, (x, t) in enumerate(zip(self.inputs, tensors)):
+            if _FORWARD_AD.unpack_dual(t).tangent is not None:
+                raise ArgumentError(
+                    f"{self.name}: input {x.name} (argument {k + 1}) is a forward-mode AD "
+                    f"dual tensor (torch.autograd.forward_ad.make_dual), and tecomp.torch ops "
+                    f"have no forward-mode formula (jvp): its output would have no tangent. "
+                    f"Differentiate in reverse mode (x.requires_grad_(), y.backward() or "
+                    f"torch.autograd.grad), or pass the primal, "
+                    f"torch.autograd.forward_ad.unpack_dual(x).primal, for the values only")
+
     def _check_transforms(self, tensors):
         """An ArgumentError when a tensor is a torch.func transform's (functorch) tensor."""
         from torch._C import _functorch
@@ -666,6 +697,8 @@ class Op:
             out = self._torch_op(*tensors)
             return out[0] if self.single and isinstance(out, (list, tuple)) else out
         self._check_call(tensors)
+        if _FORWARD_AD._current_level >= 0:
+            self._check_dual(tensors)
         for t in tensors:
             if t.requires_grad:
                 break

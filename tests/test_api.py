@@ -340,3 +340,26 @@ def test_build_restores_the_garbage_collector_state():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_copies_of_a_module_are_the_module(tmp_path):
+    """copy.copy and copy.deepcopy of a compiled module (a model or config holding one
+    deep-copied) give the module itself, as for a function, JIT-built or loaded (deepcopy
+    raised a TypeError about a thread lock, or a ctypes error, before)."""
+    import copy
+
+    A = tc.placeholder((64, 64), name="A")
+    T = tc.compute((64, 64), lambda i, j: tc.exp(A[i, j]), name="T")
+    k = tc.reduce_axis((0, 64), "k")
+    R = tc.compute((64,), lambda i: tc.sum(T[i, k] * A[k, i], axis=k), name="R")
+    f = tc.build(tc.auto_schedule([A, R]), [A, R])
+    f.export_library(str(tmp_path / "k.so"))
+    a = np.random.default_rng(0).random((64, 64), dtype=np.float32)
+    want = (np.exp(a.astype(np.float64)) * a.T).sum(1)
+    for g in (f, tc.load_module(str(tmp_path / "k.so"))):
+        held = {"kernel": g, "weights": [a]}
+        c = copy.deepcopy(held)
+        assert c["kernel"] is g and copy.copy(g) is g and c["weights"][0] is not a
+        r = np.empty(64, "float32")
+        c["kernel"](a, r)
+        np.testing.assert_allclose(r, want, rtol=1e-5)

@@ -843,3 +843,52 @@ def test_library_family_metadata_flips_are_refused(monkeypatch):
     monkeypatch.setattr(aot_format, "check_digest", lambda *a, **k: None)
     out = run_edge_case(draw_edge_case(257))
     assert out.kind == "mismatch" and "metadata other than" in out.detail, out.report()
+
+
+def test_torch_autograd_family_copies_and_pickles_ops(monkeypatch):
+    """(session 29) The family's ``copied`` twist: a model holding the op deep-copied
+    (an EMA copy) and the copy used, the op or its module pickled (refused, saying how).
+    Clean; with the copy and pickle methods of ops and modules taken away (before
+    session 29: a TypeError about a thread lock, an AttributeError about a lambda)
+    both crash."""
+    tct = pytest.importorskip("tecomp.torch")
+    from tecomp.runtime import timing
+
+    seeds = {}
+    for s in _seeds("torch_autograd", 40):
+        tw = draw_edge_case(s).twist
+        cp = tw.get("copied")
+        if cp and cp["how"] in ("deepcopy_holder", "pickle_module") and not tw["mixed_floats"]:
+            seeds.setdefault(cp["how"], s)
+    assert len(seeds) == 2, seeds
+    for s in seeds.values():
+        assert run_edge_case(draw_edge_case(s)).kind == "ok"
+    for cls in (tct.Op, timing.Timed):
+        for name in ("__copy__", "__deepcopy__", "__reduce_ex__"):
+            monkeypatch.delattr(cls, name)
+    for s in seeds.values():
+        assert run_edge_case(draw_edge_case(s)).kind == "crash"
+
+
+def test_lazy_bits_family_refuses_forward_mode_dual_tensors(monkeypatch):
+    """(session 29) The family's dual variants: a forward-mode AD dual tensor as an input
+    or an output refused, plain tensors inside the level run as plain ones.  With the
+    check and the fast binder's step aside taken away (before session 29: the tangent
+    dropped, or left on an overwritten output, silently), the dual ones are mismatches
+    (accepted)."""
+    pytest.importorskip("torch")
+    from tecomp.runtime import argcheck, llvm
+
+    seeds = {}
+    for s in _seeds("lazy_bits", 300):
+        v = draw_edge_case(s).twist["variant"]
+        if v in ("dual_input", "dual_output", "plain_in_dual_level"):
+            seeds.setdefault(v, []).append(s)
+    picks = [seeds["dual_input"][0], 318, seeds["plain_in_dual_level"][0]]
+    assert draw_edge_case(318).twist["variant"] == "dual_output"
+    assert [run_edge_case(draw_edge_case(s)).kind for s in picks] == ["refused", "refused", "ok"]
+    source = llvm._fast_path_source
+    monkeypatch.setattr(argcheck, "forward_ad_level", lambda: -1)
+    monkeypatch.setattr(llvm, "_fast_path_source", lambda *a, **k: (source(*a, **k) or "").replace(
+        "    if fwad._current_level >= 0: return None\n", ""))
+    assert [run_edge_case(draw_edge_case(s)).kind for s in picks] == ["mismatch", "mismatch", "ok"]

@@ -220,6 +220,44 @@ def test_op_forward_backward_matches_torch():
     assert y7.shape == (7, 24)
 
 
+def test_a_model_holding_an_op_is_deep_copied():
+    """copy.deepcopy(model) (an EMA copy, a snapshot) of a model holding an op shares the
+    op, as it shares a function, and copies the weights: each model then trains on its
+    own (it raised a TypeError about a thread lock before)."""
+    import copy
+
+    ins, Y = _ffn()
+    ffn = tct.op(ins, [Y])
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(24, 16))
+            self.b = torch.nn.Parameter(torch.randn(24))
+            self.f = ffn
+
+        def forward(self, x):
+            return self.f(x, self.w, self.b)
+
+    m = Model()
+    x = torch.randn(5, 16)
+    m(x).sum().backward()                            # compiled before the copy
+    ema = copy.deepcopy(m)
+    assert ema.f is ffn and copy.copy(ffn) is ffn
+    assert ema.w is not m.w and torch.equal(ema.w, m.w)
+    with torch.no_grad():
+        m.w.add_(1.0)                                # the original moves on
+    for model in (m, ema):
+        model.zero_grad()
+        y = model(x)
+        y.sum().backward()
+        w = model.w.detach().clone().requires_grad_(True)
+        ref = F.gelu(F.linear(x, w, model.b.detach()))
+        ref.sum().backward()
+        torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(model.w.grad, w.grad, rtol=1e-4, atol=1e-4)
+
+
 def test_training_saves_reductions_and_transcendental_intermediates():
     # two layers: the first's GELU output is read by the second's weight gradient; it is
     # saved by the forward (as PyTorch's autograd does), not recomputed in the backward,

@@ -357,6 +357,15 @@ def _plain_tensor(t, label: str, written: bool):
             f"{label}: the torch tensor requires grad, and tecomp reads and writes its "
             f"memory directly, outside autograd: pass x.detach(), or wrap the "
             f"computation with tecomp.torch.op(...) to make it differentiable")
+    if forward_ad_level() >= 0 and dual_tangent(t) is not None:
+        what = ("the kernel writes its values in place, and its tangent would not follow "
+                "them" if written else "tecomp reads its memory outside autograd, and the "
+                "result would have no tangent")
+        raise ArgumentError(
+            f"{label}: the torch tensor is a forward-mode AD dual tensor "
+            f"(torch.autograd.forward_ad.make_dual), and {what}: pass its primal, "
+            f"torch.autograd.forward_ad.unpack_dual(x).primal, to compute values only, or "
+            f"differentiate in reverse mode (tecomp.torch.op(...) with x.requires_grad_())")
     layout = str(t.layout)
     if layout != "torch.strided" or t.is_quantized or t.is_nested:
         what, fix = (("quantized", "x.dequantize()") if t.is_quantized else
@@ -439,6 +448,19 @@ def _functorch_module():
 
         _FUNCTORCH = _functorch
     return _FUNCTORCH
+
+
+def forward_ad_level() -> int:
+    """The forward-mode AD level in force (``torch.autograd.forward_ad.dual_level``), -1
+    outside one (where no tensor has a tangent) or without torch."""
+    fw = sys.modules.get("torch.autograd.forward_ad")
+    return -1 if fw is None else fw._current_level
+
+
+def dual_tangent(t):
+    """The tangent of the torch tensor ``t`` at the forward-mode AD level in force, or
+    None."""
+    return sys.modules["torch.autograd.forward_ad"].unpack_dual(t).tangent
 
 
 def _plain_dispatch():

@@ -416,6 +416,10 @@ def _fast_path_source(plan: _CallPlan, tensors: bool = False, grad_inputs: bool 
     sig = plan.sig
     nb = plan.nb
     names = []
+    if tensors and plan.bufs:
+        # (inside torch.autograd.forward_ad.dual_level a tensor may carry a tangent: the
+        # generic path refuses one that does)
+        w("    if fwad._current_level >= 0: return None")
     for p in plan.bufs:
         nm = f"a{p.data_index}"
         names.append(nm)
@@ -580,6 +584,7 @@ def _compile_fast_path(src: str, plan: _CallPlan, tensors: bool = False):
 
         ns["Tensor"] = torch.Tensor
         ns["written"] = torch._C._increment_version
+        ns["fwad"] = torch.autograd.forward_ad
         for p in plan.bufs:
             tdt = getattr(torch, p.np_dtype.name, None) if p.np_dtype.isnative else None
             if not isinstance(tdt, torch.dtype):

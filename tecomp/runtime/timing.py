@@ -180,3 +180,22 @@ class Timed:
         """DLPack's code of the device the module runs on: 1, the CPU (the CUDA modules
         say 2)."""
         return 1
+
+    # A module is compiled code with its call caches: ``copy.copy`` and ``copy.deepcopy``
+    # give the module itself, as they give a function itself (a model holding one can be
+    # deep-copied; the copy calls the same kernels, which keep no state between calls
+    # that a caller sees).  Pickling would need the code: refused, saying how.
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce_ex__(self, protocol):
+        how = ("write it with f.export_library(path) and load it there with "
+               "tc.load_module(path), or build it again there"
+               if hasattr(self, "export_library") else "build it again there")
+        raise ArgumentError(
+            f"module {self.entry_name} cannot be pickled (its kernels are machine code "
+            f"loaded in this process; pickle.dumps, torch.save and multiprocessing's "
+            f"arguments pickle): to use it in another process, {how}")

@@ -27,7 +27,11 @@ read the docs, or one who wants to crash the caller, would:
     an input or output whose storage was shrunk after a first call
     (``untyped_storage().resize_``, as FSDP frees a parameter; refused likewise); or a
     ZeroTensor (``torch._efficientzerotensor``, data pointer 0) as an input (read as
-    zeros) or an output (refused).
+    zeros) or an output (refused); or (a fifth of the seeds, a stream of their own,
+    ``RandomDraw(seed * 7919 + 53)``, session 29) inside a forward-mode AD level
+    (``torch.autograd.forward_ad.dual_level``) a dual tensor as an input (its tangent
+    would be dropped) or an output (its tangent would stay): refused; or plain tensors
+    there: the plain call's outputs.
 ``foreign_target``
     the case built for another CPU (``-mcpu``, ``-mattr`` additions and removals), called
     here: the right answer, or a :class:`~tecomp.errors.TecompError` naming the target --
@@ -126,7 +130,12 @@ Session 9's families, drawn for the edge seeds whose ``seed // 576`` is odd and 
     create_graph=True)`` then a backward through the gradient) equal to torch autograd's
     on the same formula; or a batch of 0 rows, forward and backward, specialised or not;
     one in five called with float32 and float64 tensors for its two float32 inputs: the
-    op's ``ArgumentError`` naming both.
+    op's ``ArgumentError`` naming both.  Two in five (a stream of their own,
+    ``RandomDraw(seed * 7919 + 52)``, session 29) first take the op through ``copy``
+    or ``pickle``, before or after a first call (:data:`COPY_WAYS`): a model (a dict)
+    holding it deep-copied, as an EMA copy is, and the copy's op used; ``copy.copy``;
+    the op, or its forward's compiled module, pickled: an ``ArgumentError`` saying how
+    to move it, then the op used as it is (the mixed ones are refused first).
 ``quant_scales``
     ``quantize``, ``dequantize``, ``requantize`` or ``quantized_dense`` with scales at
     float32's ends (subnormal, the smallest normal, the largest, past it, and products of
@@ -491,6 +500,9 @@ def draw_edge_case(seed: int) -> EdgeCase:
         zero = RandomDraw(seed * 7919 + 91)   # (a stream of its own: other draws stay)
         if zero.bool(0.2):
             twist = {"variant": zero.choice(("zero_tensor_input", "zero_tensor_output"))}
+        dual = RandomDraw(seed * 7919 + 53)   # (session 29: the others keep theirs)
+        if dual.bool(0.2):
+            twist = {"variant": dual.choice(("dual_input", "dual_output", "plain_in_dual_level"))}
     elif family == "library_file":
         twist = {"tamper": d.choice(("flip_byte", "truncate", "append", "swap_sidecar",
                                      "empty", "fifo", "directory", "symlink_to_dev",
@@ -566,6 +578,9 @@ def draw_edge_case(seed: int) -> EdgeCase:
                  "variant": d.choice(("second_derivative", "second_derivative", "empty_batch")),
                  "dynamic": d.choice((None, False, True))}
         twist["mixed_floats"] = d.bool(0.2)   # (drawn last: the others keep their draws)
+        life = RandomDraw(seed * 7919 + 52)   # (session 29: the others keep theirs)
+        if life.bool(0.4):
+            twist["copied"] = {"how": life.choice(COPY_WAYS), "after_call": life.bool(0.5)}
     elif family == "quant_scales":
         twist = {"op": d.choice(("quantize", "dequantize", "requantize", "quantized_dense")),
                  "scales": [d.choice(EDGE_SCALES) for _ in range(3)],
@@ -1060,6 +1075,8 @@ def _run_lazy_bits(ec: EdgeCase) -> Outcome:
         return _run_shrunk_storage(ec, torch, c)
     if v in ("zero_tensor_input", "zero_tensor_output"):
         return _run_zero_tensor(ec, torch, c)
+    if v in ("dual_input", "dual_output", "plain_in_dual_level"):
+        return _run_dual(ec, torch, c)
     call = []
     twisted = False
     for pos, a in enumerate(arrs):
@@ -1114,14 +1131,47 @@ def _run_zero_tensor(ec: EdgeCase, torch, c) -> Outcome:
                                c.ir, "a ZeroTensor output")
     ref = [np.zeros_like(x) if pos == pick else
            (x.copy() if isinstance(x, np.ndarray) else x) for pos, x in enumerate(arrs)]
+    return _same_as_plain(ec, c, ref, call, "a ZeroTensor input vs zeros")
+
+
+def _same_as_plain(ec: EdgeCase, c, ref, call, what: str) -> Outcome:
+    """The module of ``c`` called on the plain arrays ``ref``, then on ``call`` (the
+    tensors over ``c.arrs``' memory): the same outputs, else a finding (``what`` names
+    the comparison)."""
+    stage = f"lazy_bits {c.variant}"
     try:
-        mod(*ref)
-        mod(*call)
+        c.mod(*ref)
+        c.mod(*call)
     except Exception as e:  # noqa: BLE001
-        return Outcome("crash", ec, "lazy_bits zero_tensor_input", _exc_text(e), c.ir)
-    msg = _same_outputs(ec, arrs, ref, "a ZeroTensor input vs zeros")
-    return Outcome("mismatch", ec, "lazy_bits zero_tensor_input", msg, c.ir) if msg else \
-        Outcome("ok", ec, "", "", c.ir)
+        return Outcome("crash", ec, stage, _exc_text(e), c.ir)
+    msg = _same_outputs(ec, c.arrs, ref, what)
+    return Outcome("mismatch", ec, stage, msg, c.ir) if msg else Outcome("ok", ec, "", "", c.ir)
+
+
+def _run_dual(ec: EdgeCase, torch, c) -> Outcome:
+    """Inside ``torch.autograd.forward_ad.dual_level`` (session 29): a dual tensor (a
+    tangent of ones) for the first float input that is not also an output, or for the
+    first float output: an ArgumentError (read, its tangent was dropped; written, its
+    tangent stayed, describing other values); or every tensor plain: the outputs of the
+    plain call (the fast binder steps aside inside the level)."""
+    import torch.autograd.forward_ad as fwad
+
+    mod, ins, outs, arrs, v = c.mod, c.ins, c.outs, c.arrs, c.variant
+    floats = [pos for pos, a in enumerate(arrs) if isinstance(a, np.ndarray) and
+              a.dtype.kind == "f" and a.dtype.itemsize >= 4 and a.size]
+    pick = next((pos for pos in floats if ((pos in outs) if v == "dual_output" else
+                                           (pos in ins and pos not in outs))), None)
+    if pick is None:
+        return Outcome("ok", ec, "", "", c.ir)
+    ref = [x.copy() if isinstance(x, np.ndarray) else x for x in arrs]
+    with fwad.dual_level():
+        call = [torch.from_numpy(x) if pos in floats else x for pos, x in enumerate(arrs)]
+        if v != "plain_in_dual_level":
+            call[pick] = fwad.make_dual(call[pick], torch.ones_like(call[pick]))
+            return _expect_refusal(ec, lambda: mod(*call), (tc.ArgumentError,), "lazy_bits",
+                                   c.ir, f"a forward-mode AD dual tensor as an "
+                                   f"{'output' if v == 'dual_output' else 'input'}")
+        return _same_as_plain(ec, c, ref, call, "plain tensors in a dual level vs numpy")
 
 
 def _run_shrunk_storage(ec: EdgeCase, torch, c) -> Outcome:
@@ -2185,6 +2235,40 @@ _FORMULAS = {
 }
 
 
+#: what torch_autograd's ``copied`` twist does with the op before the gradient penalty
+#: (session 29): deep-copy a model (a dict) holding it, as an EMA copy does, and use the
+#: copy; ``copy.copy`` it; pickle it, or the module of its forward (both refused with an
+#: ArgumentError saying how), then use it as it is
+COPY_WAYS = ("deepcopy_holder", "deepcopy_holder", "copy_op", "pickle_op", "pickle_module")
+
+
+def _copied_op(o, how: str, x0, w0):
+    """``o`` after torch_autograd's ``copied`` twist ``how`` (:data:`COPY_WAYS`): the op to
+    use; a pickle's refusal checked (a mismatch raised as ``_Mismatch`` otherwise)."""
+    import copy
+    import pickle
+
+    if how == "deepcopy_holder":
+        held = copy.deepcopy({"op": o, "weights": [x0, w0]})
+        if held["weights"][0] is x0:
+            raise _Mismatch("copy.deepcopy kept a tensor it should have copied")
+        return held["op"]
+    if how == "copy_op":
+        return copy.copy(o)
+    what = o if how == "pickle_op" else next(iter(o._compiled.values())).fwd
+    try:
+        pickle.dumps(what)
+    except tc.ArgumentError as e:
+        if "cannot be pickled" not in str(e):
+            raise _Mismatch(f"pickling {how[7:]} refused, but not saying how:\n{e}")
+        return o
+    raise _Mismatch(f"pickling {how[7:]} accepted: its kernels are this process's code")
+
+
+class _Mismatch(Exception):
+    """A fuzz check that found a wrong behaviour (not a crash)."""
+
+
 def _run_torch_autograd(ec: EdgeCase) -> Outcome:
     try:
         import torch
@@ -2226,6 +2310,15 @@ def _run_torch_autograd(ec: EdgeCase) -> Outcome:
                 return Outcome("mismatch", ec, stage, f"refused, but not by the op, naming "
                                f"both inputs:\n{_exc_text(e)}")
             return Outcome("mismatch", ec, stage, "accepted: expected an ArgumentError")
+        cp = tw.get("copied")
+        if cp:   # (session 29) deep-copied, copied or pickled, before or after a call
+            stage = f"the op {cp['how']} {'after' if cp['after_call'] else 'before'} a call"
+            if cp["after_call"] or cp["how"] == "pickle_module":
+                o(x0, w0)
+            try:
+                o = _copied_op(o, cp["how"], x0, w0)
+            except _Mismatch as e:
+                return Outcome("mismatch", ec, stage, str(e))
         stage = f"{tw['variant']} through tecomp.torch.op"
         got = penalty(o)
         stage = "the same in torch"

@@ -724,3 +724,21 @@ def test_int64_extent_past_two_to_the_40():
     y = np.zeros(5, "float32")
     f(x, y)
     np.testing.assert_array_equal(y, x + 1)
+
+
+def test_pickling_a_compiled_module(scaled, tmp_path):
+    """A module is machine code loaded in this process: pickling it (pickle.dumps,
+    torch.save, a multiprocessing argument) is refused, saying how to move it (it raised
+    a TypeError about a thread lock, or a ctypes error for a loaded library, before)."""
+    import pickle
+
+    f = scaled[0]
+    with pytest.raises(tc.ArgumentError, match=r"module main cannot be pickled \(its kernels "
+                                               r"are machine code.*f.export_library\(path\).*"
+                                               r"tc.load_module\(path\)"):
+        pickle.dumps(f)
+    f.export_library(str(tmp_path / "k.so"))
+    g = tc.load_module(str(tmp_path / "k.so"))
+    with pytest.raises(tc.ArgumentError, match=r"cannot be pickled.*export_library"):
+        pickle.dumps(g)
+    _still_works(f)

@@ -403,3 +403,62 @@ def test_tensor_whose_storage_was_shrunk(axpy, op):
     out = torch.zeros(4, 8)
     axpy(x, y, out)                          # still callable
     torch.testing.assert_close(out, 2 * x + y)
+
+
+class _ScaledOp(torch.nn.Module):
+    """A model holding a tecomp.torch op (test_pickling_an_op; pickle needs the class at
+    module level)."""
+
+    def __init__(self, f):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(4))
+        self.f = f
+
+    def forward(self, x):
+        return self.f(x) * self.scale
+
+
+def test_pickling_an_op(op):
+    """torch.save(model) pickles the model's attributes: an op among them is refused,
+    saying to save the state_dict (it raised an AttributeError about a local lambda
+    before)."""
+    import io
+
+    m = _ScaledOp(op[0])
+    with pytest.raises(ArgumentError, match=r"tecomp.torch op tecomp::\w+ cannot be pickled.*"
+                                            r"save model.state_dict\(\) with torch.save.*"
+                                            r"tecomp.torch.op, again and call load_state_dict"):
+        torch.save(m, io.BytesIO())
+    torch.save(m.state_dict(), io.BytesIO())         # the weights: fine
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), 3 * x)      # still works
+
+
+def test_forward_mode_dual_tensors(axpy, op):
+    """Inside torch.autograd.forward_ad.dual_level, a tensor with a tangent: a kernel's
+    input (its tangent was dropped: the output had none), a kernel's output (its values
+    were overwritten, its tangent left as it was) and a tecomp.torch op's input (the
+    output had no tangent, silently, where a torch.autograd.Function without jvp
+    raises) are refused, naming the tensor; plain tensors in the level still run."""
+    import torch.autograd.forward_ad as fwad
+
+    x = torch.randn(4, 8)
+    with fwad.dual_level():
+        d = fwad.make_dual(x, torch.ones_like(x))
+        with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\): the torch tensor "
+                                                r"is a forward-mode AD dual tensor.*would have "
+                                                r"no tangent: pass its primal"):
+            axpy(d, x, torch.empty(4, 8))
+        out = fwad.make_dual(torch.zeros(4, 8), torch.ones(4, 8))
+        with pytest.raises(ArgumentError, match=r"parameter C \(argument 3\): the torch tensor "
+                                                r"is a forward-mode AD dual tensor.*its "
+                                                r"tangent would not follow them"):
+            axpy(x, x, out)
+        with pytest.raises(ArgumentError, match=r"input X \(argument 1\) is a forward-mode AD "
+                                                r"dual tensor.*no forward-mode formula \(jvp\)"):
+            op[0](fwad.make_dual(torch.randn(3, 4), torch.ones(3, 4)))
+        plain = torch.empty(4, 8)
+        axpy(x, x, plain)                            # plain tensors in the level: they run
+        torch.testing.assert_close(plain, 3 * x)
+        torch.testing.assert_close(op[0](x[:, :4]), 3 * x[:, :4])
