@@ -123,6 +123,10 @@ def main() -> None:
             # (in the FMAs' fewer lanes where the rows fill them: fma_lanes_rows)
             width = plan and (info.fma_lanes if plan.rows_in_fma_lanes else info.lanes)
             lanes_rows = -(-M // width) * width if plan and plan.rows_in_lanes else M
+            if plan and plan.rows_in_lanes and plan.k_lanes:
+                # (k steps in the lanes too: whole vectors of M x q lanes, 13 rows as 14)
+                q = plan.k_lanes
+                lanes_rows = -(-M * q // info.lanes) * info.lanes // q
             row = {"key": key, "tools": [], "lanes_rows": lanes_rows}
             tools = [("plain TE", C, None, None), ("tecomp.nn", Cn, None, None)]
             for kn in args.knobs:

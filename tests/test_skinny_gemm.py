@@ -734,8 +734,10 @@ def test_rows_in_lanes(M, lanes):
     if not LONG and (M, lanes) not in LANES_DEFAULT:
         pytest.skip("more row counts: set TECOMP_LONG_TESTS=1")
 
+    # (FMAs a register wide: the k steps in the lanes are the default only where they
+    # are narrower, test_rows_and_k_steps_in_lanes)
     info = dataclasses.replace(cpu_model(), lanes=lanes, vregs=32 if lanes == 16 else 16,
-                               masks=lanes == 16)
+                               masks=lanes == 16, fma_lanes=lanes)
     vecs = -(-M // lanes)
     assert lanes_tile(M, info) == min(info.fma_latency * info.fma_ports,
                                       (info.vregs - 1 - vecs) // vecs)
@@ -766,7 +768,9 @@ def test_rows_in_lanes_from_a_half_full_vector():
     1 to 16 (``TECOMP_LONG_TESTS=1``; by default 7 of them; odd N and K; 2 threads)
     gives numpy's results, W read in place, along A's
     rows (no lane sums) exactly from 9 rows on, with a tile of 8 rows of W
-    (``skinny.lanes_rows``); a sampled ``skinny.lanes_rows`` gives them too."""
+    (``skinny.lanes_rows``); sampled knobs give them too (with ``skinny.k_lanes``, the
+    lanes' sums of :func:`_schedule_rows_k_lanes`).  FMAs a register wide: the model's
+    ``fma_lanes`` pinned."""
     import dataclasses
 
     from tecomp.strategy.cpu.skinny import rows_fill_lanes
@@ -785,7 +789,7 @@ def test_rows_in_lanes_from_a_half_full_vector():
     W = tc.placeholder((2, 40, 64), name="W")
     assert not skinny_plan(nn.batch_matmul(A, W, transpose_b=True).op, info).rows_in_lanes
     info = dataclasses.replace(cpu_model(), lanes=16, vregs=32, masks=True, threads=2,
-                               fma_latency=4, fma_ports=2)
+                               fma_latency=4, fma_ports=2, fma_lanes=16)
     for M in range(1, SKINNY_MAX_ROWS + 1) if LONG else (1, 5, 8, 9, 12, 15, 16):
         args = _plain(M, 37, 203, "wt")
         knobs = Knobs()
@@ -799,7 +803,8 @@ def test_rows_in_lanes_from_a_half_full_vector():
         args = _plain(12, 37, 203, "wt")
         knobs = Knobs({"skinny": True, "skinny.rows_in_lanes": True}, rng=random.Random(seed))
         s = apply_rules(args, knobs, info)
-        assert "C.rf" not in str(tc.lower(s, args))
+        # (lane sums only where the draw put k steps in the lanes too)
+        assert ("C.rf" in str(tc.lower(s, args))) is bool(knobs.values.get("skinny.k_lanes"))
         c, want = _run(s, args, "wt")
         np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3, err_msg=str(knobs.values))
 
@@ -873,20 +878,93 @@ def test_rows_in_the_fmas_lanes(M, monkeypatch):
 
 def test_twelve_rows_are_one_masked_vector():
     """For an AVX-512 x86 CPU (``-mcpu=znver4``, compiled only), 12 rows along A's rows
-    are one vector of 16 lanes, the last 4 masked off: every FMA of the kernel a 512-bit
-    one taking W's element as a broadcast operand (16 steps of the 8 rows of W of a
-    tile, unrolled), none split into 256- and 128-bit halves."""
+    (without k steps in the lanes: ``skinny.k_lanes`` 0) are one vector of 16 lanes,
+    the last 4 masked off: every FMA of the kernel a 512-bit one taking W's element as a
+    broadcast operand (16 steps of the 8 rows of W of a tile, unrolled), none split into
+    256- and 128-bit halves."""
     target = "llvm -mcpu=znver4"
     info = tc.Target(target).machine
     assert info.masks and info.lanes == 16
     args = _plain(12, 48, 1024, "wt")
-    knobs = Knobs()
+    knobs = Knobs({"skinny.k_lanes": 0})
     s = apply_rules(args, knobs, info)
     assert knobs.values["skinny.rows_in_lanes"] is True
     asm = tc.build(s, args, target=target).get_source("asm")
     fmas = re.findall(r"vfmadd\d+ps\s+([^\n]*)", asm)
     assert len([f for f in fmas if "{1to16}" in f and "%zmm" in f]) >= 16 * 8, fmas
     assert not [f for f in fmas if "%ymm" in f or "%xmm" in f], fmas
+
+
+KQ = [12, 9, 10, 11, 13, 14]
+
+
+@pytest.mark.parametrize("M", KQ, ids=[f"M{m}" for m in KQ])
+def test_rows_and_k_steps_in_lanes(M, monkeypatch):
+    """Where vectors along A's rows would leave lanes idle (9 to 14 rows of 16 lanes)
+    and the machine model's FMAs compute fewer lanes than a register holds (AMD Zen 4,
+    ``-mcpu=znver4``: 8 of 16), ``A @ W^T`` runs each vector across A's rows and ``q``
+    steps of ``k`` (:func:`rows_k_lanes`: 12 and 11 rows x 4, 9, 10, 13 and 14 rows x 8;
+    knob ``skinny.k_lanes``, flag ``K_LANES_ROWS``): A copied as ``[M, K/q, q]`` stored
+    ``K/q, M, q`` (padded past K), ``C.rf[i, kq, j]`` accumulated, W read in place (no
+    pack of W, no buffer past A's copy) and prefetched; numpy's results with tails in N
+    and K, on 2 threads; never by default on Zen 5 (its FMAs a register wide; the knob
+    offers it), with the flag off, past 14 rows or for ``A @ W``.  Compiled for Zen 4
+    (12 rows, not run): W's 4 elements read by ``vbroadcastf32x4`` and every FMA a
+    512-bit one on registers (3 per 4 elements of W: 12 rows' FMAs exactly, where one
+    vector along A's rows would leave 4 of its 16 lanes idle).
+    12 rows by default; the others with ``TECOMP_LONG_TESTS=1``."""
+    import dataclasses
+
+    from tecomp.strategy.cpu import skinny
+    from tecomp.strategy.cpu.skinny import rows_k_lanes
+
+    if not LONG and M != 12:
+        pytest.skip("more row counts: set TECOMP_LONG_TESTS=1")
+    target = "llvm -mcpu=znver4 -num-cores=2"
+    zen4 = dataclasses.replace(tc.Target(target).machine, threads=2)
+    zen5 = dataclasses.replace(tc.Target("llvm -mcpu=znver5 -num-cores=2").machine,
+                               threads=2)
+    assert (zen4.lanes, zen4.fma_lanes, zen5.fma_lanes) == (16, 8, 16)
+    assert {m: rows_k_lanes(m, zen4) for m in range(9, 17)} == {
+        9: 8, 10: 8, 11: 4, 12: 4, 13: 8, 14: 8, 15: 0, 16: 0}
+    q = rows_k_lanes(M, zen4)
+    for info, want in ((zen4, q), (zen5, 0)):
+        knobs = Knobs()
+        apply_rules(_plain(M, 83, 45, "wt"), knobs, info)
+        assert knobs.values["skinny.k_lanes"] == want
+    knobs = Knobs()
+    apply_rules(_plain(M, 83, 45, "w"), knobs, zen4)
+    assert "skinny.k_lanes" not in knobs.values
+    for N, K in ((83, 45), (37, 301)):
+        args = _plain(M, N, K, "wt")
+        s = apply_rules(args, Knobs(), zen4)
+        kq = -(-K // q)
+        ir = _no_copy_of(s, args, args[1], limit=M * kq * q + 1)
+        assert re.search(rf"allocate A\.global: float32\[{M}, {kq}, {q}\] \(global, "
+                         rf"strides \[{q}, {M * q}, 1\]\)", ir), ir
+        assert "C.rf" in ir and _prefetches_of(ir), ir
+        assert "vectorized (i.k.inner.fused.inner, 0, 16)" in ir, ir
+        c, want = _run(s, args, "wt")
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3,
+                                   err_msg=f"M={M} N={N} K={K}")
+        # (Zen 5 through the knob)
+        s = apply_rules(args, Knobs({"skinny.k_lanes": q}), zen5)
+        assert f"A.global: float32[{M}, {kq}, {q}]" in str(tc.lower(s, args))
+        c, want = _run(s, args, "wt")
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+    if M == 12:
+        args = _plain(M, 48, 1024, "wt")
+        asm = tc.build(apply_rules(args, Knobs(), zen4), args,
+                       target=target).get_source("asm")
+        fmas = re.findall(r"vfmadd\d+ps\s+([^\n]*)", asm)
+        # (a step: a line of each of the tile's 8 rows, 4 times 4 elements, 3 vectors)
+        assert len([f for f in fmas if "%zmm" in f and "(" not in f]) >= 4 * 3 * 8, fmas
+        assert not [f for f in fmas if "{1to16}" in f or "%ymm" in f or "%xmm" in f], fmas
+        assert len(re.findall(r"vbroadcastf32x4\s+-?\d*\(", asm)) >= 4 * 8, asm
+    monkeypatch.setattr(skinny, "K_LANES_ROWS", False)
+    knobs = Knobs()
+    s = apply_rules(_plain(M, 83, 45, "wt"), knobs, zen4)
+    assert knobs.values["skinny.k_lanes"] == 0
 
 
 EACH = [(m, lay) for lay in ("wt", "w") for m in range(1, SKINNY_MAX_ROWS + 1)]

@@ -50,7 +50,12 @@ streaming its own columns of C, the sums accumulated in vector registers:
   lanes, :func:`rows_fill_lanes`), the vectors run along A's rows instead, W's
   elements broadcast, the lanes past ``M`` masked off (``SkinnyPlan.rows_in_lanes``,
   :func:`_schedule_rows_in_lanes`; by default where the FMAs take a broadcast operand
-  and the loads a mask: AVX-512, the machine model's ``masks``);
+  and the loads a mask: AVX-512, the machine model's ``masks``); where those vectors
+  would leave lanes idle (9 to 14 rows of 16 lanes) and the machine model's FMAs are
+  narrower than a register (``fma_lanes``: AMD Zen 4), each vector runs across A's rows
+  and a few steps of ``k`` instead, the FMAs of ``M`` rows exactly
+  (:func:`rows_k_lanes`, :func:`_schedule_rows_k_lanes`, ``SkinnyPlan.k_lanes``:
+  1 thread, Zen 4, under load, 9 to 13 rows 1.22-1.67x faster, 14 rows 1.02-1.13x);
 * ``W[k, j]``: vectors along ``j``, a register block of ``mb`` rows by ``nv`` vectors,
   ``A[i, k]`` broadcast (``nv`` vector loads of one row of W and ``mb`` broadcasts per
   ``mb * nv`` FMAs; from 2 rows on, where the machine model's ``memory_operands`` and
@@ -97,7 +102,7 @@ schedule, whether written in plain TE or with ``tecomp.nn``, its decisions as kn
 (``skinny``, ``skinny.rows``, ``skinny.cols``, ``skinny.kblock``, ``skinny.copy_a``,
 ``skinny.prefetch``, ``skinny.stream``, ``skinny.stream_level``, ``skinny.stream_bytes``,
 ``skinny.stream_carry``, ``skinny.rows_in_lanes`` (also where the rows fill the FMAs'
-fewer lanes, :func:`fma_lanes_rows`), ``skinny.lanes_rows``,
+fewer lanes, :func:`fma_lanes_rows`), ``skinny.k_lanes``, ``skinny.lanes_rows``,
 ``skinny.w_each_use``, ``skinny.task_tiles``, ``skinny.strip_ahead``).
 """
 from __future__ import annotations
@@ -213,6 +218,21 @@ STRIP_ROW_BLOCKS = True
 #: the read stream's time rather than all of it.
 FMA_LANES_ROWS = False
 
+#: ``W[j, k]``: the A/B switch of vectors across A's rows and a few steps of ``k``
+#: (:func:`rows_k_lanes`, :func:`_schedule_rows_k_lanes`) where vectors along A's rows
+#: would leave lanes idle and the machine model's FMAs compute fewer lanes than a
+#: register holds (AMD Zen 4: 12 rows as 3 vectors of 4 rows x 4 steps, the FMAs of 12
+#: rows exactly, against one vector of 16 lanes, 4 of them masked off): True, that form
+#: by default there; False, vectors along A's rows (the knob ``skinny.k_lanes`` only).
+#: (4096 x 11008, 1 thread, Zen 4, CPU time, under load, two runs each: 9 / 10 / 11 / 12
+#: / 13 / 14 rows 1.55-1.67x / 1.53-1.59x / 1.33-1.34x / 1.30x / 1.22-1.23x / 1.02-1.13x
+#: faster; 5 to 8 rows, where the tile
+#: along ``k`` is the default, through the knobs: 5 and 7 rows 0.93-0.96x, 6 rows 1.16x,
+#: 8 rows 1.49x against a tile along ``k`` that varies from run to run;
+#: benchmarks/DECISIONS.md, "Skinny GEMM: A @ W^T across A's rows and k steps (Zen 4)".)
+#: Unmeasured on two threads and on full-width FMAs (Zen 5, Xeon: the knob).
+K_LANES_ROWS = True
+
 #: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
 #: of W are read as streams this many tiles long), fewer where the threads would get
 #: fewer than two tasks each
@@ -257,6 +277,9 @@ class SkinnyPlan:
     rows_in_fma_lanes: bool = False  # W[j, k], M fills more than half of the FMAs' fewer
     #                                  lanes (fma_lanes_rows): vectors along A's rows
     #                                  may be chosen too (by default with FMA_LANES_ROWS)
+    k_lanes: int = 0      # W[j, k], vectors along A's rows: 0, or that many steps of k
+    #                       in each vector besides the rows (rows_k_lanes,
+    #                       _schedule_rows_k_lanes; by default with K_LANES_ROWS)
     strip_ahead: int = 0  # W[k, j]: 0, or each tile a column strip over all of K, its
     #                       accumulators in a local buffer, W prefetched this many rows
     #                       ahead at every step (_schedule_strips; by default the machine
@@ -459,11 +482,19 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
         "skinny.rows_in_lanes", [True, False],
         info.masks and (plan.rows_in_lanes or FMA_LANES_ROWS))
     each = not lanes and knobs.choose("skinny.w_each_use", [True, False], plan.w_each_use)
+    q = 0
+    if lanes and rows_k_lanes(plan.M, info):
+        # (vectors across A's rows and a few steps of k: by default where vectors along
+        # A's rows leave lanes idle and the model's FMAs are narrower than a register,
+        # with K_LANES_ROWS)
+        q = rows_k_lanes(plan.M, info)
+        q = knobs.choose("skinny.k_lanes", [0, q], q if (
+            K_LANES_ROWS and plan.rows_in_lanes and info.fma_lanes < info.lanes) else 0)
     if lanes:   # the rows of W in a tile of _schedule_rows_in_lanes (against 8 rows at 12
         #         and 16 rows of A, 1 thread, Xeon, under load: 12 rows 1.10x slower, 16
         #         rows 1.16-1.17x, 24 rows 1.29-1.33x, 4 rows 1.16-1.18x)
-        nb = lanes_tile(plan.M, info)
-        most = lanes_tile_most(plan.M, info)
+        nb = lanes_tile(plan.M, info, q)
+        most = lanes_tile_most(plan.M, info, q)
         nb = knobs.choose("skinny.lanes_rows",
                           sorted({nb} | {r for r in (4, 8, 12, 16, 24) if r <= most}), nb)
     level, ahead = plan.stream_level, plan.stream_bytes
@@ -484,11 +515,15 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
                                stream=stream, rows_in_lanes=lanes, stream_level=level,
                                stream_bytes=ahead, w_each_use=each, task_tiles=task,
                                stream_carry=carry, strip_ahead=strip,
-                               rows_in_fma_lanes=plan.rows_in_fma_lanes and lanes)
+                               rows_in_fma_lanes=plan.rows_in_fma_lanes and lanes,
+                               k_lanes=q)
 
 
 def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -> None:
     """Schedule the skinny GEMM stage ``C`` by ``plan`` (see the module docstring)."""
+    if plan.rows_in_lanes and plan.k_lanes:
+        _schedule_rows_k_lanes(s, C, info, plan)
+        return
     if plan.rows_in_lanes:
         _schedule_rows_in_lanes(s, C, info, plan)
         return
@@ -676,20 +711,34 @@ def fma_lanes_rows(M: int, info: CpuModel) -> bool:
                 and not rows_fill_lanes(M, info.lanes))
 
 
-def lanes_tile(M: int, info: CpuModel) -> int:
+def lanes_tile(M: int, info: CpuModel, q: int = 0) -> int:
     """The rows of W in one tile of :func:`_schedule_rows_in_lanes` (``M`` rows of A in
-    ``ceil(M / lanes)`` vectors): as many accumulators as keep the FMA units busy (the
-    machine model's ``fma_latency x fma_ports``, each a vector of A's rows), fewer where
-    the registers do not hold them with a vector of A."""
-    return max(1, min(info.fma_latency * info.fma_ports, lanes_tile_most(M, info)))
+    ``ceil(M / lanes)`` vectors; with ``q``, :func:`_schedule_rows_k_lanes`'s ``M * q /
+    lanes``): as many accumulators as keep the FMA units busy (the machine model's
+    ``fma_latency x fma_ports``, each a vector of A's rows), fewer where the registers
+    do not hold them with a vector of A."""
+    return max(1, min(info.fma_latency * info.fma_ports, lanes_tile_most(M, info, q)))
 
 
-def lanes_tile_most(M: int, info: CpuModel) -> int:
+def lanes_tile_most(M: int, info: CpuModel, q: int = 0) -> int:
     """The most rows of W a tile of :func:`_schedule_rows_in_lanes` may hold: their
-    accumulators (``ceil(M / lanes)`` vectors each), the vectors of one column of
-    ``A^T`` and a register to spare in the machine model's vector registers."""
-    vecs = _ceil(M, info.lanes)
+    accumulators (``ceil(M / lanes)`` vectors each; with ``q``, ``M * q / lanes``), the
+    vectors of one column of ``A^T`` and a register to spare in the machine model's
+    vector registers."""
+    vecs = _ceil(M * q, info.lanes) if q else _ceil(M, info.lanes)
     return max(1, (info.vregs - 1 - vecs) // vecs)
+
+
+def rows_k_lanes(M: int, info: CpuModel) -> int:
+    """``W[j, k]``: the fewest steps of ``k`` (``q``, a power of two below the machine
+    model's lanes) whose ``M x q`` products fill whole vectors (``M * q`` a multiple of
+    the lanes: 12 rows x 4 steps, 14 or 10 rows x 8 with 16 lanes; an odd ``M`` as ``M +
+    1``, its last vector's lanes past ``M x q`` left out: 13 rows x 8 in 7 vectors, 11 x
+    4 in 3), for :func:`_schedule_rows_k_lanes`; 0 where ``M`` (or ``M + 1``) fills whole
+    vectors already (15 and 16 rows) or only ``q = lanes`` would (vectors along ``k``)."""
+    L = info.lanes
+    q = L // math.gcd(M + M % 2, L)
+    return q if 1 < q < L else 0
 
 
 def _schedule_rows_in_lanes(s: Schedule, C: Tensor, info: CpuModel,
@@ -721,13 +770,7 @@ def _schedule_rows_in_lanes(s: Schedule, C: Tensor, info: CpuModel,
     s[At].vectorize(aii)
     CL = s.cache_write(C, "local")
     st = s[C]
-    i, j = st.op.axis
-    tiles = _ceil(plan.N, nb)
-    per_task = _task_tiles(plan, tiles, info)
-    jo, jr = st.split(j, factor=per_task * nb)
-    jt, ji = st.split(jr, factor=nb)
-    st.reorder(jo, jt, ji, i)
-    _parallel_tasks(st, [], jo, _ceil(tiles, per_task), info)
+    jt = _lanes_tasks(st, plan, info)
     cs = s[CL]
     cs.compute_at(st, jt)
     ci, cj = cs.op.axis
@@ -742,9 +785,78 @@ def _schedule_rows_in_lanes(s: Schedule, C: Tensor, info: CpuModel,
     cs.vectorize(cii)
     cs.storage_order(cj, ci)
     cs.pragma(ko, "fp_contract")
+    _lanes_prefetch(cs, W, ko, jt, plan, info)
+
+
+def _lanes_tasks(st: Stage, plan: SkinnyPlan, info: CpuModel):
+    """``C``'s stage ``st`` of :func:`_schedule_rows_in_lanes` and
+    :func:`_schedule_rows_k_lanes`: its columns in thread tasks of tiles of ``plan.nb``
+    rows of W (:func:`_task_tiles`), run in parallel, A's rows innermost; returns the
+    loop over a task's tiles (where the tile's accumulators are computed)."""
+    i, j = st.op.axis
+    tiles = _ceil(plan.N, plan.nb)
+    per_task = _task_tiles(plan, tiles, info)
+    jo, jr = st.split(j, factor=per_task * plan.nb)
+    jt, ji = st.split(jr, factor=plan.nb)
+    st.reorder(jo, jt, ji, i)
+    _parallel_tasks(st, [], jo, _ceil(tiles, per_task), info)
+    return jt
+
+
+def _lanes_prefetch(stage: Stage, W: Tensor, step, jt, plan: SkinnyPlan,
+                    info: CpuModel) -> None:
+    """At each ``step`` (a line of each of the tile's rows of W), those rows
+    ``plan.stream_bytes`` ahead (in the tile's last steps, the next tile's: ``jt``,
+    ``stream_carry``), unless ``plan.stream`` is off."""
     if plan.stream != "off":
-        cs.prefetch(W, ko, prefetch_steps(info, plan.stream_bytes), level=plan.stream_level,
-                    carry=jt if plan.stream_carry else None)
+        stage.prefetch(W, step, prefetch_steps(info, plan.stream_bytes),
+                       level=plan.stream_level, carry=jt if plan.stream_carry else None)
+
+
+def _schedule_rows_k_lanes(s: Schedule, C: Tensor, info: CpuModel,
+                           plan: SkinnyPlan) -> None:
+    """``C[i, j] = sum_k A[i, k] * W[j, k]`` with each vector across A's rows and
+    ``q = plan.k_lanes`` steps of ``k`` (:func:`rows_k_lanes`: lane ``i * q + kq``
+    holds row ``i``'s products at ``k = ko * q + kq``; ``M * q / lanes`` vectors, none
+    of its lanes idle): the FMAs of ``M`` rows exactly, where vectors along A's rows
+    (:func:`_schedule_rows_in_lanes`) compute ``ceil(M / lanes)`` whole vectors (12
+    rows: 16 lanes) and vectors along ``k`` read ``M / nb`` vectors of A per vector of
+    W.  A is copied as ``[K / q, M, q]`` (``cache_read`` ``blocks=``, stored ``ko, i,
+    kq``: a vector of it is contiguous); ``C.rf[i, kq, j]`` (rfactor of ``k``'s inner
+    ``q``) keeps a tile of ``plan.nb`` rows of W's accumulators in registers over the
+    whole reduction, each step one load of each of the tile's rows' ``q`` elements,
+    repeated across the vector (``vbroadcastf32x4`` with AVX-512 at 12 rows), and an FMA
+    of each of A's vectors by it; ``C`` sums the ``q`` lanes of each row at the end.
+    W is prefetched as :func:`_schedule_rows_in_lanes` does."""
+    L = info.lanes
+    q, nb = plan.k_lanes, plan.nb
+    A, W = (t[0] for t in _contraction_operands(C.op)[1:])
+    st = s[C]
+    _, kq = st.split(st.op.reduce_axis[0], factor=q)
+    rf = s.rfactor(C, kq, factor_axis=1)
+    Ab = s.cache_read(A, "global", [rf], pad=0.0, blocks=[(1, q)])
+    ai, ako, akq = s[Ab].op.axis
+    s[Ab].storage_order(ako, ai, akq)
+    s[Ab].reorder(ako, ai, akq)
+    s[Ab].vectorize(akq)
+    st.unroll(st.op.reduce_axis[0])
+    jt = _lanes_tasks(st, plan, info)
+    rs = s[rf]
+    rs.compute_at(st, jt)
+    ri, rq, rj = rs.op.axis
+    rk, = rs.op.reduce_axis
+    rjo, rji = rs.split(rj, factor=nb)
+    lane = rs.fuse(ri, rq)
+    lo, li = rs.split(lane, factor=L)
+    ko, kv = rs.split(rk, factor=max(1, L // q))   # a step: one line of each row of W
+    rs.reorder(rjo, ko, kv, rji, lo, li)
+    rs.unroll(kv)
+    rs.unroll(rji)
+    rs.unroll(lo)
+    rs.vectorize(li)
+    rs.storage_order(rj, ri, rq)
+    rs.pragma(ko, "fp_contract")
+    _lanes_prefetch(rs, W, ko, jt, plan, info)
 
 
 def _aligned_copy_of_a(s: Schedule, C: Tensor, rf: Tensor, L: int) -> None:
