@@ -52,6 +52,9 @@ pixels, ``pool.PEEL_PIXELS``).
 A tenth (``RandomDraw(seed * 7919 + 50)``, session 28) gives a third of the int32
 ``max``/``min``/``argmax``/``argmin`` int8, uint8 or int64 data of a few values, the type's
 ends among them (the lanes matched as signed or unsigned).
+An eleventh (``RandomDraw(seed * 7919 + 54)``, session 29) gives half the drawn machine
+models 32-byte ``stream_load_bytes`` (a row reduction from past the drawn L2 compiled for
+256-bit registers on an AVX-512 host: ``strategy.rules.STREAM_LOADS``).
 The kernel is ``tc.auto_schedule(args)`` (no trials) built for the case's
 target and called with an input as a view (strided, one element off a 64-byte line -- 4
 bytes for float32 --, a non-contiguous torch tensor) and an output one element off a
@@ -239,6 +242,13 @@ def draw_op_case(seed: int, target: str = "llvm") -> OpCase:
     if kind == "reduce" and sp["dtype"] == "int32" and \
             sp["op"] in ("max", "min", "argmax", "argmin") and u.bool(1 / 3):
         sp["dtype"] = u.choice(tuple(INT_EXTREMES))
+    # (an eleventh stream, session 29) half the drawn machine models read memory fastest
+    # with 32-byte loads (``stream_load_bytes``): a row reduction past the drawn L2 is
+    # then compiled for 256-bit registers where the host's are wider (AVX-512), four
+    # accumulators of 8 lanes (strategy.rules.STREAM_LOADS)
+    z = RandomDraw(seed * 7919 + 54)
+    if sp.get("machine") is not None and z.bool(0.5):
+        sp["machine"]["stream_load_bytes"] = 32
     # (a seventh stream) an elementwise math function at its special points instead:
     # its gradient against PyTorch's, or its NaN bits vectorized against serial
     w = RandomDraw(seed * 7919 + 47)

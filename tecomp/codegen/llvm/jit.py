@@ -754,10 +754,12 @@ def with_target_attributes(text: str, target, extra: str = "", unconstrained=())
     of the host's TargetMachine defaults (both: a function without "target-features"
     would get the host's, AVX-512 included, on top of the CPU's own).  ``extra``: more
     function attributes (the policy's ``function_attributes``), but not for the
-    functions named in ``unconstrained``."""
-    if target.is_host:
+    functions named in ``unconstrained`` (for the host too: a module under ``pragma
+    vector_bytes``, compiled for narrower registers)."""
+    if target.is_host and not extra:
         return text
-    attrs = f' "target-cpu"="{target.cpu}" "target-features"="{target.llvm_features}"'
+    attrs = "" if target.is_host else \
+        f' "target-cpu"="{target.cpu}" "target-features"="{target.llvm_features}"'
     skip = [f'@"{n}"(' for n in unconstrained] + [f"@{n}(" for n in unconstrained]
 
     def add(m):

@@ -44,11 +44,16 @@ class TargetPolicy:
       vector length); none here.  ``unconstrained``: the names of functions that get
       the CPU and features but not these.
 
+    ``vector_bytes`` (the module's ``pragma vector_bytes``, 0 for none): registers of that
+    width asked for where the target's are wider; here, and on every target but x86
+    with AVX-512 (where 32 makes it AVX2's policy on 256-bit registers:
+    :class:`~tecomp.codegen.llvm.x86.X86Policy`), no effect.
+
     Questions (methods): :meth:`store_fence`, :meth:`pad_lanes`, :meth:`strided_wide_load`, :meth:`vector_op`,
     :meth:`prologue`.
     """
 
-    def __init__(self, target):
+    def __init__(self, target, vector_bytes: int = 0):
         #: the :class:`~tecomp.target.Target` the module is generated for
         self.target = target
         self.register_bytes = 16
