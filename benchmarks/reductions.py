@@ -458,7 +458,7 @@ def main() -> None:
                     "combined as a tree (not by matching their max), in the same turns")
     ap.add_argument("--vbytes-off", action="store_true", help="also time each reduction "
                     "scheduled with its registers' own width where the machine model's "
-                    "stream_load_bytes asks for narrower ones (a row reduction streaming "
+                    "stream_load_bytes asks for narrower ones (a float row sum streaming "
                     "from memory: 512-bit, not 256-bit, on Zen 4), in the same turns")
     ap.add_argument("--stream-off", action="store_true", help="also time each elementwise "
                     "operator scheduled with its output stored through the cache (no "

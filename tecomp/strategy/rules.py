@@ -336,8 +336,9 @@ SELECTION_ROW_BLOCK = 4
 #: for the machine model's ``stream_load_bytes`` registers where that is narrower than
 #: its own (``pragma vector_bytes``), four accumulators of that width (PyTorch's loop):
 #: Zen 4's 256-bit loads read memory 1.08-1.11x faster than its 512-bit ones, 1 thread
-#: (benchmarks/DECISIONS.md, "Reductions: 256-bit loads from memory (Zen 4)").  False:
-#: the registers' width (``reductions.py --vbytes-off``)
+#: (benchmarks/DECISIONS.md, "Reductions: 256-bit loads from memory (Zen 4)").  Float
+#: sums, means and products only: a row min read 0.92-0.93x so in three runs, a row max
+#: 0.92-0.99x.  False: the registers' width (``reductions.py --vbytes-off``)
 STREAM_LOADS = True
 
 
@@ -1387,11 +1388,13 @@ class _Rules(BlockRules):
     def _stream_load_bytes(self, op) -> int:
         """The register width (bytes) a row reduction ``op`` is compiled for
         (``pragma vector_bytes``): the machine model's ``stream_load_bytes`` where that is
-        narrower than its registers and ``op`` reads more than the L2 caches of the
-        threads hold (from memory); 0 (the registers') otherwise, or with
+        narrower than its registers, ``op`` reads more than the L2 caches of the threads
+        hold (from memory) and its partial results are folded in order (a float sum,
+        mean or product: not a max or min, whose 512-bit form read Zen 4's memory as fast
+        or faster, nor bools or integers); 0 (the registers') otherwise, or with
         :data:`STREAM_LOADS` off."""
         vb = self.info.stream_load_bytes
-        if not STREAM_LOADS or not vb or vb >= 4 * self.info.lanes:
+        if not STREAM_LOADS or not vb or vb >= 4 * self.info.lanes or _vec_reorderable(op):
             return 0
         ins = _reads_through_inline(self.s, op)
         sizes = [_elems(t, self.shapes) for t in ins]

@@ -191,7 +191,7 @@ class CpuModel:
     #: calibration measures; it times no selection)
     selection_prefetch_bytes: int = 0
     #: the width, in bytes, of the vector loads that read a long stream from memory
-    #: fastest, where that is narrower than a vector register: a row reduction whose
+    #: fastest, where that is narrower than a vector register: a float row sum whose
     #: input streams from beyond the L2 caches is then compiled for registers of that
     #: width (``pragma vector_bytes``, ``strategy.rules.STREAM_LOADS``).  0 where
     #: unmeasured: the registers' width

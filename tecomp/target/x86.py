@@ -232,7 +232,8 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   accumulators (PyTorch's loop) than with four 512-bit ones (tecomp's), every round
 #:   faster in two runs; 2, 4 or 8 accumulators of either width, 1 to 4 prefetches a
 #:   step 0.5-4 KiB ahead, two streams a thread changed nothing or lost; the row sums
-#:   of 4096x4096 / 8x64x128x256 compiled for 256-bit registers 1.07-1.13x
+#:   of 4096x4096 / 8x64x128x256 compiled for 256-bit registers 1.07-1.13x; a row min
+#:   0.92-0.93x, a row max 0.92-0.99x: float sums, means and products only
 #:   (benchmarks/DECISIONS.md, "Reductions: 256-bit loads from memory (Zen 4)").
 MEASURED: Dict[str, Dict[str, object]] = {
     "znver4": {"fma_bits": 256, "gather_cost": 4.0, "transpose_cost": 0.8,

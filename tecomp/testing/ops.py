@@ -53,7 +53,7 @@ A tenth (``RandomDraw(seed * 7919 + 50)``, session 28) gives a third of the int3
 ``max``/``min``/``argmax``/``argmin`` int8, uint8 or int64 data of a few values, the type's
 ends among them (the lanes matched as signed or unsigned).
 An eleventh (``RandomDraw(seed * 7919 + 54)``, session 29) gives half the drawn machine
-models 32-byte ``stream_load_bytes`` (a row reduction from past the drawn L2 compiled for
+models 32-byte ``stream_load_bytes`` (a float row sum from past the drawn L2 compiled for
 256-bit registers on an AVX-512 host: ``strategy.rules.STREAM_LOADS``).
 The kernel is ``tc.auto_schedule(args)`` (no trials) built for the case's
 target and called with an input as a view (strided, one element off a 64-byte line -- 4
@@ -243,7 +243,7 @@ def draw_op_case(seed: int, target: str = "llvm") -> OpCase:
             sp["op"] in ("max", "min", "argmax", "argmin") and u.bool(1 / 3):
         sp["dtype"] = u.choice(tuple(INT_EXTREMES))
     # (an eleventh stream, session 29) half the drawn machine models read memory fastest
-    # with 32-byte loads (``stream_load_bytes``): a row reduction past the drawn L2 is
+    # with 32-byte loads (``stream_load_bytes``): a float row sum past the drawn L2 is
     # then compiled for 256-bit registers where the host's are wider (AVX-512), four
     # accumulators of 8 lanes (strategy.rules.STREAM_LOADS)
     z = RandomDraw(seed * 7919 + 54)

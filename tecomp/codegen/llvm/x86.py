@@ -101,7 +101,7 @@ class X86Policy(TargetPolicy):
     def __init__(self, target, vector_bytes: int = 0):
         super().__init__(target)
         #: AVX-512: zmm registers and ``k`` masks for loads and stores; not in a module
-        #: under ``pragma vector_bytes`` 32 (a row reduction streaming from memory on a
+        #: under ``pragma vector_bytes`` 32 (a float row sum streaming from memory on a
         #: CPU whose 256-bit loads read it faster: ``CpuModel.stream_load_bytes``), which
         #: gets AVX2's decisions and is compiled for 256-bit registers (LLVM's
         #: "prefer-vector-width" and "min-legal-vector-width" on every function: the
