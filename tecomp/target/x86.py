@@ -230,11 +230,12 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #: * ``stream_load_bytes``: on Zen 4 (session 29) a plain read of 64 MiB (2 MiB pages,
 #:   1 thread, CPU time, under load) ran 1.08-1.11x faster with four 256-bit
 #:   accumulators (PyTorch's loop) than with four 512-bit ones (tecomp's), every round
-#:   faster in two runs; 2, 4 or 8 accumulators of either width, 1 to 4 prefetches a
-#:   step 0.5-4 KiB ahead, two streams a thread changed nothing or lost; the row sums
-#:   of 4096x4096 / 8x64x128x256 compiled for 256-bit registers 1.07-1.13x; a row min
-#:   0.92-0.93x, a row max 0.92-0.99x: float sums, means and products only
-#:   (benchmarks/DECISIONS.md, "Reductions: 256-bit loads from memory (Zen 4)").
+#:   faster in two runs (two 256-bit ones as four; eight 256-bit ones, 1-8 512-bit
+#:   ones, 1 to 4 prefetches a step 0.5-4 KiB ahead, two streams a thread: nothing or a
+#:   loss); the benchmark's float row sums, means and products so compiled 1.02-1.11x
+#:   (1 thread) and 1.06-1.26x (2 threads); a row min 0.92-0.93x, a row max 0.92-0.99x:
+#:   float sums, means and products only (benchmarks/DECISIONS.md, "Reductions: 256-bit
+#:   loads from memory (Zen 4)").
 MEASURED: Dict[str, Dict[str, object]] = {
     "znver4": {"fma_bits": 256, "gather_cost": 4.0, "transpose_cost": 0.8,
                "split_loads_cheap": True, "prefetch_burst_lines": 48,
