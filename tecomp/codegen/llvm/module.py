@@ -257,7 +257,8 @@ class _ModuleBuilder:
     def text(self) -> str:
         s = llvm_jit.with_target_attributes(str(self.module), self.target,
                                             self.policy.function_attributes,
-                                            self.policy.unconstrained)
+                                            self.policy.unconstrained,
+                                            self.policy.width_attributes)
         # llvmlite cannot build self-referential metadata: loop ids (and the alias
         # scopes and their domain) are emitted as !{!"tecomp.loopid.K", ...}
         # (!{!"tecomp.selfref.K", ...}) and patched into distinct !{!N, ...} here.

@@ -43,6 +43,9 @@ class TargetPolicy:
       besides the CPU and its features (AArch64's ``vscale_range`` of a fixed SVE
       vector length); none here.  ``unconstrained``: the names of functions that get
       the CPU and features but not these.
+    * ``width_attributes``: LLVM function attributes of a register width narrower than the
+      target's (a module under ``pragma vector_bytes``), on every function, the host's
+      modules too; none here.
 
     ``vector_bytes`` (the module's ``pragma vector_bytes``, 0 for none): registers of that
     width asked for where the target's are wider; here, and on every target but x86
@@ -63,6 +66,7 @@ class TargetPolicy:
         self.paired_nan_tests = False
         self.function_attributes = ""
         self.unconstrained = ()
+        self.width_attributes = ""
 
     def store_fence(self, mb, b) -> None:
         """Emit, at ``b``, the fence that orders the non-temporal stores before it

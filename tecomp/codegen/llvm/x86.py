@@ -108,8 +108,8 @@ class X86Policy(TargetPolicy):
         #: AVX-512 instructions stay, on ymm registers)
         self.avx512 = target.has_feature("avx512f") and vector_bytes != 32
         if self.avx512 != target.has_feature("avx512f"):
-            self.function_attributes = ('"prefer-vector-width"="256" '
-                                        '"min-legal-vector-width"="256"')
+            self.width_attributes = ('"prefer-vector-width"="256" '
+                                     '"min-legal-vector-width"="256"')
         self._avx512vl = target.has_feature("avx512vl")
         # AVX-512: a contiguous access of a lane count that is not a power of two (e.g.
         # 14 float32) is one masked access of the next power of two (pad_lanes)
