@@ -13,7 +13,9 @@ the row ``copy``, a plain ``tc.compute`` copy),
 interleaved in one process, medians in ms.  ``ratio`` is PyTorch's time over
 tecomp's (> 1: tecomp is faster).  ``GB/s`` counts the input read once and the output
 written once; ``%`` compares it with the memory stream timed in the same turns: for a
-reduction the read stream (a tecomp row sum of as many bytes, rows of 4096 float32), for
+reduction the read stream (a tecomp row sum of as many bytes, rows of 4096 float32, auto-
+scheduled: on Zen 4 since session 29 compiled for 256-bit registers, the machine model's
+``stream_load_bytes``, which read memory faster than the 512-bit loads before), for
 an elementwise operator a copy of its input (a tecomp kernel, vectorized and parallel,
 its stores past the cache as every elementwise output over half the last-level cache,
 counting its read and its write).  Every result is checked against PyTorch's first.
@@ -38,7 +40,7 @@ interleaved_turns``); each row says how many of tecomp's calls counted.
         [--threads 1 --cpu-time | --held] [--rules-off]
         [--new-off] [--select-off] [--seed-off] [--steps-off]
         [--minmax-off] [--rowblock-off] [--prefetch-off] [--pairs-off] [--colpf-off]
-        [--regs-off] [--match-off] [--match-ints-off] [--stream-off]
+        [--regs-off] [--match-off] [--match-ints-off] [--vbytes-off] [--stream-off]
         [--math-off] [--math20-off] [--silu-off] [--fresh-inputs]
 """
 from __future__ import annotations
@@ -316,6 +318,15 @@ def match_ints_off(tc, sig, ins):
     return flags_off(tc, sig, ins, [(emit_control, "SELECTION_MATCH_INTS")])
 
 
+def vbytes_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` scheduled without a row reduction streaming from
+    memory compiled for the machine model's narrower ``stream_load_bytes`` registers
+    (``tecomp.strategy.rules.STREAM_LOADS`` False: the registers' own width, 512-bit on
+    Zen 4), as before session 29."""
+    from tecomp.strategy import rules
+    return flags_off(tc, sig, ins, [(rules, "STREAM_LOADS")])
+
+
 def match_off(tc, sig, ins):
     """A call of the kernel of ``sig`` built with an argmax's (argmin's) lanes combined
     as a tree of the full condition (``tecomp.codegen.llvm.emit_control.SELECTION_MATCH``
@@ -374,6 +385,7 @@ _AB = [("rules_off", "reduce", rules_off, "rules off"),
        ("regs_off", "reduce", regs_off, "regs off"),
        ("match_off", "reduce", match_off, "match off"),
        ("match_ints_off", "reduce", match_ints_off, "match ints off"),
+       ("vbytes_off", "reduce", vbytes_off, "vbytes off"),
        ("stream_off", "elem", stream_off, "stream off"),
        ("math_off", "elem", math_off, "math off"),
        ("math20_off", "elem", math20_off, "math20 off"),
@@ -444,6 +456,10 @@ def main() -> None:
     ap.add_argument("--match-ints-off", action="store_true", help="also time each "
                     "reduction built with an argmax's (argmin's) lanes over integer values "
                     "combined as a tree (not by matching their max), in the same turns")
+    ap.add_argument("--vbytes-off", action="store_true", help="also time each reduction "
+                    "scheduled with its registers' own width where the machine model's "
+                    "stream_load_bytes asks for narrower ones (a float row sum streaming "
+                    "from memory: 512-bit, not 256-bit, on Zen 4), in the same turns")
     ap.add_argument("--stream-off", action="store_true", help="also time each elementwise "
                     "operator scheduled with its output stored through the cache (no "
                     "non-temporal stores), in the same turns")

@@ -4070,3 +4070,36 @@ def test_shifted_reads_of_a_local_row_load_its_stored_registers(n, shift):
             emit_memory.PRIVATE_SHIFTED_LOADS = old
     assert shuffles[True, False] > shuffles[False, False], shuffles
     assert shuffles[True, True] == shuffles[False, True], shuffles
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_pragma_vector_bytes_compiles_for_narrower_registers(op):
+    """A kernel under ``pragma vector_bytes`` 32, compiled (not run) for Zen 4 (AVX-512):
+    no ``zmm`` register anywhere (AVX2's policy: its max/min instructions at 256 bits;
+    LLVM's "prefer-vector-width" and "min-legal-vector-width" on every function), the
+    loop's loads ``ymm``; without the pragma the same schedule reads ``zmm``; on a CPU
+    with 256-bit registers (haswell) the pragma changes nothing."""
+    import tecomp as tc
+    from tecomp import nn
+
+    X = tc.placeholder((64, 1024), "float32", name="X")
+    Y = getattr(nn, op)(X, axis=-1)
+
+    def asm(target, pragma):
+        s = tc.create_schedule(Y.op)
+        k = s[Y].op.reduce_axis[0]
+        ko, ki = s[Y].split(k, factor=32)
+        rf = s.rfactor(Y, ki)
+        s[rf].vectorize(s[rf].op.axis[-1])
+        s[Y].parallel(s[Y].op.axis[0])
+        s[rf].compute_at(s[Y], s[Y].op.axis[0])
+        if pragma:
+            s[Y].pragma(s[Y].op.axis[0], "vector_bytes", 32)
+        return tc.build(s, [X, Y], target=target).get_source("asm")
+
+    wide = "llvm -mtriple=x86_64-linux-gnu -mcpu=znver4"   # (skylake-avx512: 256 preferred)
+    narrow = asm(wide, True)
+    assert "zmm" not in narrow and "ymm" in narrow, narrow
+    assert "zmm" in asm(wide, False)
+    avx2 = "llvm -mtriple=x86_64-linux-gnu -mcpu=haswell"
+    assert asm(avx2, True) == asm(avx2, False)

@@ -285,3 +285,24 @@ def test_integer_selections_of_other_widths_and_signs(monkeypatch):
     monkeypatch.setattr(emit_control._ControlEmitter, "_selection_match", signed)
     out = run_op_case(draw_op_case(26943))
     assert out.kind == "mismatch", out.report()
+
+
+def test_drawn_models_with_stream_loads_take_the_narrow_rows():
+    """Session 29: half the drawn machine models read memory fastest with 32-byte loads
+    (``stream_load_bytes``; ``RandomDraw(seed * 7919 + 54)``).  Seed 4832: a float32 row
+    sum of 31 x 64 with keepdims, past the drawn 2 KiB L2: its kernel is compiled for
+    256-bit registers (``pragma vector_bytes``, four accumulators of 8 lanes), and
+    PyTorch's answers."""
+    import tecomp as tc
+    from tecomp import nn
+    from tecomp.testing.machines import drawn_machine
+
+    sp = draw_op_case(4832).spec
+    assert sp["machine"]["stream_load_bytes"] == 32 and sp["op"] == "sum" and \
+        sp["shape"] == [31, 64] and sp["kwargs"]["axis"] == 1
+    X = tc.placeholder((31, 64), "float32", name="X")
+    with drawn_machine(sp["machine"]):
+        Y = nn.sum(X, axis=1, keepdims=True)
+        assert "pragma_vector_bytes = 32" in str(tc.lower(tc.auto_schedule([X, Y]), [X, Y]))
+    out = run_op_case(draw_op_case(4832))
+    assert out.kind == "ok", out.report()

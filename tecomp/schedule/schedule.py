@@ -360,6 +360,9 @@ class Stage(TracedStage):
         backend load each use of that tensor's whole vectors in the nest on its own
         rather than once into a register, so that each may be the memory operand of the
         instruction that uses it (an x86 FMA; the machine model's ``memory_operands``);
+        ``vector_bytes`` (16, 32 or 64) compiles the kernel (all of it) for vector
+        registers of that width where the target's are wider (x86 with AVX-512: 32 gives
+        256-bit registers; elsewhere no effect; docs/schedule.md);
         ``min_blocks_per_sm`` (an int from 1 to
         :data:`MAX_MIN_BLOCKS_PER_SM`), on a loop outside a CUDA kernel's thread loops,
         asks ptxas to fit the kernel's registers to that many resident blocks per SM
@@ -391,6 +394,12 @@ class Stage(TracedStage):
                 f"pragma {name} on stage {display(self.name)}, axis {display(iv.name)}: the "
                 f"pragma takes no value (set, it is on; to keep it off, do not set it), got "
                 f"{value!r:.60}; write s[T].pragma(axis, {name!r})")
+        if name == "vector_bytes" and (isinstance(value, bool) or not isinstance(value, int)
+                                       or value not in (16, 32, 64)):
+            raise ScheduleError(
+                f"pragma vector_bytes on stage {display(self.name)}, axis {display(iv.name)}: "
+                f"the value is the width in bytes of the vector registers the kernel is "
+                f"compiled for, 16, 32 or 64; got {value!r:.60}")
         if name == "load_each_use":
             read = sorted({t.name for t in self.op.input_tensors})
             if not isinstance(value, str) or value not in read:

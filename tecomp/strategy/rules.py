@@ -332,6 +332,15 @@ SELECTION_WIDE_STEPS = 8
 #: 20, helper h20-redux").  1: a row per step
 SELECTION_ROW_BLOCK = 4
 
+#: a row reduction at the root whose input streams from beyond the L2 caches is compiled
+#: for the machine model's ``stream_load_bytes`` registers where that is narrower than
+#: its own (``pragma vector_bytes``), four accumulators of that width (PyTorch's loop):
+#: Zen 4's 256-bit loads read memory 1.08-1.11x faster than its 512-bit ones, 1 thread
+#: (benchmarks/DECISIONS.md, "Reductions: 256-bit loads from memory (Zen 4)").  Float
+#: sums, means and products only: a row min read 0.92-0.93x so in three runs, a row max
+#: 0.92-0.99x.  False: the registers' width (``reductions.py --vbytes-off``)
+STREAM_LOADS = True
+
 
 class _Rules(BlockRules):
     def __init__(self, s: Schedule, outs, knobs: Knobs, info, shapes, only=None, parts=None):
@@ -1258,7 +1267,13 @@ class _Rules(BlockRules):
             st.parallel(ro)
         ahead = self.k.choose(f"{op.name}.prefetch_rows", [0, 1, 2, 4, 8, 16],
                               min(want, max(1, rb // 4)) if rb > 1 else want)
-        row_reduce_at(s, cache, st, ri, self.info.lanes, prefetch_rows=ahead)
+        # (a row streaming from memory on a CPU whose narrower loads read it faster: four
+        # accumulators of that width, the kernel compiled for such registers)
+        vb = self._stream_load_bytes(op)
+        row_reduce_at(s, cache, st, ri, vb // 4 if vb else self.info.lanes,
+                      prefetch_rows=ahead)
+        if vb:
+            st.pragma(ro, "vector_bytes", vb)
 
     def tuple_row_reduction(self, st: Stage, epilogue: Optional[Stage] = None):
         """A row reduction of several values at once (an argmax's index and value, along
@@ -1369,6 +1384,24 @@ class _Rules(BlockRules):
             for t in _reads_through_inline(s, parts[0].op):
                 parts[0].prefetch(t, parts[0].op.reduce_axis[0], max(1, ahead // per),
                                   along=row if along is None else along)
+
+    def _stream_load_bytes(self, op) -> int:
+        """The register width (bytes) a row reduction ``op`` is compiled for
+        (``pragma vector_bytes``): the machine model's ``stream_load_bytes`` where that is
+        narrower than its registers, ``op`` reads more than the L2 caches of the threads
+        hold (from memory) and its partial results are folded in order (a float sum,
+        mean or product: not a max or min, whose 512-bit form read Zen 4's memory as fast
+        or faster, nor bools or integers); 0 (the registers') otherwise, or with
+        :data:`STREAM_LOADS` off."""
+        vb = self.info.stream_load_bytes
+        if not STREAM_LOADS or not vb or vb >= 4 * self.info.lanes or _vec_reorderable(op):
+            return 0
+        ins = _reads_through_inline(self.s, op)
+        sizes = [_elems(t, self.shapes) for t in ins]
+        if not ins or None in sizes or sum(n * _dt.nbytes(t.dtype) for n, t in zip(
+                sizes, ins)) <= self.info.l2_bytes * max(1, self.info.threads):
+            return 0
+        return vb
 
     def _row_prefetch_rows(self, op, K: Optional[int], selection: bool = False) -> int:
         """The rows ahead a reduction ``op`` along rows of ``K`` elements prefetches as

@@ -90,6 +90,9 @@ class CpuModel:
     selection_prefetch_bytes : int, optional
         The same for a selection along short rows (an argmax's, an argmin's), whose
         rows end in a longer tree (0: ``row_prefetch_bytes``).
+    stream_load_bytes : int, optional
+        The width, in bytes, of the vector loads that read a long stream from memory
+        fastest, where that is narrower than a vector register (0: the registers').
     column_prefetch_bytes : int, optional
         How far ahead, in bytes of its passes, a column reduction (over a first or a
         middle axis) whose input is larger than the L2 cache prefetches the rows of its
@@ -187,6 +190,12 @@ class CpuModel:
     #: argmax waiting on its next rows.  0: ``row_prefetch_bytes`` (what the
     #: calibration measures; it times no selection)
     selection_prefetch_bytes: int = 0
+    #: the width, in bytes, of the vector loads that read a long stream from memory
+    #: fastest, where that is narrower than a vector register: a float row sum whose
+    #: input streams from beyond the L2 caches is then compiled for registers of that
+    #: width (``pragma vector_bytes``, ``strategy.rules.STREAM_LOADS``).  0 where
+    #: unmeasured: the registers' width
+    stream_load_bytes: int = 0
     #: how far ahead, in bytes of its passes (the rows one pass over the tile reads), a
     #: column reduction (a sum over a matrix's rows, over an NCHW tensor's batch or
     #: channels: ``strategy.rules``' column reduction) whose input is larger than the L2

@@ -227,11 +227,20 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   DECISIONS.md, "Tensorize rule: rows outer on Zen 4, X and C prefetched"), where on
 #:   Zen 5 (session 8) the column panels had won by 4% at the same size: 1.0 (the whole
 #:   L2) on Zen 4, half of it elsewhere.
+#: * ``stream_load_bytes``: on Zen 4 (session 29) a plain read of 64 MiB (2 MiB pages,
+#:   1 thread, CPU time, under load) ran 1.08-1.11x faster with four 256-bit
+#:   accumulators (PyTorch's loop) than with four 512-bit ones (tecomp's), every round
+#:   faster in two runs (two 256-bit ones as four; eight 256-bit ones, 1-8 512-bit
+#:   ones, 1 to 4 prefetches a step 0.5-4 KiB ahead, two streams a thread: nothing or a
+#:   loss); the benchmark's float row sums, means and products so compiled 1.02-1.11x
+#:   (1 thread) and 1.06-1.26x (2 threads); a row min 0.92-0.93x, a row max 0.92-0.99x:
+#:   float sums, means and products only (benchmarks/DECISIONS.md, "Reductions: 256-bit
+#:   loads from memory (Zen 4)").
 MEASURED: Dict[str, Dict[str, object]] = {
     "znver4": {"fma_bits": 256, "gather_cost": 4.0, "transpose_cost": 0.8,
                "split_loads_cheap": True, "prefetch_burst_lines": 48,
                "column_prefetch_bytes": 131072, "strip_prefetch_rows": 64,
-               "dot_w_l2_share": 1.0},
+               "dot_w_l2_share": 1.0, "stream_load_bytes": 32},
     "znver5": {"fma_bits": 512, "gather_cost": 2.1, "transpose_cost": 0.66,
                "split_loads_cheap": False, "gemm_load_cost": 0.5, "read_streams": 4,
                "selection_prefetch_bytes": 4096, "window_prefetch_bytes": 3584},

@@ -57,6 +57,9 @@ of a stride of 2 or more along the rows (that no drawn model reached) under the 
 model with a ``stream_output_bytes`` of 64 or 1024 bytes: their data then come "from
 memory", and the next output row's data are prefetched along the current one
 (``pool.PREFETCH_NEXT_ROW``).
+A twelfth (``RandomDraw(seed * 7919 + 54)``, session 29) gives half the drawn machine
+models 32-byte ``stream_load_bytes`` (a float row sum from past the drawn L2 compiled for
+256-bit registers on an AVX-512 host: ``strategy.rules.STREAM_LOADS``).
 The kernel is ``tc.auto_schedule(args)`` (no trials) built for the case's
 target and called with an input as a view (strided, one element off a 64-byte line -- 4
 bytes for float32 --, a non-contiguous torch tensor) and an output one element off a
@@ -244,6 +247,14 @@ def draw_op_case(seed: int, target: str = "llvm") -> OpCase:
     if kind == "reduce" and sp["dtype"] == "int32" and \
             sp["op"] in ("max", "min", "argmax", "argmin") and u.bool(1 / 3):
         sp["dtype"] = u.choice(tuple(INT_EXTREMES))
+    # (a twelfth stream, session 29; drawn before the eleventh, so that it changes only
+    # the models the sixth stream drew) half the drawn machine models read memory fastest
+    # with 32-byte loads (``stream_load_bytes``): a float row sum past the drawn L2 is
+    # then compiled for 256-bit registers where the host's are wider (AVX-512), four
+    # accumulators of 8 lanes (strategy.rules.STREAM_LOADS)
+    z = RandomDraw(seed * 7919 + 54)
+    if sp.get("machine") is not None and z.bool(0.5):
+        sp["machine"]["stream_load_bytes"] = 32
     # (an eleventh stream, session 29) half the 2-d/3-d poolings with a stride of 2 or
     # more along the rows under a model whose stream_output_bytes is small: their data
     # "from memory", the next output row's data prefetched along the current row

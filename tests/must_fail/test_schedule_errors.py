@@ -1847,6 +1847,22 @@ def test_load_each_use_names_a_tensor_the_stage_reads(value):
     assert "pragma_load_each_use = 'B'" in str(tc.lower(s, [A, B, C]))
 
 
+@pytest.mark.parametrize("value", [None, 0, 8, 24, 128, "32", True, 32.0])
+def test_vector_bytes_is_a_register_width(value):
+    """``pragma vector_bytes`` takes the width in bytes of the registers the kernel is
+    compiled for, 16, 32 or 64: no value, another number, a string, a bool or a float is
+    a ScheduleError that names the widths it may take."""
+    A, B, C, k = _mm()
+    s = tc.create_schedule(C.op)
+    with pytest.raises(tc.ScheduleError, match=rf"pragma vector_bytes on stage C, axis i: the "
+                                               rf"value is the width in bytes of the vector "
+                                               rf"registers the kernel is compiled for, 16, 32 "
+                                               rf"or 64; got"):
+        s[C].pragma(C.op.axis[0], "vector_bytes", value)
+    s[C].pragma(C.op.axis[0], "vector_bytes", 32)
+    assert "pragma_vector_bytes = 32" in str(tc.lower(s, [A, B, C]))
+
+
 def test_prefetch_carry_not_an_enclosing_itervar():
     A = tc.placeholder((8, 64), name="A")
     B = tc.compute((8, 64), lambda i, j: A[i, j] + 1.0, name="B")

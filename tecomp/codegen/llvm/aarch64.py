@@ -33,7 +33,7 @@ from .values import _I64
 class AArch64Policy(TargetPolicy):
     """The emitter's decisions for AArch64 CPUs (see the module docstring)."""
 
-    def __init__(self, target):
+    def __init__(self, target, vector_bytes: int = 0):
         super().__init__(target)
         bits = target.sve_vector_bits
         self.register_bytes = 16 if bits is None else bits // 8

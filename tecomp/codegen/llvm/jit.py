@@ -747,21 +747,26 @@ def add_symbol(name: str, address: int) -> None:
         llvm.add_symbol(name, address)
 
 
-def with_target_attributes(text: str, target, extra: str = "", unconstrained=()) -> str:
+def with_target_attributes(text: str, target, extra: str = "", unconstrained=(),
+                           width: str = "") -> str:
     """LLVM IR ``text`` with every function defined in it compiled for ``target``'s CPU
     and features (nothing changes for the host).  LLVM takes the subtarget (the
     instructions, the vector width its cost model assumes) from these attributes instead
     of the host's TargetMachine defaults (both: a function without "target-features"
     would get the host's, AVX-512 included, on top of the CPU's own).  ``extra``: more
     function attributes (the policy's ``function_attributes``), but not for the
-    functions named in ``unconstrained``."""
-    if target.is_host:
+    functions named in ``unconstrained``.  ``width``: the attributes of a narrower
+    register width (the policy's ``width_attributes``: a module under ``pragma
+    vector_bytes``), on every function, for the host too."""
+    if target.is_host and not width:
         return text
-    attrs = f' "target-cpu"="{target.cpu}" "target-features"="{target.llvm_features}"'
+    attrs = "" if target.is_host else \
+        f' "target-cpu"="{target.cpu}" "target-features"="{target.llvm_features}"'
     skip = [f'@"{n}"(' for n in unconstrained] + [f"@{n}(" for n in unconstrained]
 
     def add(m):
         line = m.group(1)
-        more = f" {extra}" if extra and not any(s in line for s in skip) else ""
-        return line + attrs + more + " {"
+        more = f" {extra}" if extra and not target.is_host and \
+            not any(s in line for s in skip) else ""
+        return line + attrs + more + (f" {width}" if width else "") + " {"
     return re.sub(r"^(define [^\n]*?)\s*\{$", add, text, flags=re.M)

@@ -33,12 +33,29 @@ from .x86 import X86Policy
 POLICIES = {"x86-64": X86Policy, "aarch64": AArch64Policy}
 
 
-def policy_for(target) -> TargetPolicy:
+def policy_for(target, vector_bytes: int = 0) -> TargetPolicy:
     """The code-generation policy for the llvm ``target``: that of its instruction set
     (:data:`POLICIES`), else the generic :class:`TargetPolicy`.  Every module is compiled
     for the target's triple (``Target.triple``), with its CPU and features
-    (``_ModuleBuilder.text``)."""
-    return POLICIES.get(target.isa, TargetPolicy)(target)
+    (``_ModuleBuilder.text``).  ``vector_bytes``: the module's ``pragma vector_bytes``
+    (:func:`pragma_vector_bytes`; 0: none)."""
+    return POLICIES.get(target.isa, TargetPolicy)(target, vector_bytes)
+
+
+def pragma_vector_bytes(body) -> int:
+    """The narrowest register width a ``pragma vector_bytes`` in ``body`` asks for (0:
+    none): it applies to the whole module (every function of it is compiled for one
+    register width)."""
+    found = []
+
+    class _V(Visitor):
+        def visit_AttrStmt(self, s):
+            if s.key == "pragma_vector_bytes" and isinstance(s.value, int):
+                found.append(s.value)
+            self.generic_visit(s)
+
+    _V().visit(body)
+    return min(found, default=0)
 
 
 def _rmw_buffers(body) -> set:
@@ -91,7 +108,7 @@ class _ModuleBuilder:
         self._par_count = 0
         self._has_load: Dict[int, tuple] = {}
         #: the target's decisions the emitter asks about (policy.py, x86.py)
-        self.policy = policy_for(self.target)
+        self.policy = policy_for(self.target, pragma_vector_bytes(func.body))
         #: buffers never padded to a masked access (_FnEmitter.pad_lanes): accumulators,
         #: which LICM keeps in registers across a loop as a plain load/store pair only
         self.no_pad = _rmw_buffers(func.body) if self.policy.pads_lanes else set()
@@ -240,7 +257,8 @@ class _ModuleBuilder:
     def text(self) -> str:
         s = llvm_jit.with_target_attributes(str(self.module), self.target,
                                             self.policy.function_attributes,
-                                            self.policy.unconstrained)
+                                            self.policy.unconstrained,
+                                            self.policy.width_attributes)
         # llvmlite cannot build self-referential metadata: loop ids (and the alias
         # scopes and their domain) are emitted as !{!"tecomp.loopid.K", ...}
         # (!{!"tecomp.selfref.K", ...}) and patched into distinct !{!N, ...} here.

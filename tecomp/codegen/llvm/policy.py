@@ -43,12 +43,20 @@ class TargetPolicy:
       besides the CPU and its features (AArch64's ``vscale_range`` of a fixed SVE
       vector length); none here.  ``unconstrained``: the names of functions that get
       the CPU and features but not these.
+    * ``width_attributes``: LLVM function attributes of a register width narrower than the
+      target's (a module under ``pragma vector_bytes``), on every function, the host's
+      modules too; none here.
+
+    ``vector_bytes`` (the module's ``pragma vector_bytes``, 0 for none): registers of that
+    width asked for where the target's are wider; here, and on every target but x86
+    with AVX-512 (where 32 makes it AVX2's policy on 256-bit registers:
+    :class:`~tecomp.codegen.llvm.x86.X86Policy`), no effect.
 
     Questions (methods): :meth:`store_fence`, :meth:`pad_lanes`, :meth:`strided_wide_load`, :meth:`vector_op`,
     :meth:`prologue`.
     """
 
-    def __init__(self, target):
+    def __init__(self, target, vector_bytes: int = 0):
         #: the :class:`~tecomp.target.Target` the module is generated for
         self.target = target
         self.register_bytes = 16
@@ -58,6 +66,7 @@ class TargetPolicy:
         self.paired_nan_tests = False
         self.function_attributes = ""
         self.unconstrained = ()
+        self.width_attributes = ""
 
     def store_fence(self, mb, b) -> None:
         """Emit, at ``b``, the fence that orders the non-temporal stores before it

@@ -98,10 +98,18 @@ PAD_MINMAX_PIECES = True
 class X86Policy(TargetPolicy):
     """The emitter's decisions for x86 CPUs (see the module docstring)."""
 
-    def __init__(self, target):
+    def __init__(self, target, vector_bytes: int = 0):
         super().__init__(target)
-        #: AVX-512: zmm registers and ``k`` masks for loads and stores
-        self.avx512 = target.has_feature("avx512f")
+        #: AVX-512: zmm registers and ``k`` masks for loads and stores; not in a module
+        #: under ``pragma vector_bytes`` 32 (a float row sum streaming from memory on a
+        #: CPU whose 256-bit loads read it faster: ``CpuModel.stream_load_bytes``), which
+        #: gets AVX2's decisions and is compiled for 256-bit registers (LLVM's
+        #: "prefer-vector-width" and "min-legal-vector-width" on every function: the
+        #: AVX-512 instructions stay, on ymm registers)
+        self.avx512 = target.has_feature("avx512f") and vector_bytes != 32
+        if self.avx512 != target.has_feature("avx512f"):
+            self.width_attributes = ('"prefer-vector-width"="256" '
+                                     '"min-legal-vector-width"="256"')
         self._avx512vl = target.has_feature("avx512vl")
         # AVX-512: a contiguous access of a lane count that is not a power of two (e.g.
         # 14 float32) is one masked access of the next power of two (pad_lanes)
