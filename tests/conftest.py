@@ -33,6 +33,10 @@ THINNED = {
     # float16 gradients: conv2d NCHW and NHWC (stride 1) and layer_norm kept; the stride-2
     # conv and dense by the long run
     "tests/test_autodiff_nn.py::test_float16_gradients_accumulate_in_float32": 2,
+    # each size/form on stride 1 or 2, alternating
+    "tests/test_autodiff_nn.py::test_large_nchw_weight_gradients": (2, 2),
+    # each lanes count on stride 1 or 2, alternating
+    "tests/test_autodiff_nn.py::test_narrow_nchw_data_gradient_phases_with_channel_vectors": (2, 2),
     "tests/test_autodiff_nn.py::test_narrow_nchw_data_gradients_run_as_nhwc_convolutions": 3,
     "tests/test_autodiff_nn.py::test_weight_gradients_over_panels": 3,
     "tests/test_autoschedule.py::test_analytic_schedule_is_correct": 3,
@@ -45,6 +49,8 @@ THINNED = {
     "tests/test_codegen_llvm.py::test_column_argmax_nan_tests_in_pairs": (2, 2),
     # each shape with the registers switch on or off, alternating
     "tests/test_codegen_llvm.py::test_column_argmax_pairs_in_registers": (2, 2),
+    # each shape with the pairs switch on or off, alternating
+    "tests/test_codegen_llvm.py::test_column_max_min_nan_tests_in_pairs": (2, 2),
     # each shape with the matching switch on or off, alternating
     "tests/test_codegen_llvm.py::test_row_argmax_lanes_combined_by_matching": (2, 2),
     # (the same for integer values: each shape matched or as a tree, alternating)
@@ -155,8 +161,12 @@ THINNED = {
     "tests/test_nn_winograd.py::test_grouped_tasks_of_a_group_transform_its_weights": 3,
     "tests/test_nn_winograd.py::test_huge_finite_inputs_below_the_documented_bound_stay_finite": 3,
     "tests/test_reduce_rules.py::test_all_any_over_every_axis_combination_of_bool_bytes": 3,
+    # each axis with argmax or argmin, alternating
+    "tests/test_reduce_rules.py::test_argmax_combines_elements_in_order_without_index_tests": (2, 2),
     "tests/test_reduce_rules.py::test_argmax_rows_in_blocks_of_rows": 3,
     "tests/test_reduce_rules.py::test_argmax_starts_at_its_first_element": 3,
+    # each axis with argmax or argmin, alternating
+    "tests/test_reduce_rules.py::test_int64_argmax_counts_in_int32_where_the_positions_fit": (2, 2),
     "tests/test_reduce_rules.py::test_row_argmax_prefetches_the_rows_ahead": 3,
     "tests/test_reduce_rules.py::test_selections_prefetch_their_own_distance": 3,
     # each variant on llvm or the interpreter, alternating
