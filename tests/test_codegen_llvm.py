@@ -3,6 +3,7 @@
 Each test builds loop IR directly from ``tecomp.ir`` nodes (no DSL, no lowering), runs
 it through ``build_llvm`` and checks the result against numpy / Python semantics.
 """
+import functools
 import math
 import os
 import platform
@@ -2050,11 +2051,37 @@ def _erf_inputs():
     return np.concatenate(bits).view(np.float32)
 
 
-def _check_float32_function(fn, x, reference, limit, special, want, target):
+#: the last float64 reference of :func:`_float64_reference` given a key: ``(key, value)``
+_REFERENCE = [None, None]
+
+
+def _float64_reference(x, reference, key=None):
+    """What the check of a float32 function needs of its float64 ``reference`` on the
+    inputs ``x``; none of it depends on the target, so it is kept for the last ``key``
+    given (a function's targets run one after the other: see test_more_float32_functions)."""
+    if key is not None and _REFERENCE[0] == key:
+        return _REFERENCE[1]
+    fin = np.isfinite(x)
+    with np.errstate(all="ignore"):
+        exact = reference(x[fin].astype(np.float64))
+    with np.errstate(over="ignore"):
+        rounded = exact.astype(np.float32)
+    # overflow to +-inf (exp2, expm1): the float32 result is that infinity
+    over = np.isinf(rounded) & np.isfinite(exact)
+    inside = np.isfinite(rounded)    # (the function's domain: NaN or inf outside it)
+    ulp = np.spacing(np.abs(exact[inside]).astype(np.float32)).astype(np.float64)
+    value = fin, over, rounded[over], inside, exact[inside], ulp, np.isnan(exact)
+    if key is not None:
+        _REFERENCE[:] = key, value
+    return value
+
+
+def _check_float32_function(fn, x, reference, limit, special, want, target, key=None):
     """The vector code of the float32 math function ``fn`` on the inputs ``x``: no libm
     call per lane, the same bits vectorized and serial, within ``limit`` ulp of
     ``reference`` (float64) on the finite inputs, NaN for NaN; ``fn(special) == want``
-    (signed zeros included)."""
+    (signed zeros included; run by the serial kernel).  ``key``: names ``x`` and
+    ``reference`` for :func:`_float64_reference`."""
     outs = []
     for kind in ("vectorized", "serial"):
         m = build_llvm(elementwise(f"{fn}_{kind}", lambda v: op.call(fn, v), "float32",
@@ -2071,26 +2098,18 @@ def _check_float32_function(fn, x, reference, limit, special, want, target):
             assert f"@{libm}f(" not in src.replace(f"declare float @{libm}f(", "")  # per lane
             if fn == "fast_erfc":   # float32 lanes, unlike erfc's float64 ones
                 assert "fpext" not in src and "double" not in src
-    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
-    got = outs[0]
-    fin = np.isfinite(x)
-    with np.errstate(all="ignore"):
-        exact = reference(x[fin].astype(np.float64))
-    with np.errstate(over="ignore"):
-        rounded = exact.astype(np.float32)
-    # overflow to +-inf (exp2, expm1): the float32 result is that infinity
-    over = np.isinf(rounded) & np.isfinite(exact)
-    np.testing.assert_array_equal(got[fin][over], rounded[over])
-    inside = np.isfinite(rounded)    # (the function's domain: NaN or inf outside it)
-    ulp = np.spacing(np.abs(exact[inside]).astype(np.float32)).astype(np.float64)
-    err = np.abs(got[fin][inside].astype(np.float64) - exact[inside]) / ulp
+    if not np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32)):
+        np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    fin, over, rounded_over, inside, exact, ulp, nan = _float64_reference(x, reference, key)
+    got = outs[0][fin]
+    np.testing.assert_array_equal(got[over], rounded_over)
+    err = np.abs(got[inside].astype(np.float64) - exact) / ulp
     assert err.max() <= limit, (x[fin][inside][err.argmax()], err.max())
-    assert np.isnan(got[fin][np.isnan(exact)]).all()
-    assert np.isnan(got[np.isnan(x)]).all()
+    assert np.isnan(got[nan]).all()
+    assert np.isnan(outs[0][np.isnan(x)]).all()
     special = np.array(special, np.float32)
     out = np.zeros_like(special)
-    build_llvm(elementwise(f"{fn}_sp", lambda v: op.call(fn, v), "float32"),
-               target=target)(special, out)
+    m(special, out)     # (the serial kernel)
     want = np.array(want, np.float32)
     np.testing.assert_array_equal(out, want)
     num = ~np.isnan(want)      # (a NaN's sign is not specified)
@@ -2110,7 +2129,7 @@ def test_erf_float32_error_everywhere(exp_variant):
     _check_float32_function("erf", _erf_inputs(), ref_erf,
                             1.05 if _has_fma(exp_variant) else 2.4,
                             [np.inf, -np.inf, 0.0, -0.0, 4.0, 100.0, -3.93],
-                            [1, -1, 0, -0.0, 1, 1, -1], exp_variant)
+                            [1, -1, 0, -0.0, 1, 1, -1], exp_variant, key="erf")
 
 
 def test_erf_float32_two_branches_with_fma():
@@ -2130,7 +2149,7 @@ def test_erf_float32_two_branches_with_fma():
     assert "vpermps" not in asm and "vfmadd" in asm
     _check_float32_function("erf", _erf_inputs(), ref_erf, 1.7,
                             [np.inf, -np.inf, 0.0, -0.0, 4.0, 100.0, -3.93],
-                            [1, -1, 0, -0.0, 1, 1, -1], target)
+                            [1, -1, 0, -0.0, 1, 1, -1], target, key="erf")
 
 
 def test_log_float32_error_everywhere(exp_variant):
@@ -2145,7 +2164,16 @@ def test_log_float32_error_everywhere(exp_variant):
     _check_float32_function("log", x, np.log, 1.5,
                             [np.inf, 0.0, -0.0, 1.0, -1.0, -np.inf, 1e-45],
                             [np.inf, -np.inf, -np.inf, 0.0, np.nan, np.nan,
-                             np.float32(np.log(np.float64(np.float32(1e-45))))], exp_variant)
+                             np.float32(np.log(np.float64(np.float32(1e-45))))], exp_variant,
+                            key="log")
+
+
+@functools.lru_cache(maxsize=1)
+def _more_f32_inputs(fn):
+    """``_dense_inputs`` of ``_MORE_F32[fn]``'s edges (read-only: kept for the next target)."""
+    x = _dense_inputs(*_MORE_F32[fn][1])
+    x.flags.writeable = False
+    return x
 
 
 @pytest.mark.parametrize("fn", ["log", "log2", "log1p"])
@@ -2280,7 +2308,7 @@ def test_tan_float32_reduced_in_float32(exp_variant):
                       3 * np.pi / 2, 1e4, 32884.62, 2.3612592, 89.536377, limit)
     x = x[np.abs(x) <= limit]
     _check_float32_function("tan", x, np.tan, 1.3 if _has_fma(exp_variant) else 1.5,
-                            [0.0, -0.0], [0, -0.0], exp_variant)
+                            [0.0, -0.0], [0, -0.0], exp_variant, key=("tan", limit))
 
 
 def _scipy_special():
@@ -2351,9 +2379,12 @@ def test_tanh_float32_error_everywhere(exp_variant):
     _check_float32_function("tanh", _tanh_inputs(), np.tanh,
                             2.0 if _has_fma(exp_variant) else 2.1,
                             [np.inf, -np.inf, 0.0, -0.0, 9.1, 44.5, 100.0, -1e30, 1e-40],
-                            [1, -1, 0, -0.0, 1, 1, 1, -1, 1e-40], exp_variant)
+                            [1, -1, 0, -0.0, 1, 1, 1, -1, 1e-40], exp_variant, key="tanh")
 
 
+# (the targets of one function one after the other: its float64 reference is computed once)
+@pytest.mark.parametrize("exp_variant", list(_MATH_TARGETS.values()), ids=list(_MATH_TARGETS),
+                         indirect=True)
 @pytest.mark.parametrize("fn", sorted(_MORE_F32))
 def test_more_float32_functions(fn, exp_variant):
     """exp2, expm1, log2, log1p, softplus, sin, cos ... fast_log on float32 are vector code
@@ -2364,8 +2395,8 @@ def test_more_float32_functions(fn, exp_variant):
             and exp_variant == _MATH_TARGETS["no-fma"] and sorted(_MORE_F32).index(fn) % 2):
         pytest.skip("without FMA every other function by default: set TECOMP_LONG_TESTS=1")
     ref, edges, limits, special, want = _MORE_F32[fn]
-    _check_float32_function(fn, _dense_inputs(*edges), ref, limits[not _has_fma(exp_variant)],
-                            special, want, exp_variant)
+    _check_float32_function(fn, _more_f32_inputs(fn), ref, limits[not _has_fma(exp_variant)],
+                            special, want, exp_variant, key=fn)
 
 
 #: more special inputs, with their float32 results, for the check at every vector width
@@ -2502,6 +2533,30 @@ def _pow_hard_pairs(n=1 << 19):
     return np.concatenate([x1, x2]), np.concatenate([y1, y2])
 
 
+@functools.lru_cache(maxsize=1)
+def _two_arguments_reference(fn, count):
+    """The inputs of the test below and what it needs of float64 ``fn`` on them (none of
+    it depends on the target: kept for the function's next target)."""
+    x, y = _dense_pairs(count)
+    if fn == "pow":
+        x, y = (np.concatenate(v) for v in zip((x, y), _pow_hard_pairs()))
+    with np.errstate(all="ignore"):
+        exact = _F32_BINARY[fn][0](x.astype(np.float64), y.astype(np.float64))
+        rounded = exact.astype(np.float32)
+    fin = np.isfinite(rounded)
+    with np.errstate(over="ignore"):   # (the largest float32's ulp: 2^104)
+        ulp = np.spacing(np.abs(rounded[fin])).astype(np.float64)
+    ulp[np.isinf(ulp)] = 2.0 ** 104
+    nan = np.isnan(rounded)
+    exactly = ~nan & ((rounded == 0) | np.isinf(rounded))   # zeros and infinities: bits
+    for a in (x, y):
+        a.flags.writeable = False
+    return x, y, fin, exact[fin], ulp, nan, exactly, rounded[exactly].view(np.uint32)
+
+
+# (the targets of one function one after the other: its float64 reference is computed once)
+@pytest.mark.parametrize("exp_variant", list(_MATH_TARGETS.values()), ids=list(_MATH_TARGETS),
+                         indirect=True)
 @pytest.mark.parametrize("fn", sorted(_F32_BINARY))
 def test_float32_functions_of_two_arguments(fn, exp_variant, count=2039):
     """atan2(y, x) and pow(x, y) on float32 are vector code (no libm call per lane), the
@@ -2509,10 +2564,8 @@ def test_float32_functions_of_two_arguments(fn, exp_variant, count=2039):
     on a dense 2-d sample, and equal to its rounding (signed zeros, infinities, NaN) at
     every special value C99 defines (``atan2(+-0, -0) = +-pi``, ``pow(-0, -1) = -inf``,
     ``pow(nan, 0) = 1``, ``pow(-8, 1/3)`` NaN, ...)."""
-    x, y = _dense_pairs(count)
-    if fn == "pow":
-        x, y = (np.concatenate(v) for v in zip((x, y), _pow_hard_pairs()))
-    ref, limits = _F32_BINARY[fn]
+    x, y, fin, exact, ulp, nan, exactly, want = _two_arguments_reference(fn, count)
+    limits = _F32_BINARY[fn][1]
     outs = []
     for kind in ("vectorized", "serial"):
         m = build_llvm(binary(f"{fn}_{kind}", lambda a, c: op.call(fn, a, c), "float32",
@@ -2523,24 +2576,15 @@ def test_float32_functions_of_two_arguments(fn, exp_variant, count=2039):
         if kind == "vectorized":
             src = m.get_source("llvm-unopt")
             assert "@powf(" not in src and "@atan2f(" not in src and "llvm.pow" not in src
-    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    if not np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32)):
+        np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
     got = outs[0]
-    with np.errstate(all="ignore"):
-        exact = ref(x.astype(np.float64), y.astype(np.float64))
-        rounded = exact.astype(np.float32)
-    fin = np.isfinite(rounded)
-    with np.errstate(over="ignore"):   # (the largest float32's ulp: 2^104)
-        ulp = np.spacing(np.abs(rounded[fin])).astype(np.float64)
-    ulp[np.isinf(ulp)] = 2.0 ** 104
-    err = np.abs(got[fin].astype(np.float64) - exact[fin]) / ulp
+    err = np.abs(got[fin].astype(np.float64) - exact) / ulp
     i = err.argmax()
     assert err[i] <= limits[not _has_fma(exp_variant)], (x[fin][i], y[fin][i], err[i])
-    nan = np.isnan(rounded)
     assert np.isnan(got[nan]).all(), (x[nan][~np.isnan(got[nan])][:5],
                                       y[nan][~np.isnan(got[nan])][:5])
-    exactly = ~nan & ((rounded == 0) | np.isinf(rounded))   # zeros and infinities: bits
-    np.testing.assert_array_equal(got[exactly].view(np.uint32),
-                                  rounded[exactly].view(np.uint32))
+    np.testing.assert_array_equal(got[exactly].view(np.uint32), want)
 
 
 def test_pow_float32_at_every_vector_width(exp_variant):
@@ -2753,8 +2797,8 @@ def test_sin_cos_by_pi_and_the_switches_off(fn, monkeypatch):
                                    kind="vectorized"), target=target)
         asm = m.get_source("asm")
         assert ("vcvttps2dq" in asm) != on and bool(re.search(r"vround|vrndscale", asm)) != on
-        _check_float32_function(fn, _dense_inputs(*edges), ref, limits[0], special, want,
-                                target)
+        _check_float32_function(fn, _more_f32_inputs(fn), ref, limits[0], special, want,
+                                target, key=fn)
 
 
 def test_erfc_float32_segments_where_a_table_instruction_is(monkeypatch):
@@ -3320,25 +3364,34 @@ def test_float64_tan_vector_code(exp_variant):
     assert err.max() <= limit, (x[err.argmax()], err.max())
 
 
+def _vectorized_pow(n, c=None):
+    """``pow(A[i], c)``, or ``pow(A[i], E[i])`` (``c`` None), over ``n``, vectorized by 16:
+    the module takes ``A, E, B`` either way."""
+    import tecomp as tc
+
+    A = tc.placeholder((n,), name="A")
+    E = tc.placeholder((n,), name="E")
+    B = tc.compute((n,), lambda i: tc.pow(A[i], E[i] if c is None else c), name="B")
+    s = tc.create_schedule(B.op)
+    s[B].vectorize(s[B].split(B.op.axis[0], factor=16)[1])
+    return tc.build(s, [A, E, B])
+
+
+#: the general pow of a tensor, built once for every constant of the test below
+_pow_of_a_tensor = functools.lru_cache(maxsize=1)(_vectorized_pow)
+
+
 @pytest.mark.parametrize("c", [2.0, 1.0, -1.0, 0.5, 3.0])
 def test_pow_by_a_constant(c):
     """``pow(x, 2.0)`` is one multiply, ``pow(x, 0.5)`` a square root (``+0`` at ``-0``,
     ``inf`` at ``-inf``, as C99), ``pow(x, -1.0)`` a division: the correctly rounded
     result, specials included (numpy's float64 pow rounded); another constant takes the
     general float32 pow (the same bits as pow of a tensor holding the exponent)."""
-    import tecomp as tc
-
     x = np.concatenate([_dense_inputs(1.0, 2.0),
                         np.array([np.inf, -np.inf, np.nan, -0.0, -2.0], np.float32)])
     n = x.size
-    A = tc.placeholder((n,), name="A")
-    E = tc.placeholder((n,), name="E")
     outs = []
-    for B in (tc.compute((n,), lambda i: tc.pow(A[i], c), name="B"),
-              tc.compute((n,), lambda i: tc.pow(A[i], E[i]), name="B")):
-        s = tc.create_schedule(B.op)
-        s[B].vectorize(s[B].split(B.op.axis[0], factor=16)[1])
-        f = tc.build(s, [A, E, B])
+    for f in (_vectorized_pow(n, c), _pow_of_a_tensor(n)):
         out = np.zeros(n, np.float32)
         f(x, np.full(n, c, np.float32), out)
         outs.append(out)

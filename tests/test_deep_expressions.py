@@ -51,11 +51,13 @@ def test_sum_of_many_terms_on_every_path(depth):
     check_paths(child("paths", depth, timeout=3600))
 
 
-@pytest.mark.parametrize("seed,depth", [(1, 1000), (2, 5000)])
+@pytest.mark.parametrize("seed,depth", [(1, 1000), (2, 3000)])
 def test_random_deep_trees_against_numpy(seed, depth):
     """Chains of random + - * min max select and casts (through float64 and int32) on
     fresh elements, on llvm, equal bit for bit to numpy doing the same float32
-    operations in the same order."""
+    operations in the same order.  (3000 levels: three times Python's recursion limit;
+    the build's time grows faster than the depth, 5000 took 2.6 times as long; the
+    20,000-deep trees run with TECOMP_LONG_TESTS=1.)"""
     out = child("random", seed, depth)
     assert out["ir_depth"] >= depth - 3 and out["ops"] > depth // 2, out
     assert out["equal"], out

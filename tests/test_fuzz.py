@@ -1,9 +1,10 @@
 """Differential fuzzing: random programs x random legal schedules x dtypes x shapes, built
 with LLVM (a few in the CUDA emulation), run against the reference interpreter and numpy.
 
-The default suite runs a bounded, derandomized number of examples; TECOMP_LONG_FUZZ=1 runs
-many more.  The long run proper is ``python -m tecomp.testing.fuzz --cases N``.  Every bug
-the fuzzer found is pinned below as a minimal regression test.
+The default suite runs a bounded, derandomized number of examples (half of those of
+TECOMP_LONG_TESTS=1); TECOMP_LONG_FUZZ=1 runs many more.  The long run proper is
+``python -m tecomp.testing.fuzz --cases N``.  Every bug the fuzzer found is pinned below as
+a minimal regression test.
 """
 import os
 import shutil
@@ -20,13 +21,21 @@ from tecomp.testing import HypothesisDraw, RandomDraw, draw_case, run_case
 from helpers import build_and_interp, fuzz_cli
 
 LONG = os.environ.get("TECOMP_LONG_FUZZ", "") not in ("", "0")
+LONG_TESTS = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
+
+
+def _half(n):
+    """``n`` cases with TECOMP_LONG_TESTS=1, half of them (rounded up) by default: the
+    suite's budget; the bugs the fuzzer found are pinned seeds below."""
+    return n if LONG_TESTS else (n + 1) // 2
+
 HAVE_CXX = shutil.which(os.environ.get("CXX", "g++")) is not None
 
 _SETTINGS = dict(deadline=None, derandomize=True, database=None, print_blob=True,
                  suppress_health_check=list(HealthCheck))
 
 
-@settings(max_examples=1000 if LONG else 30, **_SETTINGS)
+@settings(max_examples=1000 if LONG else _half(30), **_SETTINGS)
 @given(st.data())
 def test_fuzz_llvm_vs_interp_vs_numpy(data):
     case = draw_case(HypothesisDraw(data), name="hypothesis llvm")
@@ -35,7 +44,7 @@ def test_fuzz_llvm_vs_interp_vs_numpy(data):
 
 
 @pytest.mark.skipif(not HAVE_CXX, reason="the CUDA emulation needs a C++ compiler")
-@settings(max_examples=60 if LONG else 3, **_SETTINGS)
+@settings(max_examples=60 if LONG else _half(3), **_SETTINGS)
 @given(st.data())
 def test_fuzz_gpu_schedules_in_cuda_emulation(data):
     case = draw_case(HypothesisDraw(data), target="cuda-emu", name="hypothesis cuda-emu")
@@ -57,7 +66,7 @@ def test_gpu_fuzzer_draws_global_copies_with_padded_rows():
     assert out.ok, out.report()
 
 
-@settings(max_examples=400 if LONG else 25, **_SETTINGS)
+@settings(max_examples=400 if LONG else _half(25), **_SETTINGS)
 @given(st.data())
 def test_fuzz_auto_schedule(data):
     """The auto-scheduler's schedules (analytic, and its rules with random knobs) of random
@@ -67,7 +76,7 @@ def test_fuzz_auto_schedule(data):
     assert out.ok, out.report()
 
 
-@pytest.mark.parametrize("seed", range(200 if LONG else 8))
+@pytest.mark.parametrize("seed", range(200 if LONG else _half(8)))
 def test_fuzz_seeds_with_pass_checking(seed):
     """The long-run fuzzer's cases (random.Random seeds), with the pass-by-pass checker on."""
     case = draw_case(RandomDraw(10_000 + seed), name=f"seed {10_000 + seed}")
@@ -85,7 +94,7 @@ def test_fuzz_seeds_with_torch_tensors_and_exported_libraries(seed):
     assert out.ok, out.report()
 
 
-@settings(max_examples=150 if LONG else 10, **_SETTINGS)
+@settings(max_examples=150 if LONG else _half(10), **_SETTINGS)
 @given(st.data())
 def test_fuzz_tensorized_int8_gemms(data):
     """Int8 GEMMs over the whole 8-bit ranges, auto-scheduled (tensorized with the target's
@@ -112,7 +121,7 @@ def test_fuzzer_int8_gemm_cases_are_tensorized_often():
     assert 8 <= hits <= 32
 
 
-@pytest.mark.parametrize("seed", range(60 if LONG else 8))
+@pytest.mark.parametrize("seed", range(60 if LONG else _half(8)))
 def test_fuzz_gpu_int8_gemms_with_dp4a(seed):
     """Int8 GEMMs in the CUDA emulation, the reduction run as cuda.dp4a_u8s8s32 where the
     layout allows (sometimes into a local accumulator): exact against numpy and the
@@ -870,7 +879,7 @@ def test_campaign_seed_with_a_narrowed_loop_extent_runs():
     assert out.kind == "ok", out.report()
 
 
-@pytest.mark.parametrize("seed", range(40 if LONG else 8))
+@pytest.mark.parametrize("seed", range(40 if LONG else _half(8)))
 def test_fuzz_gemm_template_through_views(seed):
     """A GEMM the GEMM template takes, an operand read through a view with composed
     ``//`` and ``%`` indices (``gen.gen_view_gemm``), auto-scheduled (defaults or random

@@ -18,6 +18,8 @@ from tecomp.testing.edges import (
     in_session21_slot, run_edge_case,
 )
 
+#: the long tests draw more seeds of each family; the default run about half as many as
+#: before session 29 (the suite's budget: the bugs found are pinned seeds below)
 LONG = os.environ.get("TECOMP_LONG_TESTS") == "1"
 
 
@@ -75,7 +77,7 @@ def test_family_runs_clean(family):
         pytest.importorskip("torch")
     kinds = []
     # (a torch_autograd case compiles a forward, a backward and a backward's backward)
-    for seed in _seeds(family, 12 if LONG else 1 if family == "torch_autograd" else 3):
+    for seed in _seeds(family, 12 if LONG else 1 if family == "torch_autograd" else 2):
         ec = draw_edge_case(seed)
         assert ec.family == family
         out = run_edge_case(ec)
@@ -153,7 +155,7 @@ def test_layouts_family_finds_streamed_outputs_off_a_line(monkeypatch):
 
 def test_library_family_refuses_every_tampering():
     seen = set()
-    for seed in _seeds("library_file", 40 if LONG else 14):
+    for seed in _seeds("library_file", 40 if LONG else 7):
         ec = draw_edge_case(seed)
         out = run_edge_case(ec)
         assert out.ok, out.report()
@@ -198,7 +200,7 @@ def test_library_family_finds_tensor_maps_read_past_their_tensor(monkeypatch):
     forged box's map as given, before this check), the family reports it."""
     from tecomp.lower import tma_pipeline
 
-    cases = _tma_box_cases(40 if LONG else 12)
+    cases = _tma_box_cases(40 if LONG else 6)
     for ec in cases:
         assert edges._check_tma_box(ec, ec.twist["tma_box"]) is None, ec.twist
     monkeypatch.setattr(tma_pipeline, "check_reach", lambda *a: None)
@@ -379,7 +381,7 @@ def _shrunk_storage_seeds(count):
 
 def test_lazy_bits_family_refuses_tensors_whose_storage_was_shrunk():
     pytest.importorskip("torch")
-    for seed in _shrunk_storage_seeds(12 if LONG else 3):
+    for seed in _shrunk_storage_seeds(12 if LONG else 2):
         out = run_edge_case(draw_edge_case(seed))
         assert out.kind == "refused", out.report()
 
@@ -768,7 +770,7 @@ def test_lazy_bits_family_reads_zero_tensors_as_zeros():
              if draw_edge_case(s).twist["variant"].startswith("zero_tensor")]
     assert {draw_edge_case(s).twist["variant"] for s in seeds} == {"zero_tensor_input",
                                                                   "zero_tensor_output"}
-    for seed in seeds[:12 if LONG else 4]:
+    for seed in seeds[:12 if LONG else 2]:
         out = run_edge_case(draw_edge_case(seed))
         assert out.kind in ("ok", "refused"), out.report()
 

@@ -261,16 +261,42 @@ def lowered(case):
     return _LOWERED[case.name]
 
 
+#: the emulation's variants of a case that runs by default (test_emulation_matches_numpy
+#: runs them with TECOMP_LONG_TESTS=1): name -> the kept case that has what it tests
+EMU_VARIANTS = {
+    "matmul_37x50x23": "odd sizes: matmul_30x20x9_relu, matmul_70x150x19_8x8",
+    "dense_8x16x70": "dense: dense_19x45x33_bias (the bias its only difference)",
+    "matmul_70x150x19_8x8_unrolled": "GEMM_8X8_UNROLLED: dense_37x70x21_bias_unrolled",
+    "dense_40x64x36_bias_pipelined": "GEMM_8X8_PIPELINED: the two pipelined matmuls (guarded "
+                                     "and whole tiles); dense with a bias: the other configs",
+    "conv_nchw_2x5x11x13_k7r3s2p1d1": "its geometry in NHWC",
+    "conv_nchw_2x11x9x7_k10r3s1p1d1_cfg": "CONV_4X2X2 in NCHW: conv_nchw_2x11x9x7_k10_unrolled",
+    "conv_nhwc_1x3x9x9_k4r3s1p1d1": "its geometry in NCHW",
+    "conv_nhwc_1x4x10x10_k6r3s1p2d2": "the dilated geometry in NCHW",
+    "conv_nhwc_1x11x9x7_k10s2_unrolled": "CONV_UNROLLED in NCHW, CONV_4X2X2 in NHWC",
+    "softmax_5x37": "short rows: log_softmax_3x4x100, softmax_NonexNone's shapes",
+}
+assert set(EMU_VARIANTS) <= set(IDS)
+LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
+
+
 @pytest.fixture(scope="module")
 def emu_modules():
-    """Every case built for the emulation once, the C++ compilations in parallel (they
-    are the slow part)."""
-    funcs = {case.name: lowered(case) for case in CASES}
+    """Each case built for the emulation once: those that run by default (all of them
+    with TECOMP_LONG_TESTS=1), the C++ compilations in parallel (they are the slow part);
+    another case when asked for."""
+    funcs = {case.name: lowered(case) for case in CASES
+             if LONG or case.name not in EMU_VARIANTS}
     workers = max(2, min(8, os.cpu_count() or 2))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         futures = {name: pool.submit(tc.build, f, target="cuda-emu") for name, f in funcs.items()}
         built = {name: fut.result() for name, fut in futures.items()}
-    return lambda case: built[case.name]
+
+    def module(case):
+        if case.name not in built:
+            built[case.name] = tc.build(lowered(case), target="cuda-emu")
+        return built[case.name]
+    return module
 
 
 def _cname(case):
@@ -287,7 +313,8 @@ def _check(case, arrays):
 
 
 @needs_cxx
-@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name, marks=[pytest.mark.slow] * (
+    c.name in EMU_VARIANTS)) for c in CASES])
 def test_emulation_matches_numpy(emu_modules, case):
     f = emu_modules(case)
     for mode, seed in (("serial", 0), ("reverse", 1)):
