@@ -40,7 +40,10 @@ def test_the_twist_keeps_the_other_draws(family, monkeypatch):
     drawn = 0
     for a, b in zip(with_model, without):
         drawn += "machine" in a.spec
-        assert {k: v for k, v in a.spec.items() if k != "machine"} == b.spec
+        # (the ops family's eleventh stream gives some poolings a model of its own where
+        # none was drawn: the case aside from its model stays the same)
+        assert {k: v for k, v in a.spec.items() if k != "machine"} == \
+            {k: v for k, v in b.spec.items() if k != "machine"}
         assert a.seed == b.seed
     assert 10 <= drawn <= 60, drawn
 

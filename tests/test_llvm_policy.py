@@ -64,7 +64,8 @@ def test_generic_policy_gives_correct_code(monkeypatch, lanes):
     a[3] = np.nan
     want = np.maximum(a[0::2], a[1::2]) + np.exp(a[0::2])
 
-    monkeypatch.setattr(llvm_module, "policy_for", lambda target: TargetPolicy(target))
+    monkeypatch.setattr(llvm_module, "policy_for",
+                        lambda target, vector_bytes=0: TargetPolicy(target))
     f = tc.build(s, args)
     out = np.zeros(n, "float32")
     f(a, out)
