@@ -948,13 +948,15 @@ def test_rows_and_k_steps_in_lanes(M, monkeypatch):
         c, want = _run(s, args, "wt")
         np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3,
                                    err_msg=f"M={M} N={N} K={K}")
-        # (Zen 5 through the knob)
+        if K != 45:
+            continue
+        # (Zen 5 through the knob: one shape)
         s = apply_rules(args, Knobs({"skinny.k_lanes": q}), zen5)
         assert f"A.global: float32[{M}, {kq}, {q}]" in str(tc.lower(s, args))
         c, want = _run(s, args, "wt")
         np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
     if M == 12:
-        args = _plain(M, 48, 1024, "wt")
+        args = _plain(M, 48, 256, "wt")
         asm = tc.build(apply_rules(args, Knobs(), zen4), args,
                        target=target).get_source("asm")
         fmas = re.findall(r"vfmadd\d+ps\s+([^\n]*)", asm)
