@@ -14,8 +14,8 @@ interleaved in one process, medians in ms.  ``ratio`` is PyTorch's time over
 tecomp's (> 1: tecomp is faster).  ``GB/s`` counts the input read once and the output
 written once; ``%`` compares it with the memory stream timed in the same turns: for a
 reduction the read stream (a tecomp row sum of as many bytes, rows of 4096 float32, auto-
-scheduled: on Zen 4 since session 29 compiled for 256-bit registers, the machine model's
-``stream_load_bytes``, which read memory faster than the 512-bit loads before), for
+scheduled: compiled for narrower registers where the machine model's ``stream_load_bytes``
+asks for them -- no named CPU does), for
 an elementwise operator a copy of its input (a tecomp kernel, vectorized and parallel,
 its stores past the cache as every elementwise output over half the last-level cache,
 counting its read and its write).  Every result is checked against PyTorch's first.
