@@ -1427,12 +1427,11 @@ def test_row_reductions_from_memory_take_the_models_stream_loads(op, shape, keep
 
 
 def test_row_reductions_keep_their_registers_unless_the_model_asks():
-    """No ``pragma vector_bytes`` where the model gives no ``stream_load_bytes`` (the
-    named CPUs but Zen 4), where it is the registers' own width, where the input fits in
+    """No ``pragma vector_bytes`` where the model gives no ``stream_load_bytes`` (every
+    named CPU: Zen 4's 256-bit loads measured a tie, DECISIONS.md), where it is the registers' own width, where the input fits in
     the threads' L2 caches, for a max or min (or bools, integers), or with
     ``rules.STREAM_LOADS`` off."""
-    assert cpu_model("llvm -mcpu=znver4").stream_load_bytes == 32
-    for target in ("llvm -mcpu=znver5", "llvm -mcpu=sapphirerapids", "llvm -mcpu=haswell"):
+    for target in ("llvm -mcpu=znver4", "llvm -mcpu=znver5", "llvm -mcpu=sapphirerapids", "llvm -mcpu=haswell"):
         assert cpu_model(target).stream_load_bytes == 0
     cases = [(_streaming(0), (5, 48, 256)), (_streaming(64), (5, 48, 256)),
              (_streaming(), (2, 8, 256)),

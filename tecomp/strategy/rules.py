@@ -335,7 +335,8 @@ SELECTION_ROW_BLOCK = 4
 #: a row reduction at the root whose input streams from beyond the L2 caches is compiled
 #: for the machine model's ``stream_load_bytes`` registers where that is narrower than
 #: its own (``pragma vector_bytes``), four accumulators of that width (PyTorch's loop):
-#: Zen 4's 256-bit loads read memory 1.08-1.11x faster than its 512-bit ones, 1 thread
+#: Zen 4's 256-bit loads read memory 1.08-1.11x faster than its 512-bit ones, 1 thread,
+#: under load, and a tie in the quiet re-measures, so no named CPU's model asks for it
 #: (benchmarks/DECISIONS.md, "Reductions: 256-bit loads from memory (Zen 4)").  Float
 #: sums, means and products only: a row min read 0.92-0.93x so in three runs, a row max
 #: 0.92-0.99x.  False: the registers' width (``reductions.py --vbytes-off``)

@@ -235,12 +235,15 @@ def vector_registers(features: FrozenSet[str]) -> int:
 #:   loss); the benchmark's float row sums, means and products so compiled 1.02-1.11x
 #:   (1 thread) and 1.06-1.26x (2 threads); a row min 0.92-0.93x, a row max 0.92-0.99x:
 #:   float sums, means and products only (benchmarks/DECISIONS.md, "Reductions: 256-bit
-#:   loads from memory (Zen 4)").
+#:   loads from memory (Zen 4)").  The quiet re-measures of the merged code read ties
+#:   (2 threads 0.83-1.16x and, over 15 rounds, 0.95-1.04x; 1 thread 0.92-1.29x against
+#:   0.85-1.09x for rows it does not change): not set for Zen 4 (0: its registers' width)
+#:   until a run shows the gain.
 MEASURED: Dict[str, Dict[str, object]] = {
     "znver4": {"fma_bits": 256, "gather_cost": 4.0, "transpose_cost": 0.8,
                "split_loads_cheap": True, "prefetch_burst_lines": 48,
                "column_prefetch_bytes": 131072, "strip_prefetch_rows": 64,
-               "dot_w_l2_share": 1.0, "stream_load_bytes": 32},
+               "dot_w_l2_share": 1.0},
     "znver5": {"fma_bits": 512, "gather_cost": 2.1, "transpose_cost": 0.66,
                "split_loads_cheap": False, "gemm_load_cost": 0.5, "read_streams": 4,
                "selection_prefetch_bytes": 4096, "window_prefetch_bytes": 3584},
