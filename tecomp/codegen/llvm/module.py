@@ -14,7 +14,7 @@ from ...errors import BuildError
 from ...ir.expr import BufferLoad
 from ...ir.functor import Visitor, collect, post_order
 from ...ir.names import display
-from ...ir.stmt import For, PrimFunc
+from ...ir.stmt import AttrStmt, For, PrimFunc
 from ...target import as_target
 from ...runtime.aot_format import check_kernel_symbol
 from ...runtime.signature import CheckSite, Signature
@@ -46,16 +46,9 @@ def pragma_vector_bytes(body) -> int:
     """The narrowest register width a ``pragma vector_bytes`` in ``body`` asks for (0:
     none): it applies to the whole module (every function of it is compiled for one
     register width)."""
-    found = []
-
-    class _V(Visitor):
-        def visit_AttrStmt(self, s):
-            if s.key == "pragma_vector_bytes" and isinstance(s.value, int):
-                found.append(s.value)
-            self.generic_visit(s)
-
-    _V().visit(body)
-    return min(found, default=0)
+    return min((n.value for n in collect(body, lambda n: type(n) is AttrStmt and
+                                         n.key == "pragma_vector_bytes" and
+                                         isinstance(n.value, int))), default=0)
 
 
 def _rmw_buffers(body) -> set:
