@@ -40,7 +40,7 @@ interleaved_turns``); each row says how many of tecomp's calls counted.
         [--threads 1 --cpu-time | --held] [--rules-off]
         [--new-off] [--select-off] [--seed-off] [--steps-off]
         [--minmax-off] [--rowblock-off] [--prefetch-off] [--pairs-off] [--colpf-off]
-        [--regs-off] [--match-off] [--match-ints-off] [--vbytes-off] [--stream-off]
+        [--steps16-off] [--regs-off] [--match-off] [--match-ints-off] [--vbytes-off] [--stream-off]
         [--math-off] [--math20-off] [--silu-off] [--fresh-inputs]
 """
 from __future__ import annotations
@@ -292,6 +292,21 @@ def rowblock_off(tc, sig, ins):
         rules.SELECTION_ROW_BLOCK = old
 
 
+def steps16_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` scheduled with a column reduction of one-byte
+    values (bools, 8-bit integers) whose input is past L2 reading 8 rows a pass, not 16
+    (``tecomp.strategy.rules.COLUMN_STEPS_PACKED_PAST_L2`` 8), as before session 30."""
+    from tecomp.strategy import rules
+    old = rules.COLUMN_STEPS_PACKED_PAST_L2
+    rules.COLUMN_STEPS_PACKED_PAST_L2 = rules.COLUMN_STEPS_PACKED
+    try:
+        f = tc.build(tc.auto_schedule(sig), sig)
+    finally:
+        rules.COLUMN_STEPS_PACKED_PAST_L2 = old
+    out = tc.empty(tuple(int(e.value) for e in sig[-1].shape), sig[-1].dtype)
+    return lambda: f(*ins, out)
+
+
 def colpf_off(tc, sig, ins):
     """A call of the kernel of ``sig`` scheduled with a column reduction's passes ahead
     not prefetched and 4 rows a pass (``tecomp.strategy.rules.COLUMN_PREFETCH`` False),
@@ -382,6 +397,7 @@ _AB = [("rules_off", "reduce", rules_off, "rules off"),
        ("prefetch_off", "reduce", prefetch_off, "prefetch off"),
        ("pairs_off", "reduce", pairs_off, "pairs off"),
        ("colpf_off", "reduce", colpf_off, "colpf off"),
+       ("steps16_off", "reduce", steps16_off, "steps16 off"),
        ("regs_off", "reduce", regs_off, "regs off"),
        ("match_off", "reduce", match_off, "match off"),
        ("match_ints_off", "reduce", match_ints_off, "match ints off"),
@@ -446,6 +462,9 @@ def main() -> None:
     ap.add_argument("--colpf-off", action="store_true", help="also time each reduction "
                     "scheduled without a column reduction's passes ahead prefetched (and 4 "
                     "rows a pass, not 8), in the same turns")
+    ap.add_argument("--steps16-off", action="store_true", help="also time each reduction "
+                    "scheduled with a column reduction of one-byte values (bools, 8-bit "
+                    "integers) past L2 reading 8 rows a pass (not 16), in the same turns")
     ap.add_argument("--regs-off", action="store_true", help="also time each reduction "
                     "built with a column argmax's accumulator pair stored and reloaded at "
                     "every step of its run of rows (not held in registers), in the same "

@@ -790,19 +790,26 @@ def test_tuple_reductions_that_compute_are_not_combined_across_lanes(monkeypatch
     assert not any("(select)" in n for n in f.vectorize_notes), f.vectorize_notes
 
 
-@pytest.mark.parametrize("op,dtype,c,steps", [("all", "bool", 24, 8), ("any", "bool", 12, 4),
-                                              ("max", "int8", 16, 8), ("sum", "float32", 16, 4),
-                                              ("any", "bool", 10, 1), ("argmax", "float32", 16, 8),
-                                              ("argmin", "float32", 12, 4)])
-def test_column_reductions_of_bytes_take_eight_steps_a_pass(op, dtype, c, steps):
+@pytest.mark.parametrize("op,dtype,c,steps,l2", [
+    ("all", "bool", 24, 8, 0), ("any", "bool", 12, 4, 0), ("max", "int8", 16, 8, 0),
+    ("sum", "float32", 16, 4, 0), ("any", "bool", 10, 1, 0), ("argmax", "float32", 16, 8, 0),
+    ("argmin", "float32", 12, 4, 0), ("all", "bool", 48, 16, 4096), ("max", "int8", 24, 8, 4096),
+    ("any", "bool", 32, 8, 1 << 20)])
+def test_column_reductions_of_bytes_take_eight_steps_a_pass(op, dtype, c, steps, l2):
     """A column reduction of one-byte values (packed lanes) reads eight rows a pass where
-    they divide the reduce axis (else four, else one); wider values four, but a
-    reduction of several values at once (an argmax's index and value: two accumulators)
-    eight; numpy's answers, keepdims and a negative axis."""
+    they divide the reduce axis (else four, else one), sixteen where its input is more
+    than the L2 caches hold (``l2``: a model with that L2 and one thread) and they divide
+    it; wider values four, but a reduction of several values at once (an argmax's index
+    and value: two accumulators) eight; numpy's answers, keepdims and a negative axis."""
     x = data((3, c, 4, 80), dtype, op)
     X = tc.placeholder(x.shape, dtype=dtype, name="X")
     Y = getattr(nn, op)(X, axis=-3, keepdims=True)
-    s, knobs = schedule([X, Y])
+    if l2:
+        knobs = Knobs()
+        s = apply_rules([X, Y], knobs, dataclasses.replace(
+            cpu_model("llvm -mcpu=znver4"), threads=1, l2_bytes=l2))
+    else:
+        s, knobs = schedule([X, Y])
     name = next(k for k in knobs.values if k.endswith(".columns"))
     assert knobs.values[name] is True, knobs.values
     assert knobs.values[name.replace(".columns", ".steps")] == steps, knobs.values

@@ -53,7 +53,7 @@ in spirit):
    middle axis, and no value is read twice: a sum over an NCHW tensor's channels or
    batch, a matrix's column sums): tiles of whole output rows (a share of L2), the tiles
    in parallel, the reduce axes outside the tile's vectors and four reduction steps a
-   pass (eight for values of one byte), so the input is streamed once in contiguous runs (:meth:`_Rules.column_reduction`);
+   pass (eight for values of one byte, sixteen past L2), so the input is streamed once in contiguous runs (:meth:`_Rules.column_reduction`);
    short runs from beyond L2 with the passes ahead prefetched (:data:`COLUMN_PREFETCH`).
    **Split reductions**: a reduction to fewer values than threads (every axis reduced)
    or a column reduction of too few tiles has its first reduce axis cut into chunks,
@@ -176,9 +176,22 @@ COLUMN_STEPS = 4
 #: the same for values of one byte (bools, 8-bit integers: 64 packed lanes a 512-bit
 #: vector, where a step is one test or one byte operation a vector): the accumulators'
 #: loads and stores weigh more against the steps.  `all` / `any` over the middle axis of
-#: 8x64x128x256 bools: 1.05 -> 0.85 ms and 0.81 -> 0.66 ms (medians of 41, 2 threads,
-#: AMD EPYC Zen 4 VM under load 15; benchmarks/history/2026-12-01.md, "h17-reduce")
+#: 8x64x128x256 bools: 4 -> 8 steps 1.05 -> 0.85 ms and 0.81 -> 0.66 ms (medians of 41,
+#: 2 threads, AMD EPYC Zen 4 VM under load 15; benchmarks/history/2026-12-01.md,
+#: "h17-reduce").  Where the input is more than the threads' L2 caches hold:
+#: :data:`COLUMN_STEPS_PACKED_PAST_L2`
 COLUMN_STEPS_PACKED = 8
+
+#: the steps a pass of a column reduction of one-byte values whose input is more than
+#: the threads' L2 caches hold (the L3's and memory's: each pass re-reads its tile of
+#: accumulators from beyond L1); 16 does not divide the reduce axis: 8, else 4, else 1.
+#: `all` / `any` over the middle axis of 16 MiB of bools, 8 -> 16 steps: 0.80-0.94x the
+#: time in eight of ten A/Bs, 1.01x and 1.28x in two; 64 MiB a tie (0.99x, 1.00x); 512
+#: KiB (in L2) 1.2x slower, so such inputs keep 8; 32 or 64 steps 1.4-1.7x slower (1
+#: thread, CPU time, Zen 4 VM under load 16-22: benchmarks/DECISIONS.md, "Column
+#: reductions of bytes: sixteen rows a pass past L2").  ``reductions.py --steps16-off``:
+#: 8 everywhere
+COLUMN_STEPS_PACKED_PAST_L2 = 16
 
 #: the same for a reduction of several values at once (an argmax's index and value: two
 #: accumulators loaded and stored a pass for each element read).  argmax over the middle
@@ -1104,13 +1117,13 @@ class _Rules(BlockRules):
         # several reduction steps a pass (unrolled, inside the tile's vectors): each
         # accumulator is loaded and stored once per ``steps`` rows read
         r_last = self.ext(op.reduce_axis[-1].dom.extent)
-        want = COLUMN_STEPS_PACKED if lanes >= 4 * self.L else \
+        want = (COLUMN_STEPS_PACKED_PAST_L2 if self._input_past_l2(op) else
+                COLUMN_STEPS_PACKED) if lanes >= 4 * self.L else \
             COLUMN_STEPS_TUPLE if len(op.bodies) > 1 else \
             COLUMN_STEPS_PREFETCHED if ahead_of else COLUMN_STEPS
-        steps = self.k.choose(f"{op.name}.steps", [1, 2, 4, 8],
-                              want if r_last is not None and r_last % want == 0 else
-                              COLUMN_STEPS if r_last is not None
-                              and r_last % COLUMN_STEPS == 0 else 1)
+        steps = self.k.choose(f"{op.name}.steps", [1, 2, 4, 8], next(
+            (w for w in (want, COLUMN_STEPS_PACKED, COLUMN_STEPS)
+             if w <= want and r_last is not None and r_last % w == 0), 1))
         # the passes ahead: the model's bytes over a pass's (steps rows of the tile of
         # each input), at least one, a power of two
         pass_bytes = steps * mr * nr * max(
@@ -1397,12 +1410,16 @@ class _Rules(BlockRules):
         vb = self.info.stream_load_bytes
         if not STREAM_LOADS or not vb or vb >= 4 * self.info.lanes or _vec_reorderable(op):
             return 0
+        return vb if self._input_past_l2(op) else 0
+
+    def _input_past_l2(self, op) -> bool:
+        """Whether what reduction ``op`` reads (through inlined stages) is more than the
+        L2 caches of the threads hold (False where a size is not known)."""
         ins = _reads_through_inline(self.s, op)
         sizes = [_elems(t, self.shapes) for t in ins]
-        if not ins or None in sizes or sum(n * _dt.nbytes(t.dtype) for n, t in zip(
-                sizes, ins)) <= self.info.l2_bytes * max(1, self.info.threads):
-            return 0
-        return vb
+        return bool(ins) and None not in sizes and sum(
+            n * _dt.nbytes(t.dtype) for n, t in zip(sizes, ins)) > \
+            self.info.l2_bytes * max(1, self.info.threads)
 
     def _row_prefetch_rows(self, op, K: Optional[int], selection: bool = False) -> int:
         """The rows ahead a reduction ``op`` along rows of ``K`` elements prefetches as
