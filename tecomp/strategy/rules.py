@@ -184,13 +184,13 @@ COLUMN_STEPS_PACKED = 8
 
 #: the steps a pass of a column reduction of one-byte values whose input is more than
 #: the threads' L2 caches hold (the L3's and memory's: each pass re-reads its tile of
-#: accumulators from beyond L1); 16 does not divide the reduce axis: 8, else 4, else 1.
-#: `all` / `any` over the middle axis of 16 MiB of bools, 8 -> 16 steps: 0.80-0.94x the
-#: time in eight of ten A/Bs, 1.01x and 1.28x in two; 64 MiB a tie (0.99x, 1.00x); 512
-#: KiB (in L2) 1.2x slower, so such inputs keep 8; 32 or 64 steps 1.4-1.7x slower (1
-#: thread, CPU time, Zen 4 VM under load 16-22: benchmarks/DECISIONS.md, "Column
-#: reductions of bytes: sixteen rows a pass past L2").  ``reductions.py --steps16-off``:
-#: 8 everywhere
+#: accumulators from beyond L1); where 16 do not divide the reduce axis: 8, else 4, else
+#: 1.  `all` / `any` over the middle axis of 16 MiB of bools, 8 -> 16 steps: 0.80-0.94x
+#: the time in nine of twelve A/Bs, 1.01x in two, 1.28x in one; 64 MiB a tie (0.99x,
+#: 1.00x); 512 KiB (in L2) 1.2x slower, so such inputs keep 8; 32 or 64 steps 1.4-1.7x
+#: slower (1 thread, CPU time, Zen 4 VM under load 14-22: benchmarks/DECISIONS.md,
+#: "Column reductions of bytes: sixteen rows a pass past L2").  ``reductions.py
+#: --steps16-off``: 8 everywhere
 COLUMN_STEPS_PACKED_PAST_L2 = 16
 
 #: the same for a reduction of several values at once (an argmax's index and value: two
