@@ -1117,7 +1117,9 @@ def test_planes_first(case, monkeypatch):
     output take more than the machine model's ``stream_output_bytes`` (here 1 KiB; by
     default half the last-level cache): its planes first (``PLANES_FIRST``): each
     task's data planes reduced to their 2-d windows in a local block (``.sep``, itself
-    from local rows ``.sep.sep``), then the outputs from their planes of it.  Not
+    from local rows ``.sep.sep``), then the outputs from their planes of it; the next
+    data plane's rows prefetched into the L2 along the planes (``PREFETCH_NEXT_PLANE``;
+    none with the switch off).  Not
     taken under the bound, where the block would pass half the L2, or with the switch
     off (a local row per output row).  Max pooling exactly the plain schedule's and
     PyTorch's (NaN and infinities); averages within float32 rounding; the trace
@@ -1134,10 +1136,20 @@ def test_planes_first(case, monkeypatch):
     s = _template_for(Y, info)
     text = str(tc.lower(s, [X, Y]))
     assert f"{red.name}.sep.sep[" in text and f"allocate {red.name}.sep: " in text, text
+    # (the next data plane's rows, along the planes' loop i2.w: PREFETCH_NEXT_PLANE)
+    fetch = re.findall(r"prefetch \(L2\) (\w+)\[[^,]*, [^,]*, ([^\n]*)\]\n", text)
+    assert fetch and {t for t, _ in fetch} == {"X"}, text
+    # (the plane one past the loads' own: i2.w where they read plane i2.w - 1 of
+    # padded data, else min(i2.w + 1, last))
+    lag = re.search(r"X\[[^\]]*, i2\.w - 1, ", text) is not None
+    ahead = r"(i2\.w|min\(i2\.w \+ 1, \d+\) - 1), " if lag else r"min\(i2\.w \+ 1, \d+\), "
+    assert any(re.match(ahead, i) for _, i in fetch), fetch
     assert str(tc.lower(replay(s.trace.to_json(), [Y]), [X, Y])) == text
     for other in (tc.target.cpu_model("llvm -mcpu=znver4"), replace(info, l2_bytes=1024)):
         again = str(tc.lower(_template_for(Y, other), [X, Y]))
         assert f"{red.name}.sep.sep[" not in again and f"{red.name}.sep[" in again, again
+    monkeypatch.setattr(pool, "PREFETCH_NEXT_PLANE", False)
+    assert "prefetch (" not in str(tc.lower(_template_for(Y, info), [X, Y]))
     monkeypatch.setattr(pool, "PLANES_FIRST", False)
     assert f"{red.name}.sep.sep[" not in str(tc.lower(_template_for(Y, info), [X, Y]))
     x = _pool_data(name, shape)

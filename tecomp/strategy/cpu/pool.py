@@ -105,6 +105,17 @@ STRIDE1_SEPARABLE = True
 #: row per output row, as before (an A/B switch; benchmarks/DECISIONS.md, "Pooling:
 #: a 3-d window's planes first")
 PLANES_FIRST = True
+#: ... the next data plane's rows prefetched into the L2 along the current plane's
+#: (``prefetch(.., along=the planes' loop)`` at each vector of a local row,
+#: :func:`_planes_first`): the planes are read in order, each once, yet the hardware's
+#: prefetcher left their loads waiting on memory.  Zen 4, one thread, CPU time, under
+#: load: max_pool3d 3^3/2 p1 over 2x32x32x56x56 1.08-1.33x, ceil mode over
+#: 2x32x31x55x55 1.19x, over 4x16x16x112x112 1.19x, 3^3/1 p1 1.10x, avg_pool3d 3^3/2
+#: p1 1.05x; into the L1 0.72x, the L3 as the L2, two planes ahead no better (the
+#: planes first are only taken from memory: :func:`_planes_fit`).  False: none (an A/B
+#: switch; benchmarks/DECISIONS.md, "Pooling: a 3-d window's next data plane
+#: prefetched")
+PREFETCH_NEXT_PLANE = True
 #: 1-d windows side by side along the row (kernel = stride, an even kernel of 4 or
 #: more, no padding along the row), channels first: the window's pairs first
 #: (:func:`_pairs_first`): ``rfactor`` of the window split in pairs makes a local row of
@@ -688,6 +699,7 @@ def _planes_first(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     K taps); then each output the reduction of its planes of ``red.sep``
     (:func:`_windows_from_the_row`).  The tasks are (batch x channels)."""
     L = info.lanes
+    data = _data(red.op)
     planes = s.separate(red, red.op.reduce_axis[0])
     row = s.separate(planes, s[planes].op.reduce_axis[-1])
     st, rows, outer, x, at = _channel_rows_tasks(s, out, info)
@@ -697,7 +709,10 @@ def _planes_first(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     if SEPARATE_PARTITION:
         ps.pragma(pd, "partition")
         ps.pragma(py, "partition")
-    _local_rows(s[row], ps, py, L, small)
+    wo = _local_rows(s[row], ps, py, L, small)
+    if PREFETCH_NEXT_PLANE:
+        # (the next data plane's rows of this local row, a vector at each of its vectors)
+        s[row].prefetch(data, wo, offset=1, level=2, along=pd)
     _windows_from_the_row(s, out, red, st, [rows] + outer, at, L)
 
 
@@ -840,6 +855,7 @@ def schedule_pool(outs, target: str = "llvm") -> Schedule:
     each output from its pairs.  The peeled pixels' rows and the two-step local rows of
     a window that steps by 2 or more along the rows, where its data and output come
     from memory: the next output row's data prefetched into the L2 along the current
-    row (:data:`PREFETCH_NEXT_ROW`).  Otherwise, and for any other DAG, the
+    row (:data:`PREFETCH_NEXT_ROW`); a 3-d window's planes first, the next data plane's
+    rows (:data:`PREFETCH_NEXT_PLANE`).  Otherwise, and for any other DAG, the
     auto-scheduler's rules."""
     return _template_or_rules(pool_into, outs, target)
