@@ -105,6 +105,17 @@ STRIDE1_SEPARABLE = True
 #: row per output row, as before (an A/B switch; benchmarks/DECISIONS.md, "Pooling:
 #: a 3-d window's planes first")
 PLANES_FIRST = True
+#: ... the next data plane's rows prefetched into the L2 along the current plane's
+#: (``prefetch(.., along=the planes' loop)`` at each vector of a local row,
+#: :func:`_planes_first`): the planes are read in order, each once, yet the hardware's
+#: prefetcher left their loads waiting on memory.  Zen 4, one thread, CPU time, under
+#: load: max_pool3d 3^3/2 p1 over 2x32x32x56x56 1.08-1.33x, ceil mode over
+#: 2x32x31x55x55 1.19x, over 4x16x16x112x112 1.19x, 3^3/1 p1 1.10x, avg_pool3d 3^3/2
+#: p1 1.05x; into the L1 0.72x, the L3 as the L2, two planes ahead no better (the
+#: planes first are only taken from memory: :func:`_planes_fit`).  False: none (an A/B
+#: switch; benchmarks/DECISIONS.md, "Pooling: the next data plane of a 3-d window, the
+#: next output row of windows side by side, prefetched")
+PREFETCH_NEXT_PLANE = True
 #: 1-d windows side by side along the row (kernel = stride, an even kernel of 4 or
 #: more, no padding along the row), channels first: the window's pairs first
 #: (:func:`_pairs_first`): ``rfactor`` of the window split in pairs makes a local row of
@@ -157,6 +168,17 @@ UNROLL_COPY_OUT = True
 #: 0.85-1.03x), NCHW max_pool2d 3x3/2 p1 0.98-1.09x.  False: none (an A/B switch;
 #: benchmarks/DECISIONS.md, "Pooling: the next output row's data prefetched")
 PREFETCH_NEXT_ROW = True
+#: ... and windows side by side along the rows (:func:`_rows_then_windows`: 2x2/2,
+#: adaptive pooling by a divisor), channels first: the next output row's window rows
+#: prefetched into the L2 at each vector of the current row's local row (each data row
+#: read once, in order, yet left waiting on memory).  Zen 4, one thread, CPU time,
+#: under load: adaptive_avg_pool2d 56->7 over 8x256x56x56 1.29-1.55x (benchmarks/
+#: pooling.py 1.47x), 56->14 1.03-1.05x, adaptive_max_pool2d 56->7 1.07x, avg_pool2d
+#: 4x4/4 over 8x64x112x112 1.35x, 2x2/2 0.91x and 1.08x, max_pool2d 2x2/2 1.02x; two
+#: output rows ahead less than one.  False: none (an A/B switch; benchmarks/
+#: DECISIONS.md, "Pooling: the next data plane of a 3-d window, the next output row of
+#: windows side by side, prefetched")
+PREFETCH_WINDOW_ROWS = True
 #: the output of a pooling whose input and output take more than half the last-level
 #: cache (or the machine model's ``stream_output_bytes``) is stored past the cache
 #: (``pragma nontemporal`` on the tasks' loop) where its rows are whole cache lines
@@ -491,17 +513,24 @@ def _rows_then_windows(s: Schedule, out, red, info: CpuModel, small: bool) -> No
     L = info.lanes
     rs = s[red]
     rf = s[s.rfactor(red, rs.op.reduce_axis[-1], factor_axis=len(rs.op.axis))]
+    ahead = (PREFETCH_WINDOW_ROWS and _next_row_from_memory(s, red.op, out, info)
+             and _data(red.op))
     st, rows, outer, x, at = _channel_rows_tasks(s, out, info)
     width = math.prod(_cint(a.dom.extent) or UNROLL_WINDOW for a in rf.op.axis[-2:])
-    _local_rf_row(rf, st, at, L, small, width <= 2 * VECTORS * L)
+    ro = _local_rf_row(rf, st, at, L, small, width <= 2 * VECTORS * L)
+    if outer and ahead is not False:
+        # (the next output row's window rows, a vector of the data row at each of the
+        # local row's)
+        rf.prefetch(ahead, ro, offset=1, level=2, along=outer[-1])
     _windows_from_the_row(s, out, red, st, [rows] + outer, at, L)
 
 
-def _local_rf_row(rf, st, at, L: int, small: bool, unroll: bool) -> None:
+def _local_rf_row(rf, st, at, L: int, small: bool, unroll: bool):
     """The ``rfactor`` stage ``rf`` of a window's last axis (``rf[.., x, k]``) kept
     local and computed at the loop ``at`` of ``st``: its ``(x, k)`` fused into one row
     in vectors of ``L`` lanes inside the window's other axes (unrolled where
-    ``small``), the vectors unrolled where ``unroll``."""
+    ``small``), the vectors unrolled where ``unroll``.  Returns the loop of the
+    vectors."""
     rf.set_scope("local")
     rf.compute_at(st, at)
     *ra, rx, rk = rf.op.axis
@@ -513,6 +542,7 @@ def _local_rf_row(rf, st, at, L: int, small: bool, unroll: bool) -> None:
     if unroll:
         rf.unroll(ro)
     rf.vectorize(ri)
+    return ro
 
 
 def _windows_from_the_row(s: Schedule, out, red, st, lead, at, L: int,
@@ -688,6 +718,7 @@ def _planes_first(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     K taps); then each output the reduction of its planes of ``red.sep``
     (:func:`_windows_from_the_row`).  The tasks are (batch x channels)."""
     L = info.lanes
+    data = _data(red.op)
     planes = s.separate(red, red.op.reduce_axis[0])
     row = s.separate(planes, s[planes].op.reduce_axis[-1])
     st, rows, outer, x, at = _channel_rows_tasks(s, out, info)
@@ -697,7 +728,10 @@ def _planes_first(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     if SEPARATE_PARTITION:
         ps.pragma(pd, "partition")
         ps.pragma(py, "partition")
-    _local_rows(s[row], ps, py, L, small)
+    wo = _local_rows(s[row], ps, py, L, small)
+    if PREFETCH_NEXT_PLANE:
+        # (the next data plane's rows of this local row, a vector at each of its vectors)
+        s[row].prefetch(data, wo, offset=1, level=2, along=pd)
     _windows_from_the_row(s, out, red, st, [rows] + outer, at, L)
 
 
@@ -840,6 +874,8 @@ def schedule_pool(outs, target: str = "llvm") -> Schedule:
     each output from its pairs.  The peeled pixels' rows and the two-step local rows of
     a window that steps by 2 or more along the rows, where its data and output come
     from memory: the next output row's data prefetched into the L2 along the current
-    row (:data:`PREFETCH_NEXT_ROW`).  Otherwise, and for any other DAG, the
+    row (:data:`PREFETCH_NEXT_ROW`), and so do the local rows of windows side by side
+    (:data:`PREFETCH_WINDOW_ROWS`); a 3-d window's planes first, the next data plane's
+    rows (:data:`PREFETCH_NEXT_PLANE`).  Otherwise, and for any other DAG, the
     auto-scheduler's rules."""
     return _template_or_rules(pool_into, outs, target)
