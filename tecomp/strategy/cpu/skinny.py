@@ -64,7 +64,10 @@ streaming its own columns of C, the sums accumulated in vector registers:
   with two blocks of rows each vector of W is loaded once per row, from L1 the second
   time, and the loads outnumber the FMAs: 16 rows 19.0-21.5 ms against 16.3-16.7 with
   W's vectors in registers), accumulated in registers over a block of :data:`K_BLOCK`
-  rows of W and added into C after each.  Each thread has one task
+  rows of W and added into C after each (where a register block's rows of A, read at
+  one column at every step, fill a set of L1, :func:`rows_fill_a_set`, from a copy of A
+  with its rows in other sets: :data:`COPY_A_KFIRST`, the column strips below too).
+  Each thread has one task
   (:func:`_row_task_tiles`): its share of the columns, whose tiles go across the same
   block of rows one after the other, so that each row of W is read as one run of the
   thread's columns, the block's rows side by side as streams the hardware prefetchers
@@ -233,6 +236,19 @@ FMA_LANES_ROWS = False
 #: Unmeasured on two threads and on full-width FMAs (Zen 5, Xeon: the knob).
 K_LANES_ROWS = True
 
+#: ``W[k, j]``: the A/B switch of A's copy with its rows in other cache sets
+#: (:func:`_aligned_copy_of_a`) where a register block's rows of A, read at the same
+#: column at every step, put as many lines into one set of L1 as it has ways
+#: (:func:`rows_fill_a_set`: K = 4096, rows 16 KiB apart, 8 rows or more on an 8-way
+#: L1): True, by default there, in the column strips and the blocks of rows alike;
+#: False, the knob ``skinny.copy_a`` only.  (4096 x 11008, 1 thread, Zen 4, CPU time,
+#: under load: 12 rows, 12 x 2 strips, 1.16-1.24x faster in five runs; 10 rows
+#: 1.08-1.17x; 8, 9, 11, 15 and 16 rows 0.89-1.16x, a tie to a small gain; the same
+#: schedule timed twice 0.92x; benchmarks/DECISIONS.md, "Skinny GEMM: A @ W reads A from
+#: a copy where its rows fill a set of L1 (Zen 4)".)
+COPY_A_KFIRST = True
+
+
 #: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
 #: of W are read as streams this many tiles long), fewer where the threads would get
 #: fewer than two tasks each
@@ -255,7 +271,7 @@ class SkinnyPlan:
     kb: int = K_BLOCK
     batch: int = 1      # the product of the batch axes' extents (a batched GEMV)
     copy_a: bool = False  # A read from a copy with its rows in other sets (W[k, j]:
-    #                       the knob only, off by default: within the noise on Zen 4)
+    #                       where a block's rows fill a set of L1, rows_fill_a_set)
     prefetch: int = 0     # W[j, k]: a tile's W prefetched this many blocks of k ahead
     stream: str = "off"   # W[j, k]: at each step, prefetch "rows" (the tile's own,
     #                       stream_bytes ahead) or "tile" (the next tile's), or "off";
@@ -338,7 +354,8 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
     dense = not w_kfirst and M >= PREFETCH_MIN_ROWS
     tasks = _row_task_tiles(M, N, nb, batch, info) if w_kfirst else 0
     return SkinnyPlan(M, N, K, not w_kfirst, mb, nb, kb, batch,
-                      copy_a=dense and rows_share_sets(K, mb),
+                      copy_a=(dense and rows_share_sets(K, mb) or w_kfirst
+                              and COPY_A_KFIRST and rows_fill_a_set(K, mb, info)),
                       prefetch=1 if dense and kb < K else 0,
                       stream=_stream_prefetch(kb, w_kfirst, info),
                       # (no batch axis: a batch of one still has 3-d operands, which
@@ -419,6 +436,16 @@ def rows_share_sets(K: int, mb: int) -> bool:
     """Whether ``mb`` rows of ``K`` float32 fall into fewer than ``mb`` different sets of
     the cache at a given column (their distance a multiple of a large power of two)."""
     return CACHE_WAY_BYTES // math.gcd(4 * K, CACHE_WAY_BYTES) < mb
+
+
+def rows_fill_a_set(K: int, mb: int, info: CpuModel) -> bool:
+    """Whether ``mb`` rows of ``K`` float32 put as many lines into one set of L1, at a
+    given column, as it has ways (the machine model's ``l1_bytes`` over
+    :data:`CACHE_WAY_BYTES`): read at the same column in turn at every step, with the
+    lines of W passing through, they evict each other (``W[k, j]``, K = 4096: 8 rows or
+    more of a register block on an 8-way L1)."""
+    sets = CACHE_WAY_BYTES // math.gcd(4 * K, CACHE_WAY_BYTES)
+    return _ceil(mb, sets) >= max(1, info.l1_bytes // CACHE_WAY_BYTES)
 
 
 def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel, batch: int = 1):
@@ -536,8 +563,10 @@ def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPl
     L = info.lanes
     nr = plan.nb * L
     if plan.copy_a:
-        # (knob skinny.copy_a: 1 thread, Zen 4, under load, 8 to 16 rows 0.97-1.10x, the
-        # same schedule timed twice differing by up to 9%: not the default)
+        # (by default where the block's rows of A fill a set of L1, COPY_A_KFIRST: 15
+        # rows in blocks of 8 with K = 4096; the knob skinny.copy_a elsewhere: 1 thread,
+        # Zen 4, under load, 8 to 16 rows 0.97-1.10x, the same schedule timed twice
+        # differing by up to 9%)
         _aligned_copy_of_a(s, C, C, L)
     st = s[C]
     *bs, i, j = st.op.axis
@@ -585,6 +614,8 @@ def _schedule_strips(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -
     nr = plan.nb * L
     W = _contraction_operands(C.op)[2][0]
     CL = s.cache_write(C, "local")
+    if plan.copy_a:
+        _aligned_copy_of_a(s, CL, CL, L)
     st = s[C]
     *bs, i, j = st.op.axis
     tiles = _ceil(plan.N, nr)
