@@ -634,6 +634,35 @@ def test_a_at_w_row_block_by_prefetch_burst_lines():
     np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
 
 
+def test_a_at_w_prefetches_blocks_tiles_ahead():
+    """``A @ W`` in blocks of rows (4 rows: 4 x 6 tiles in blocks of 8 rows of W on
+    ``-mcpu=znver4``): each tile prefetches into L2 the block of the tile ``TILES_AHEAD``
+    (3) tiles on, clamped at the thread task's last tile; the knob
+    ``skinny.tiles_ahead`` sets it (1: the next tile's); numpy's results with the
+    distance past the task's tiles (N = 203, two tiles); not drawn for the strips."""
+    import dataclasses
+
+    from tecomp.strategy.cpu.skinny import TILES_AHEAD
+
+    zen4 = dataclasses.replace(tc.Target("llvm -mcpu=znver4 -num-cores=2").machine,
+                               threads=2)
+    assert TILES_AHEAD == 3
+    args = _plain(4, 11008, 4096, "w")
+    for knobs, ahead in ((Knobs(), 3), (Knobs({"skinny.tiles_ahead": 1}), 1)):
+        s = apply_rules(args, knobs, zen4)
+        assert knobs.values["skinny.tiles_ahead"] == ahead
+        assert knobs.values["skinny.strip_ahead"] == 0
+        pf = _prefetches_of(str(tc.lower(s, args)))
+        assert any(f"min(j.inner.outer + {ahead}, 57)*96" in ln for ln in pf), pf
+    args = _plain(4, 203, 37, "w")
+    s = apply_rules(args, Knobs({"skinny.tiles_ahead": 6}), zen4)
+    c, want = _run(s, args, "w")
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+    knobs = Knobs()
+    apply_rules(_plain(8, 11008, 4096, "w"), knobs, zen4)
+    assert knobs.values["skinny.strip_ahead"] and "skinny.tiles_ahead" not in knobs.values
+
+
 # (M, threads, L2 bytes): A @ W with odd sizes for every row count; 1 and 2 threads, and
 # an L2 too small for C's strip (a tile a task)
 ROWS_W = [(m, t, l2) for m in range(1, SKINNY_MAX_ROWS + 1) for t, l2 in

@@ -77,8 +77,9 @@ streaming its own columns of C, the sums accumulated in vector registers:
   of the read stream, where tasks of 16 tiles and blocks of 1024 rows took 25.5-27.5,
   8 rows 13.8 against 37.7, 16 rows 16.3 against 65; with blocks of 16 rows, tasks of
   16 tiles 1.08x slower at 1 row, 1.59x at 4 and 1.33x at 16.)  Each tile, as it
-  starts, prefetches into L2 the next tile's block of rows (its ``kb`` rows by its
-  columns, a line at a time: ``skinny.stream`` ``"tile"``, ``skinny.stream_level``): the
+  starts, prefetches into L2 the block of rows of the tile :data:`TILES_AHEAD` on (its
+  ``kb`` rows by its columns, a line at a time: ``skinny.stream`` ``"tile"``,
+  ``skinny.stream_level``, ``skinny.tiles_ahead``; the next tile's before): the
   hardware prefetchers alone fell behind where a tile's FMAs hold the core (16 rows: the
   second block of rows reads W from L1 and issues no misses).  (1 thread, Xeon, under
   load, two runs: 1 row 0.99-1.01x, 2 rows 1.05-1.07x, 4 rows 1.15-1.18x, 8 rows
@@ -106,7 +107,8 @@ schedule, whether written in plain TE or with ``tecomp.nn``, its decisions as kn
 ``skinny.prefetch``, ``skinny.stream``, ``skinny.stream_level``, ``skinny.stream_bytes``,
 ``skinny.stream_carry``, ``skinny.rows_in_lanes`` (also where the rows fill the FMAs'
 fewer lanes, :func:`fma_lanes_rows`), ``skinny.k_lanes``, ``skinny.lanes_rows``,
-``skinny.w_each_use``, ``skinny.task_tiles``, ``skinny.strip_ahead``).
+``skinny.w_each_use``, ``skinny.task_tiles``, ``skinny.strip_ahead``,
+``skinny.tiles_ahead``).
 """
 from __future__ import annotations
 
@@ -248,6 +250,15 @@ K_LANES_ROWS = True
 #: a copy where its rows fill a set of L1 (Zen 4)".)
 COPY_A_KFIRST = True
 
+#: ``W[k, j]`` in blocks of rows (``skinny.stream`` ``"tile"``): each tile, as it
+#: starts, prefetches the block of rows of the tile this many on (knob
+#: ``skinny.tiles_ahead``; 1, the next tile's, before): a tile of 4 rows took about 190
+#: ns, under the latency of memory, and one tile's lines in flight bounded the rate
+#: (4096 x 11008, 1 thread, Zen 4, CPU time, under load: 4 rows 1.23-1.34x faster than
+#: the next tile's, 3 rows 1.10-1.31x, 1 and 2 rows 1.02-1.08x, 13 and 15 rows a tie; 2,
+#: 4 and 6 tiles ahead within the noise of 3 at 3 and 4 rows; benchmarks/DECISIONS.md,
+#: "Skinny GEMM: A @ W's tiles prefetch a block three tiles ahead")
+TILES_AHEAD = 3
 
 #: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
 #: of W are read as streams this many tiles long), fewer where the threads would get
@@ -296,6 +307,8 @@ class SkinnyPlan:
     k_lanes: int = 0      # W[j, k], vectors along A's rows: 0, or that many steps of k
     #                       in each vector besides the rows (rows_k_lanes,
     #                       _schedule_rows_k_lanes; by default with K_LANES_ROWS)
+    tiles_ahead: int = 1  # W[k, j], stream "tile": the tile whose block of rows each
+    #                       tile prefetches, this many tiles on (TILES_AHEAD)
     strip_ahead: int = 0  # W[k, j]: 0, or each tile a column strip over all of K, its
     #                       accumulators in a local buffer, W prefetched this many rows
     #                       ahead at every step (_schedule_strips; by default the machine
@@ -366,6 +379,7 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
                       and fma_lanes_rows(M, info),
                       w_each_use=each,
                       task_tiles=tasks,
+                      tiles_ahead=TILES_AHEAD if w_kfirst else 1,
                       strip_ahead=info.strip_prefetch_rows if strip else 0)
 
 
@@ -538,10 +552,15 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
         # machine model has a strip_prefetch_rows: column strips, W prefetched this many
         # rows ahead at every step; see _schedule_strips)
         strip = knobs.choose("skinny.strip_ahead", [0, 32, 64, 128], plan.strip_ahead)
+    ahead_tiles = plan.tiles_ahead
+    if not plan.rows_of_w and stream == "tile" and not strip:
+        # (W[k, j] in blocks of rows: the tile whose block each tile prefetches)
+        ahead_tiles = knobs.choose("skinny.tiles_ahead", [1, 2, 3, 4, 6], ahead_tiles)
     return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf,
                                stream=stream, rows_in_lanes=lanes, stream_level=level,
                                stream_bytes=ahead, w_each_use=each, task_tiles=task,
                                stream_carry=carry, strip_ahead=strip,
+                               tiles_ahead=ahead_tiles,
                                rows_in_fma_lanes=plan.rows_in_fma_lanes and lanes,
                                k_lanes=q)
 
@@ -585,7 +604,8 @@ def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPl
     if plan.stream == "tile":
         # at each tile, the next tile's block of rows (at the tile, not at each step:
         # a prefetch inside the step loop keeps LLVM from holding C's block in registers)
-        st.prefetch(_contraction_operands(C.op)[2][0], jt, 1, level=plan.stream_level)
+        st.prefetch(_contraction_operands(C.op)[2][0], jt, plan.tiles_ahead,
+                    level=plan.stream_level)
     if plan.w_each_use and plan.mb > 1:
         # each of the mb FMAs of a vector of W loads it (see the module docstring)
         st.pragma(ki, "load_each_use", _contraction_operands(C.op)[2][0].name)
