@@ -24,7 +24,10 @@ reach there; on two threads 6.3 against about 6.0.)
 
 ``--cpu-time`` (with ``--threads 1``) times each call by the process's CPU time rather
 than the wall clock: on a machine shared with other work, the time they take the core
-is left out (the read stream is timed the same way).  ``--knobs '{"skinny.stream": "off"}'`` adds the plain compute
+is left out (the read stream is timed the same way).  The share of W in transparent huge
+pages (2 MiB) is printed with the read stream: in 4 KiB pages the row sum and the GEMMs
+ran 1.2-1.6x slower (1 thread, Zen 4, under load), and which pages an allocation gets
+depends on the host's memory at that moment.  ``--knobs '{"skinny.stream": "off"}'`` adds the plain compute
 scheduled with those knob values (the rest as ``auto_schedule`` chooses them) as one
 more tool: an A/B of a schedule decision in the same process (given again, one more
 tool for each).  ``--flip tecomp.lower.prefetch.UNROLL_FEW_LINES`` adds the plain compute
@@ -42,7 +45,7 @@ from __future__ import annotations
 import os
 import time
 
-from common import base_parser, interleaved_turns, pin_threads, torch_or_none
+from common import base_parser, huge_page_share, interleaved_turns, pin_threads, torch_or_none
 
 
 def main() -> None:
@@ -85,11 +88,12 @@ def main() -> None:
     ms = [int(m) for m in args.m.split(",")]
     layouts = args.layout.split(",")
     rng = np.random.default_rng(0)
-    fns, rows, wbytes = {}, [], {}
+    fns, rows, wbytes, huge = {}, [], {}, {}
     for layout in layouts:
         shape = (N, K) if layout == "wt" else (K, N)
         w = tc.aligned(rng.standard_normal(shape, dtype=np.float32))
         wbytes[layout] = w.nbytes
+        huge[layout] = huge_page_share(w)
         W = tc.placeholder(shape, name="W")
         # the read stream over the same array: a row sum (W's rows are contiguous)
         r = tc.reduce_axis((0, shape[1]), name="r")
@@ -181,7 +185,9 @@ def main() -> None:
         cands = {n: wbytes[layout] / t[n] / 1e9 for n in t if n.startswith(f"stream {layout}:")}
         stream[layout] = max(cands.values())
         print(f"  read stream ({layout}): " + ", ".join(
-            f"{n.split(': ', 1)[1]} {v:.1f} GB/s" for n, v in cands.items()))
+            f"{n.split(': ', 1)[1]} {v:.1f} GB/s" for n, v in cands.items())
+            + ("" if huge[layout] is None
+               else f"; W {huge[layout]:.0%} in 2 MiB pages"))
     for row in rows:
         layout, M = row["key"]
         line = f"  {'A @ W^T' if layout == 'wt' else 'A @ W  '} M={M:<3d}"

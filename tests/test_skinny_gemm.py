@@ -210,6 +210,57 @@ def test_a_at_w_copy_a_knob():
         np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_at_w_copy_of_a_where_its_rows_fill_a_set():
+    """``A @ W`` reads A from a copy whose rows lie in other cache sets
+    (``storage_align``: 4112 floats apart) by default where a register block's rows of
+    A, at one column, put as many lines into one set of L1 as it has ways (K = 4096 on
+    a 32 KiB L1 of 4 KiB ways: 8 rows or more, in the column strips, 12 rows x 2, and
+    in the blocks of rows, 15 rows as 8 + 7), not where they fill fewer (6 rows; 14 rows
+    as 7 + 7; K = 4100, the rows in different sets) nor on a 48 KiB L1 (12 ways) at 8
+    rows, nor with ``COPY_A_KFIRST`` off; W read in place; numpy's results with the
+    copy in the strips (9 rows, K = 1024: rows 4 KiB apart), with a tail in N, batched
+    too."""
+    import dataclasses
+
+    from tecomp.strategy.cpu import skinny
+
+    zen4 = dataclasses.replace(tc.Target("llvm -mcpu=znver4 -num-cores=2").machine,
+                               threads=2)
+    assert zen4.l1_bytes == 32 * 1024
+    for M, K, want in ((12, 4096, True), (8, 4096, True), (15, 4096, True),
+                       (6, 4096, False), (14, 4096, False), (12, 4100, False)):
+        assert skinny_plan(_plain(M, 11008, K, "w")[2].op, zen4).copy_a == want, (M, K)
+    l1_48k = dataclasses.replace(zen4, l1_bytes=48 * 1024)
+    assert not skinny_plan(_plain(8, 11008, 4096, "w")[2].op, l1_48k).copy_a
+    assert skinny_plan(_plain(12, 11008, 4096, "w")[2].op, l1_48k).copy_a
+    args = _plain(12, 11008, 4096, "w")
+    s = apply_rules(args, Knobs(), zen4)
+    ir = _no_copy_of(s, args, args[1], 12 * 4112 + 1)
+    assert "allocate A.global: float32[12, 4096] (global, strides [4112, 1])" in ir, ir
+    assert "C.local" in ir and "A.global[i, k]*W[k, " in ir, ir
+    # K = 1024: rows 4 KiB apart, one set too (the blocks of rows' copy: the knob's test)
+    args = _plain(9, 83, 1024, "w")
+    s = apply_rules(args, Knobs(), zen4)
+    assert "A.global" in str(tc.lower(s, args))
+    c, want = _run(s, args, "w")
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+    A = tc.placeholder((2, 9, 1024), name="A")
+    W = tc.placeholder((2, 1024, 40), name="W")
+    k = tc.reduce_axis((0, 1024), name="k")
+    C = tc.compute((2, 9, 40), lambda b, i, j: tc.sum(A[b, i, k] * W[b, k, j], axis=k),
+                   name="C")
+    s = apply_rules([A, W, C], Knobs(), zen4)
+    assert "A.global" in str(tc.lower(s, [A, W, C]))
+    a = RNG.standard_normal((2, 9, 1024)).astype("float32")
+    w = RNG.standard_normal((2, 1024, 40)).astype("float32")
+    c = np.full((2, 9, 40), np.nan, "float32")
+    tc.build(s, [A, W, C])(a, w, c)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(skinny, "COPY_A_KFIRST", False)
+        assert not skinny_plan(_plain(12, 11008, 4096, "w")[2].op, zen4).copy_a
+
+
 def test_a_at_w_column_strips_knob():
     """``A @ W`` with the knob ``skinny.strip_ahead`` (off by default): each tile of
     columns accumulates all the rows over the whole reduction in a local buffer, and
@@ -217,7 +268,8 @@ def test_a_at_w_column_strips_knob():
     results with tails in N and K, batched and under an epilogue too; offered only where
     one register block holds all the rows."""
     A, W, C = args = _plain(8, 1100, 4096, "w")
-    knobs = Knobs({"skinny.strip_ahead": 64})
+    # (A read in place: its copy, where its rows fill a set of L1, has a test of its own)
+    knobs = Knobs({"skinny.strip_ahead": 64, "skinny.copy_a": False})
     s = apply_rules(args, knobs, cpu_model())
     assert knobs.values["skinny.strip_ahead"] == 64
     ir = _no_copy_of(s, args, W, 8 * 64 + 1)
@@ -310,7 +362,9 @@ def test_a_at_w_column_strips_in_blocks_of_rows(M, monkeypatch):
     ``strip_prefetch_rows`` (``-mcpu=znver4``'s 64): column strips whose accumulators
     (all ``M`` rows, in a local buffer) are reached in ``skinny_tile``'s blocks of rows,
     the reduction in blocks of 64 rows of W, W prefetched a block ahead at every step; W
-    read in place, no buffer larger than the tile's accumulators; numpy's results with
+    read in place, no buffer larger than the tile's accumulators but, at 16 rows (blocks
+    of 8 rows of A 16 KiB apart: one set of the 8-way L1), A's copy with its rows in
+    other sets; numpy's results with
     tails in N and K (K shorter than a block, and not a multiple of it); 13 rows (blocks
     of 7 and 6) not by default, but through the knob ``skinny.strip_ahead`` (numpy's
     results); with ``STRIP_ROW_BLOCKS`` off, the blocks of rows over the whole width (no
@@ -326,8 +380,11 @@ def test_a_at_w_column_strips_in_blocks_of_rows(M, monkeypatch):
     knobs = Knobs()
     s = apply_rules(args, knobs, zen4)
     assert (knobs.values["skinny.rows"], knobs.values["skinny.strip_ahead"]) == (mb, 64)
-    ir = _no_copy_of(s, args, args[1], M * 48 + 1)
+    ir = _no_copy_of(s, args, args[1], M * 4112 + 1)
     assert f"allocate C.local: float32[{M}, 48] (local)" in ir, ir
+    allocs = re.findall(r"allocate (\S+): \w+\[([^\]]*)\]", ir)
+    assert [a for a in allocs if a[0] != "C.local"] == (
+        [("A.global", f"{M}, 4096")] if M == 16 else []), allocs
     assert re.search(r"prefetch \(L2\) W\[min\(k\.outer \+ 1, 63\)\*64 \+ k\.inner, ", ir), ir
     for N, K in ((83, 45), (83, 300)):
         args = _plain(M, N, K, "w")
@@ -575,6 +632,35 @@ def test_a_at_w_row_block_by_prefetch_burst_lines():
     assert re.search(r"for \(k\.inner, 0, 16\)", str(tc.lower(s, args)))
     c, want = _run(s, args, "w")
     np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+
+
+def test_a_at_w_prefetches_blocks_tiles_ahead():
+    """``A @ W`` in blocks of rows (4 rows: 4 x 6 tiles in blocks of 8 rows of W on
+    ``-mcpu=znver4``): each tile prefetches into L2 the block of the tile ``TILES_AHEAD``
+    (3) tiles on, clamped at the thread task's last tile; the knob
+    ``skinny.tiles_ahead`` sets it (1: the next tile's); numpy's results with the
+    distance past the task's tiles (N = 203, two tiles); not drawn for the strips."""
+    import dataclasses
+
+    from tecomp.strategy.cpu.skinny import TILES_AHEAD
+
+    zen4 = dataclasses.replace(tc.Target("llvm -mcpu=znver4 -num-cores=2").machine,
+                               threads=2)
+    assert TILES_AHEAD == 3
+    args = _plain(4, 11008, 4096, "w")
+    for knobs, ahead in ((Knobs(), 3), (Knobs({"skinny.tiles_ahead": 1}), 1)):
+        s = apply_rules(args, knobs, zen4)
+        assert knobs.values["skinny.tiles_ahead"] == ahead
+        assert knobs.values["skinny.strip_ahead"] == 0
+        pf = _prefetches_of(str(tc.lower(s, args)))
+        assert any(f"min(j.inner.outer + {ahead}, 57)*96" in ln for ln in pf), pf
+    args = _plain(4, 203, 37, "w")
+    s = apply_rules(args, Knobs({"skinny.tiles_ahead": 6}), zen4)
+    c, want = _run(s, args, "w")
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+    knobs = Knobs()
+    apply_rules(_plain(8, 11008, 4096, "w"), knobs, zen4)
+    assert knobs.values["skinny.strip_ahead"] and "skinny.tiles_ahead" not in knobs.values
 
 
 # (M, threads, L2 bytes): A @ W with odd sizes for every row count; 1 and 2 threads, and

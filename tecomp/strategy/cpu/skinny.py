@@ -64,7 +64,10 @@ streaming its own columns of C, the sums accumulated in vector registers:
   with two blocks of rows each vector of W is loaded once per row, from L1 the second
   time, and the loads outnumber the FMAs: 16 rows 19.0-21.5 ms against 16.3-16.7 with
   W's vectors in registers), accumulated in registers over a block of :data:`K_BLOCK`
-  rows of W and added into C after each.  Each thread has one task
+  rows of W and added into C after each (where a register block's rows of A, read at
+  one column at every step, fill a set of L1, :func:`rows_fill_a_set`, from a copy of A
+  with its rows in other sets: :data:`COPY_A_KFIRST`, the column strips below too).
+  Each thread has one task
   (:func:`_row_task_tiles`): its share of the columns, whose tiles go across the same
   block of rows one after the other, so that each row of W is read as one run of the
   thread's columns, the block's rows side by side as streams the hardware prefetchers
@@ -74,8 +77,9 @@ streaming its own columns of C, the sums accumulated in vector registers:
   of the read stream, where tasks of 16 tiles and blocks of 1024 rows took 25.5-27.5,
   8 rows 13.8 against 37.7, 16 rows 16.3 against 65; with blocks of 16 rows, tasks of
   16 tiles 1.08x slower at 1 row, 1.59x at 4 and 1.33x at 16.)  Each tile, as it
-  starts, prefetches into L2 the next tile's block of rows (its ``kb`` rows by its
-  columns, a line at a time: ``skinny.stream`` ``"tile"``, ``skinny.stream_level``): the
+  starts, prefetches into L2 the block of rows of the tile :data:`TILES_AHEAD` on (its
+  ``kb`` rows by its columns, a line at a time: ``skinny.stream`` ``"tile"``,
+  ``skinny.stream_level``, ``skinny.tiles_ahead``; the next tile's before): the
   hardware prefetchers alone fell behind where a tile's FMAs hold the core (16 rows: the
   second block of rows reads W from L1 and issues no misses).  (1 thread, Xeon, under
   load, two runs: 1 row 0.99-1.01x, 2 rows 1.05-1.07x, 4 rows 1.15-1.18x, 8 rows
@@ -103,7 +107,8 @@ schedule, whether written in plain TE or with ``tecomp.nn``, its decisions as kn
 ``skinny.prefetch``, ``skinny.stream``, ``skinny.stream_level``, ``skinny.stream_bytes``,
 ``skinny.stream_carry``, ``skinny.rows_in_lanes`` (also where the rows fill the FMAs'
 fewer lanes, :func:`fma_lanes_rows`), ``skinny.k_lanes``, ``skinny.lanes_rows``,
-``skinny.w_each_use``, ``skinny.task_tiles``, ``skinny.strip_ahead``).
+``skinny.w_each_use``, ``skinny.task_tiles``, ``skinny.strip_ahead``,
+``skinny.tiles_ahead``).
 """
 from __future__ import annotations
 
@@ -233,6 +238,28 @@ FMA_LANES_ROWS = False
 #: Unmeasured on two threads and on full-width FMAs (Zen 5, Xeon: the knob).
 K_LANES_ROWS = True
 
+#: ``W[k, j]``: the A/B switch of A's copy with its rows in other cache sets
+#: (:func:`_aligned_copy_of_a`) where a register block's rows of A, read at the same
+#: column at every step, put as many lines into one set of L1 as it has ways
+#: (:func:`rows_fill_a_set`: K = 4096, rows 16 KiB apart, 8 rows or more on an 8-way
+#: L1): True, by default there, in the column strips and the blocks of rows alike;
+#: False, the knob ``skinny.copy_a`` only.  (4096 x 11008, 1 thread, Zen 4, CPU time,
+#: under load: 12 rows, 12 x 2 strips, 1.16-1.24x faster in five runs; 10 rows
+#: 1.08-1.17x; 8, 9, 11, 15 and 16 rows 0.89-1.16x, a tie to a small gain; the same
+#: schedule timed twice 0.92x; benchmarks/DECISIONS.md, "Skinny GEMM: A @ W reads A from
+#: a copy where its rows fill a set of L1 (Zen 4)".)
+COPY_A_KFIRST = True
+
+#: ``W[k, j]`` in blocks of rows (``skinny.stream`` ``"tile"``): each tile, as it
+#: starts, prefetches the block of rows of the tile this many on (knob
+#: ``skinny.tiles_ahead``; 1, the next tile's, before): a tile of 4 rows took about 190
+#: ns, under the latency of memory, and one tile's lines in flight bounded the rate
+#: (4096 x 11008, 1 thread, Zen 4, CPU time, under load: 4 rows 1.23-1.34x faster than
+#: the next tile's, 3 rows 1.10-1.31x, 1 and 2 rows 1.02-1.08x, 13 and 15 rows a tie; 2,
+#: 4 and 6 tiles ahead within the noise of 3 at 3 and 4 rows; benchmarks/DECISIONS.md,
+#: "Skinny GEMM: A @ W's tiles prefetch a block three tiles ahead")
+TILES_AHEAD = 3
+
 #: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
 #: of W are read as streams this many tiles long), fewer where the threads would get
 #: fewer than two tasks each
@@ -255,7 +282,7 @@ class SkinnyPlan:
     kb: int = K_BLOCK
     batch: int = 1      # the product of the batch axes' extents (a batched GEMV)
     copy_a: bool = False  # A read from a copy with its rows in other sets (W[k, j]:
-    #                       the knob only, off by default: within the noise on Zen 4)
+    #                       where a block's rows fill a set of L1, rows_fill_a_set)
     prefetch: int = 0     # W[j, k]: a tile's W prefetched this many blocks of k ahead
     stream: str = "off"   # W[j, k]: at each step, prefetch "rows" (the tile's own,
     #                       stream_bytes ahead) or "tile" (the next tile's), or "off";
@@ -280,6 +307,8 @@ class SkinnyPlan:
     k_lanes: int = 0      # W[j, k], vectors along A's rows: 0, or that many steps of k
     #                       in each vector besides the rows (rows_k_lanes,
     #                       _schedule_rows_k_lanes; by default with K_LANES_ROWS)
+    tiles_ahead: int = 1  # W[k, j], stream "tile": the tile whose block of rows each
+    #                       tile prefetches, this many tiles on (TILES_AHEAD)
     strip_ahead: int = 0  # W[k, j]: 0, or each tile a column strip over all of K, its
     #                       accumulators in a local buffer, W prefetched this many rows
     #                       ahead at every step (_schedule_strips; by default the machine
@@ -338,7 +367,8 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
     dense = not w_kfirst and M >= PREFETCH_MIN_ROWS
     tasks = _row_task_tiles(M, N, nb, batch, info) if w_kfirst else 0
     return SkinnyPlan(M, N, K, not w_kfirst, mb, nb, kb, batch,
-                      copy_a=dense and rows_share_sets(K, mb),
+                      copy_a=(dense and rows_share_sets(K, mb) or w_kfirst
+                              and COPY_A_KFIRST and rows_fill_a_set(K, mb, info)),
                       prefetch=1 if dense and kb < K else 0,
                       stream=_stream_prefetch(kb, w_kfirst, info),
                       # (no batch axis: a batch of one still has 3-d operands, which
@@ -349,6 +379,7 @@ def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
                       and fma_lanes_rows(M, info),
                       w_each_use=each,
                       task_tiles=tasks,
+                      tiles_ahead=TILES_AHEAD if w_kfirst else 1,
                       strip_ahead=info.strip_prefetch_rows if strip else 0)
 
 
@@ -419,6 +450,16 @@ def rows_share_sets(K: int, mb: int) -> bool:
     """Whether ``mb`` rows of ``K`` float32 fall into fewer than ``mb`` different sets of
     the cache at a given column (their distance a multiple of a large power of two)."""
     return CACHE_WAY_BYTES // math.gcd(4 * K, CACHE_WAY_BYTES) < mb
+
+
+def rows_fill_a_set(K: int, mb: int, info: CpuModel) -> bool:
+    """Whether ``mb`` rows of ``K`` float32 put as many lines into one set of L1, at a
+    given column, as it has ways (the machine model's ``l1_bytes`` over
+    :data:`CACHE_WAY_BYTES`): read at the same column in turn at every step, with the
+    lines of W passing through, they evict each other (``W[k, j]``, K = 4096: 8 rows or
+    more of a register block on an 8-way L1)."""
+    sets = CACHE_WAY_BYTES // math.gcd(4 * K, CACHE_WAY_BYTES)
+    return _ceil(mb, sets) >= max(1, info.l1_bytes // CACHE_WAY_BYTES)
 
 
 def skinny_tile(M: int, N: int, rows_of_w: bool, info: CpuModel, batch: int = 1):
@@ -511,10 +552,15 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
         # machine model has a strip_prefetch_rows: column strips, W prefetched this many
         # rows ahead at every step; see _schedule_strips)
         strip = knobs.choose("skinny.strip_ahead", [0, 32, 64, 128], plan.strip_ahead)
+    ahead_tiles = plan.tiles_ahead
+    if not plan.rows_of_w and stream == "tile" and not strip:
+        # (W[k, j] in blocks of rows: the tile whose block each tile prefetches)
+        ahead_tiles = knobs.choose("skinny.tiles_ahead", [1, 2, 3, 4, 6], ahead_tiles)
     return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf,
                                stream=stream, rows_in_lanes=lanes, stream_level=level,
                                stream_bytes=ahead, w_each_use=each, task_tiles=task,
                                stream_carry=carry, strip_ahead=strip,
+                               tiles_ahead=ahead_tiles,
                                rows_in_fma_lanes=plan.rows_in_fma_lanes and lanes,
                                k_lanes=q)
 
@@ -536,8 +582,10 @@ def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPl
     L = info.lanes
     nr = plan.nb * L
     if plan.copy_a:
-        # (knob skinny.copy_a: 1 thread, Zen 4, under load, 8 to 16 rows 0.97-1.10x, the
-        # same schedule timed twice differing by up to 9%: not the default)
+        # (by default where the block's rows of A fill a set of L1, COPY_A_KFIRST: 15
+        # rows in blocks of 8 with K = 4096; the knob skinny.copy_a elsewhere: 1 thread,
+        # Zen 4, under load, 8 to 16 rows 0.97-1.10x, the same schedule timed twice
+        # differing by up to 9%)
         _aligned_copy_of_a(s, C, C, L)
     st = s[C]
     *bs, i, j = st.op.axis
@@ -556,7 +604,8 @@ def schedule_skinny_stage(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPl
     if plan.stream == "tile":
         # at each tile, the next tile's block of rows (at the tile, not at each step:
         # a prefetch inside the step loop keeps LLVM from holding C's block in registers)
-        st.prefetch(_contraction_operands(C.op)[2][0], jt, 1, level=plan.stream_level)
+        st.prefetch(_contraction_operands(C.op)[2][0], jt, plan.tiles_ahead,
+                    level=plan.stream_level)
     if plan.w_each_use and plan.mb > 1:
         # each of the mb FMAs of a vector of W loads it (see the module docstring)
         st.pragma(ki, "load_each_use", _contraction_operands(C.op)[2][0].name)
@@ -585,6 +634,8 @@ def _schedule_strips(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -
     nr = plan.nb * L
     W = _contraction_operands(C.op)[2][0]
     CL = s.cache_write(C, "local")
+    if plan.copy_a:
+        _aligned_copy_of_a(s, CL, CL, L)
     st = s[C]
     *bs, i, j = st.op.axis
     tiles = _ceil(plan.N, nr)
