@@ -238,3 +238,40 @@ def test_an_interrupted_build_leaves_no_reply_for_the_next_one(monkeypatch, wher
     f(a, b)
     np.testing.assert_array_equal(b, a * 3)
     assert llvm_jit.worker_pid() not in (None, pid)
+
+
+def test_compile_module_gives_the_workers_object_code_and_its_steps_times(monkeypatch):
+    """``optproc.compile_module`` is the worker's work on a module: run in this process on
+    the IR a build sent to the worker, it gives the same object code, each step's CPU
+    (``times``) and LLVM's pass timing report of the pipeline (``report``), for
+    benchmarks/llvm_time.py."""
+    from tecomp.codegen.llvm import optproc
+    from tecomp.target import host as host_mod
+
+    sent = []
+    orig = llvm_jit._optimize_in_worker
+
+    def spy(text, explicit, triple=""):
+        reply = orig(text, explicit, triple)
+        sent.append((text, explicit, reply))
+        return reply
+
+    s, args = _kernel(n=71, name="C_steps")
+    monkeypatch.setattr(llvm_jit, "_optimize_in_worker", spy)
+    tc.build(s, args)
+    assert sent, "the build sent nothing to the worker"
+    text, explicit, reply = sent[-1]
+    if reply is None:
+        pytest.skip("no LLVM worker here (TECOMP_LLVM_OPT_WORKER=0)")
+    n, = optproc._LEN.unpack_from(reply)
+    h = llvm_jit.host()
+    times, report = {}, []
+    with host_mod.LLVM_LOCK:
+        tm = optproc.target_machine(h.triple, h.cpu, h.features)
+        bitcode, obj = optproc.compile_module(text, h.triple, h.data_layout, tm, explicit,
+                                              times, report)
+    assert obj == reply[optproc._LEN.size + n:]
+    assert bitcode[:2] == b"BC"
+    assert set(times) == {"parse", "verify", "optimize", "bitcode", "codegen"}
+    assert all(t >= 0.0 for t in times.values())
+    assert len(report) == 1 and "InstCombinePass" in report[0]

@@ -78,9 +78,8 @@ class Host:
         self.is_aarch64 = self.triple.startswith(("aarch64", "arm64"))
 
     def new_target_machine(self):
-        return self.target.create_target_machine(
-            cpu=self.cpu, features=self.features, opt=3, reloc="default",
-            codemodel="jitdefault", jit=True)
+        # the worker's: the in-process pipeline's code is the worker's
+        return _optproc.target_machine(self.triple, self.cpu, self.features)
 
     def has_feature(self, name: str) -> bool:
         return ("+" + name) in self.features.split(",")

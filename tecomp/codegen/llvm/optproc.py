@@ -51,7 +51,7 @@ _LEN = struct.Struct("<I")
 _READY = 2
 
 
-def run_pipeline(mod, tm, explicit: bool) -> None:
+def run_pipeline(mod, tm, explicit: bool, report=None) -> None:
     """Run the O3 module pipeline on the llvmlite ``ModuleRef`` ``mod`` in place.
 
     ``explicit``: the schedule already vectorized and unrolled the kernel (every
@@ -59,7 +59,10 @@ def run_pipeline(mod, tm, explicit: bool) -> None:
     (and the SLP vectorizer, off for every kernel, see below) have nothing left to do but cost about two thirds of the optimisation
     and JIT time (they re-unroll the widened loops), so they are switched off; the rest
     of O3 (inlining, LICM's promotion of accumulators to registers, GVN, instcombine,
-    instruction selection with FMA contraction) runs as usual."""
+    instruction selection with FMA contraction) runs as usual.
+
+    ``report``: a list that gets LLVM's pass timing report of this run (text), for
+    ``benchmarks/llvm_time.py --passes``."""
     import llvmlite.binding as llvm
 
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
@@ -72,10 +75,58 @@ def run_pipeline(mod, tm, explicit: bool) -> None:
     pto.slp_vectorization = False
     pto.loop_unrolling = not explicit
     pb = llvm.create_pass_builder(tm, pto)
+    if report is not None:
+        pb.start_pass_timing()
     mpm = pb.getModulePassManager()
     mpm.run(mod, pb)
+    if report is not None:
+        report.append(pb.finish_pass_timing())
     mpm.close()
     pb.close()
+
+
+def target_machine(triple: str, cpu: str, features: str, opt: int = 3):
+    """The worker's TargetMachine: ``opt`` is the code generator's optimisation level
+    (3: LLVM's "aggressive"; 2, "default", generates other code for most kernels and no
+    faster: benchmarks/DECISIONS.md, "LLVM worker (optproc): O3 and the code generator's
+    level as they are")."""
+    import llvmlite.binding as llvm
+
+    return llvm.Target.from_triple(triple).create_target_machine(
+        cpu=cpu, features=features, opt=opt, reloc="default", codemodel="jitdefault", jit=True)
+
+
+def compile_module(text: str, triple: str, data_layout: str, tm, explicit: bool,
+                   times=None, report=None):
+    """The worker's work on one module: parse the IR ``text``, verify it, run
+    :func:`run_pipeline`, write the bitcode and generate the machine code with the
+    TargetMachine ``tm`` (the machine code too: an LLVM backend that aborts, an
+    assertion, kills the worker, not the caller).  Returns ``(bitcode, object code)``.
+    ``times``: a dict that gets each step's thread CPU seconds added (``parse``,
+    ``verify``, ``optimize``, ``bitcode``, ``codegen``: ``benchmarks/llvm_time.py``);
+    ``report``: see :func:`run_pipeline`."""
+    import llvmlite.binding as llvm
+
+    clock = time.thread_time
+    t0 = clock()
+    mod = llvm.parse_assembly(text)
+    mod.triple = triple
+    mod.data_layout = data_layout
+    t1 = clock()
+    mod.verify()
+    t2 = clock()
+    run_pipeline(mod, tm, explicit, report)
+    t3 = clock()
+    bitcode = mod.as_bitcode()
+    t4 = clock()
+    obj = tm.emit_object(mod)
+    t5 = clock()
+    mod.close()
+    if times is not None:
+        for k, a, b in (("parse", t0, t1), ("verify", t1, t2), ("optimize", t2, t3),
+                        ("bitcode", t3, t4), ("codegen", t4, t5)):
+            times[k] = times.get(k, 0.0) + b - a
+    return bitcode, obj
 
 
 def rss_bytes(pid=None) -> int:
@@ -156,9 +207,7 @@ def serve(triple: str, cpu: str, features: str, max_mb: float) -> None:
     if triple.split("-", 1)[0] != llvm.get_process_triple().split("-", 1)[0]:
         llvm.initialize_all_targets()   # another machine's code (cross-compiled)
         llvm.initialize_all_asmprinters()
-    target = llvm.Target.from_triple(triple)
-    tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="default",
-                                      codemodel="jitdefault", jit=True)
+    tm = target_machine(triple, cpu, features)
     data_layout = str(tm.target_data)
     # started: the parent can tell a crash from a failed start
     _reply(out, _REP.pack(_READY, 0, 0))
@@ -172,16 +221,8 @@ def serve(triple: str, cpu: str, features: str, max_mb: float) -> None:
             return
         text = _read_exact(inp, n).decode("utf-8")
         try:
-            mod = llvm.parse_assembly(text)
-            mod.triple = triple
-            mod.data_layout = data_layout
-            mod.verify()
-            run_pipeline(mod, tm, bool(flags & 1))
-            # the machine code too: an LLVM backend that aborts (an assertion) kills
-            # this worker, not the caller
-            bitcode = mod.as_bitcode()
-            status, payload = 0, _LEN.pack(len(bitcode)) + bitcode + tm.emit_object(mod)
-            mod.close()
+            bitcode, obj = compile_module(text, triple, data_layout, tm, bool(flags & 1))
+            status, payload = 0, _LEN.pack(len(bitcode)) + bitcode + obj
         except Exception as e:  # reported to the parent, which raises it
             status, payload = 1, str(e).encode("utf-8", "replace")
         if base is None:
@@ -216,15 +257,9 @@ def probe(triple: str, cpu: str, features: str) -> None:
     except Exception as e:  # noqa: BLE001 - reported
         first["decl_error"] = str(e)
     print(json.dumps(first), flush=True)
-    tm = llvm.Target.from_triple(triple).create_target_machine(
-        cpu=cpu, features=features, opt=3, reloc="default", codemodel="jitdefault", jit=True)
+    tm = target_machine(triple, cpu, features)
     try:
-        mod = llvm.parse_assembly(req["module"])
-        mod.triple = triple
-        mod.data_layout = str(tm.target_data)
-        mod.verify()
-        run_pipeline(mod, tm, False)
-        tm.emit_object(mod)
+        compile_module(req["module"], triple, str(tm.target_data), tm, False)
         second = {"ok": True}
     except Exception as e:  # noqa: BLE001 - reported
         second = {"ok": False, "error": str(e)}
