@@ -75,8 +75,8 @@ EXPM1_BRANCH = True
 #: ``softplus``'s exponential, ``erf`` without a table) evaluates ``exp(r)`` on ``|r| <=
 #: ln2/2`` where the target has FMA as ``1 + r (1 + r P(r))`` with a degree-4 ``P``
 #: fitted for tecomp (two FMAs after Horner's rule: :meth:`_MathEmitter._exp_poly`),
-#: 0.88 ulp at most; off: Cephes' degree-5 ``P`` as ``1 + (r (r P(r)) + r)``, a multiply,
-#: an FMA and an addition after Horner's rule, 0.99 ulp, as in session 29 (the A/B switch
+#: 0.8961 ulp at most; off: Cephes' degree-5 ``P`` as ``1 + (r (r P(r)) + r)``, a
+#: multiply, an FMA and an addition after Horner's rule, 1.02 ulp, as in session 29 (the A/B switch
 #: of ``benchmarks/elementwise_math.py --math30-ab``; benchmarks/DECISIONS.md "exp: a
 #: degree-6 polynomial in two FMAs; expm1 by one FMA and x's sign; exp(-x) folded")
 EXP_SHORT_POLY = True
@@ -280,9 +280,9 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         return self.mb.intrinsic(name, ty, [ty] * arity, [ty])
 
     def exp_f32(self, x, negate: bool = False):
-        """exp(x) (``negate``: exp(-x), :meth:`exp_neg`) for float32 (scalar or vector) in plain vector instructions: the
-        ``exp``, ``fast_exp`` and ``sigmoid`` of the CPU backend (``llvm.exp`` would
-        become one libm ``expf`` call per vector lane).
+        """exp(x) (``negate``: exp(-x), :meth:`exp_neg`) for float32 (scalar or vector) in
+        plain vector instructions: the ``exp``, ``fast_exp`` and ``sigmoid`` of the CPU
+        backend (``llvm.exp`` would become one libm ``expf`` call per vector lane).
 
         Cephes-style: ``x`` is clamped to ``[-104, 89]`` (beyond, the result is 0 or
         inf anyway); ``n = roundeven(x * log2(e))``; ``r = x - n*ln2`` with ``ln2``
@@ -302,16 +302,9 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         *every* float32 input to be within 1 ulp of the correctly rounded exp
         (subnormal results included; docs/numerics.md), and they may differ from each
         other by 1 ulp on some inputs."""
-        b, _, _, C, _, madd = self._kit(x)
-        if negate:      # exp(-x) (exp_neg): -x clamped to [-104, 89] as -(x in [-89, 104])
-            xc = b.select(b.fcmp_ordered("<", x, C(-89.0)), C(-89.0), x)
-            xc = b.select(b.fcmp_ordered(">", xc, C(104.0)), C(104.0), xc)
-            n = b.call(self._fn1("llvm.roundeven", x.type),
-                       [b.fmul(xc, C(-1.44269504088896341))])
-            r = madd(n, C(2.12194440e-4), madd(n, C(-0.693359375), b.fneg(xc)))
-        else:
-            # the clamp keeps a NaN, which goes through every step, quieted
-            n, r = self._exp_reduce(x, -104.0, 89.0, keep_nan=True)
+        b, _, _, C, _, _ = self._kit(x)
+        # the clamp keeps a NaN, which goes through every step, quieted
+        n, r = self._exp_reduce(x, -104.0, 89.0, keep_nan=True, negate=negate)
         p = self._exp_poly(r)
         res = self._ldexp(p, n)
         if self.policy.vector_op("scalef", x.type) is not None:
@@ -336,12 +329,19 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         return b.call(self._fn1("llvm.maxnum", ty, 2),
                       [b.call(self._fn1("llvm.minnum", ty, 2), [x, C(hi)]), C(lo)])
 
-    def _exp_reduce(self, x, lo, hi, keep_nan: bool = False):
+    def _exp_reduce(self, x, lo, hi, keep_nan: bool = False, negate: bool = False):
         """``x`` clamped to ``[lo, hi]`` (``lo`` None: only above; both None: not at all;
         ``keep_nan``: :meth:`_clamp`'s) as ``n*ln2 + r``:
         ``n = roundeven(x * log2(e))`` (a float) and ``r = x - n*ln2`` with ``ln2`` in two
-        constants (``n * 0.693359375`` and its subtraction are exact), ``|r| <~ ln2/2``."""
+        constants (``n * 0.693359375`` and its subtraction are exact), ``|r| <~ ln2/2``.
+        ``negate`` (``lo`` and ``hi`` given): the same of ``-x``, as ``x`` clamped to
+        ``[-hi, -lo]``, ``n = roundeven(x * -log2(e))`` and ``r = n * -0.693359375 - x``
+        (the negation folded into the FMA: the same values)."""
         b, ty, _, C, _, madd = self._kit(x)
+        if negate:
+            xc = self._clamp(x, -hi, -lo, keep_nan)
+            n = b.call(self._fn1("llvm.roundeven", ty), [b.fmul(xc, C(-1.44269504088896341))])
+            return n, madd(n, C(2.12194440e-4), madd(n, C(-0.693359375), b.fneg(xc)))
         if lo is not None and hi is not None:
             xc = self._clamp(x, lo, hi, keep_nan)
         elif hi is not None:
