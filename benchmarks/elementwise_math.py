@@ -41,7 +41,11 @@ their two-part ``C`` and slope, ``emit_math.SOFTPLUS_SHORT_SEGMENTS`` off; ``tec
 on every lane, ``emit_math.LOG1P_EXACT_ARG`` off; expm1 with its rare cases selected on
 every lane, ``emit_math.EXPM1_BRANCH`` off; ``tecomp cbrt_s27``, ``tecomp log1p_s27``,
 ``tecomp expm1_s27``); ``--math29-ab`` for session 29's (log, log2 and log1p without
-their table of 16, ``emit_math.LOG_TABLE`` off; ``tecomp log_s28`` ...);
+their table of 16, ``emit_math.LOG_TABLE`` off; ``tecomp log_s28`` ...); ``--math30-ab``
+for session 30's (exp, sigmoid and softplus with exp's degree-5 polynomial,
+``emit_math.EXP_SHORT_POLY`` off, sigmoid with ``x`` negated first, ``EXP_NEG_FOLDED``
+off; expm1 with two scalings and a select of tiny ``x``,
+``EXPM1_FMA_SIGN`` off; ``tecomp exp_s29`` ...);
 ``--cpu-time``
 (with ``--threads 1``) times each call by the process's CPU time (a shared machine).
 
@@ -50,6 +54,7 @@ their table of 16, ``emit_math.LOG_TABLE`` off; ``tecomp log_s28`` ...);
                                            [--math20-ab] [--math21-ab] [--math23-ab]
                                            [--math24-ab] [--math25-ab] [--math26-ab]
                                            [--math27-ab] [--math28-ab] [--math29-ab]
+                                           [--math30-ab]
                                            [--cpu-time]
 """
 from __future__ import annotations
@@ -87,11 +92,16 @@ MATH28 = {"cbrt": ("emit_math_f32", ("CBRT_SCALEF",)),
           "expm1": ("emit_math", ("EXPM1_BRANCH",))}
 #: session 29's (``--math29-ab``)
 MATH29 = {fn: ("emit_math", ("LOG_TABLE",)) for fn in ("log", "log2", "log1p")}
+#: session 30's (``--math30-ab``)
+MATH30 = {"exp": ("emit_math", ("EXP_SHORT_POLY",)),
+          "sigmoid": ("emit_math", ("EXP_SHORT_POLY", "EXP_NEG_FOLDED")),
+          "softplus": ("emit_math", ("EXP_SHORT_POLY",)),
+          "expm1": ("emit_math", ("EXPM1_FMA_SIGN",))}
 #: each session's switches, the tag of its A/B column and its flag's name
 AB = ((MATH20, "s19", "math20_ab"), (MATH21, "s20", "math21_ab"), (MATH23, "s22", "math23_ab"),
       (MATH24, "s23", "math24_ab"), (MATH25, "s24", "math25_ab"),
       (MATH26, "s25", "math26_ab"), (MATH27, "s26", "math27_ab"), (MATH28, "s27", "math28_ab"),
-      (MATH29, "s28", "math29_ab"))
+      (MATH29, "s28", "math29_ab"), (MATH30, "s29", "math30_ab"))
 
 
 def main() -> None:

@@ -41,7 +41,7 @@ interleaved_turns``); each row says how many of tecomp's calls counted.
         [--new-off] [--select-off] [--seed-off] [--steps-off]
         [--minmax-off] [--rowblock-off] [--prefetch-off] [--pairs-off] [--colpf-off]
         [--steps16-off] [--regs-off] [--match-off] [--match-ints-off] [--vbytes-off] [--stream-off]
-        [--math-off] [--math20-off] [--silu-off] [--fresh-inputs]
+        [--math-off] [--math20-off] [--silu-off] [--math30-off] [--fresh-inputs]
 """
 from __future__ import annotations
 
@@ -385,6 +385,19 @@ def silu_off(tc, sig, ins):
     return flags_off(tc, sig, ins, [(emit_expr, "SILU_DIVIDES")])
 
 
+def math30_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` built without session 30's math changes: float32
+    ``exp`` with Cephes' degree-5 polynomial (``tecomp.codegen.llvm.emit_math.EXP_SHORT_POLY``
+    False: ``exp``, ``sigmoid``, ``silu``, ``softplus``'s exponential), ``exp(-x)`` of
+    the negated ``x`` (``EXP_NEG_FOLDED`` False: ``sigmoid``, ``silu``), ``expm1``'s
+    common lanes with two scalings and a select of tiny ``x`` (``EXPM1_FMA_SIGN``
+    False: ``elu``)."""
+    from tecomp.codegen.llvm import emit_math
+    return flags_off(tc, sig, ins, [(emit_math, "EXP_SHORT_POLY"),
+                                    (emit_math, "EXP_NEG_FOLDED"),
+                                    (emit_math, "EXPM1_FMA_SIGN")])
+
+
 #: the A/B switches: (the option's dest and the row's key, the family it applies to, the
 #: builder of the kernel with the switch off, the column's label)
 _AB = [("rules_off", "reduce", rules_off, "rules off"),
@@ -405,7 +418,8 @@ _AB = [("rules_off", "reduce", rules_off, "rules off"),
        ("stream_off", "elem", stream_off, "stream off"),
        ("math_off", "elem", math_off, "math off"),
        ("math20_off", "elem", math20_off, "math20 off"),
-       ("silu_off", "elem", silu_off, "silu off")]
+       ("silu_off", "elem", silu_off, "silu off"),
+       ("math30_off", "elem", math30_off, "math30 off")]
 
 
 def _input(np, rng, shape, kind):
@@ -492,6 +506,10 @@ def main() -> None:
     ap.add_argument("--silu-off", action="store_true", help="also time each elementwise "
                     "operator built with silu's x * sigmoid(x) as the product (not x / (1 + "
                     "exp(-x))), in the same turns")
+    ap.add_argument("--math30-off", action="store_true", help="also time each elementwise "
+                    "operator built without session 30's math changes (exp's degree-5 "
+                    "polynomial, exp(-x) of the negated x, expm1's two scalings and "
+                    "select), in the same turns")
     ap.add_argument("--fresh-inputs", action="store_true", help="each row's input a fresh "
                     "aligned numpy array (tc.aligned), as before session 28, not the huge-page "
                     "pool's buffer of its size (the stream's arrays stay in the pool)")

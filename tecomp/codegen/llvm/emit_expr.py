@@ -285,7 +285,7 @@ class _ExprEmitter:
         overflows) ``-0``, as the product did."""
         b = self.b
         return self.map1(x, lambda v: b.fdiv(v, b.fadd(
-            _splat(v.type, 1.0), self.exp(b.fneg(v)))))
+            _splat(v.type, 1.0), self.exp_neg(v))))
 
     def e_div(self, e):
         a, c, dt = self._operands(e)

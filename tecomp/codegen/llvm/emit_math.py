@@ -71,6 +71,31 @@ LOG1P_EXACT_ARG = True
 #: ``benchmarks/elementwise_math.py --math28-ab``)
 EXPM1_BRANCH = True
 
+#: whether float32 ``exp`` (and what uses its steps: ``sigmoid``, silu's quotient,
+#: ``softplus``'s exponential, ``erf`` without a table) evaluates ``exp(r)`` on ``|r| <=
+#: ln2/2`` where the target has FMA as ``1 + r (1 + r P(r))`` with a degree-4 ``P``
+#: fitted for tecomp (two FMAs after Horner's rule: :meth:`_MathEmitter._exp_poly`),
+#: 0.8961 ulp at most; off: Cephes' degree-5 ``P`` as ``1 + (r (r P(r)) + r)``, a
+#: multiply, an FMA and an addition after Horner's rule, 1.02 ulp, as in session 29 (the A/B switch
+#: of ``benchmarks/elementwise_math.py --math30-ab``; benchmarks/DECISIONS.md "exp: a
+#: degree-6 polynomial in two FMAs; expm1 by one FMA and x's sign; exp(-x) folded")
+EXP_SHORT_POLY = True
+
+#: whether float32 ``expm1``'s common lanes (:data:`EXPM1_BRANCH`) take ``2^n u + (2^n -
+#: 1)`` as one FMA (``2^n u`` is exact) and the sign of ``x`` by one bitwise or in place
+#: of the select of ``x`` where ``|x| < 2^-25`` (there ``n = 0`` and ``u`` is ``x``
+#: itself but for the sign of zero): the same bits, three instructions fewer a vector;
+#: off: two ``2^n`` scalings, two additions and the select of ``x``, as in session 29 (the
+#: A/B switch of ``benchmarks/elementwise_math.py --math30-ab``)
+EXPM1_FMA_SIGN = True
+
+#: whether float32 ``exp(-x)`` (``sigmoid`` and silu's quotient) clamps ``x`` to ``[-89,
+#: 104]`` and folds the negation into the reduction (``n = roundeven(x (-log2 e))``, ``r
+#: = n (-ln2_hi) - x`` by one FMA: :meth:`_MathEmitter.exp_neg`): the same values as
+#: ``exp`` of the negated ``x``, one instruction fewer a vector; off: ``x`` negated first,
+#: as in session 29 (the A/B switch of ``benchmarks/elementwise_math.py --math30-ab``)
+EXP_NEG_FOLDED = True
+
 #: whether float64 ``tan`` is tecomp's vector code where the target has FMA
 #: (:meth:`~tecomp.codegen.llvm.emit_math_wide._WideMathEmitter.tan_f64`); off: libm's
 #: ``tan`` per lane, as before session 22 (an A/B switch for timing it)
@@ -165,7 +190,7 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
             return self.map1(args[0], self.exp)
         if op == "sigmoid":
             return self.map1(args[0], lambda v: b.fdiv(
-                _splat(v.type, 1.0), b.fadd(_splat(v.type, 1.0), self.exp(b.fneg(v)))))
+                _splat(v.type, 1.0), b.fadd(_splat(v.type, 1.0), self.exp_neg(v))))
         if op in self._LIBM:
             return self.libm(self._LIBM[op], args, dt)
         raise InternalError(f"unknown intrinsic {op!r}")
@@ -190,6 +215,15 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         if isinstance(el, ir.DoubleType):
             return self.exp_f64(x)
         return self.exp_f32(x)
+
+    def exp_neg(self, x):
+        """``exp(-x)`` as :meth:`exp` computes it of the negated ``x`` (the same bits but
+        for a NaN's sign), with float32 ``x`` clamped to ``[-89, 104]`` and its negation
+        folded into the reduction's first FMA (:data:`EXP_NEG_FOLDED`)."""
+        el = x.type.element if isinstance(x.type, ir.VectorType) else x.type
+        if isinstance(el, ir.DoubleType) or not EXP_NEG_FOLDED:
+            return self.exp(self.b.fneg(x))
+        return self.exp_f32(x, negate=True)
 
     def libm(self, names, vals, dtype: str) -> Val:
         """Call a libm function of the values ``vals``; on vectors, once per lane."""
@@ -245,16 +279,16 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         """The LLVM intrinsic ``name`` on values of type ``ty`` (``arity`` operands)."""
         return self.mb.intrinsic(name, ty, [ty] * arity, [ty])
 
-    def exp_f32(self, x):
-        """exp(x) for float32 (scalar or vector) in plain vector instructions: the
-        ``exp``, ``fast_exp`` and ``sigmoid`` of the CPU backend (``llvm.exp`` would
-        become one libm ``expf`` call per vector lane).
+    def exp_f32(self, x, negate: bool = False):
+        """exp(x) (``negate``: exp(-x), :meth:`exp_neg`) for float32 (scalar or vector) in
+        plain vector instructions: the ``exp``, ``fast_exp`` and ``sigmoid`` of the CPU
+        backend (``llvm.exp`` would become one libm ``expf`` call per vector lane).
 
         Cephes-style: ``x`` is clamped to ``[-104, 89]`` (beyond, the result is 0 or
         inf anyway); ``n = roundeven(x * log2(e))``; ``r = x - n*ln2`` with ``ln2``
         split in two constants (``n * 0.693359375`` and ``x - n * 0.693359375`` are
-        exact); ``exp(r) = 1 + r + r^2 * P(r)`` with a degree-5 ``P`` on
-        ``|r| <~ ln2/2``; then ``p * 2^n`` rounded once (:meth:`_ldexp`: one
+        exact); ``exp(r)`` on ``|r| <~ ln2/2`` by :meth:`_exp_poly`; then ``p * 2^n``
+        rounded once (:meth:`_ldexp`: one
         instruction with AVX-512).  A NaN goes through every step, quieted (the clamp
         keeps it: :meth:`_clamp`); where ``2^n`` is built from ``n``'s bits (no
         ``vscalefps``) a select gives those lanes ``p``'s NaN: the same bits everywhere.
@@ -270,8 +304,8 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         other by 1 ulp on some inputs."""
         b, _, _, C, _, _ = self._kit(x)
         # the clamp keeps a NaN, which goes through every step, quieted
-        n, r = self._exp_reduce(x, -104.0, 89.0, keep_nan=True)
-        p = b.fadd(self._expm1_poly(r), C(1.0))
+        n, r = self._exp_reduce(x, -104.0, 89.0, keep_nan=True, negate=negate)
+        p = self._exp_poly(r)
         res = self._ldexp(p, n)
         if self.policy.vector_op("scalef", x.type) is not None:
             return res          # (vscalefps gives the NaN of p)
@@ -281,9 +315,8 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
     def _exp_in(self, x, lo, hi):
         """exp(x) as :meth:`exp_f32` computes it, ``x`` clamped to ``[lo, hi]`` (None: not
         clamped there: the caller knows ``x`` is inside ``[-104, 89]``), NaN not handled."""
-        b, _, _, C, _, _ = self._kit(x)
         n, r = self._exp_reduce(x, lo, hi)
-        return self._ldexp(b.fadd(self._expm1_poly(r), C(1.0)), n)
+        return self._ldexp(self._exp_poly(r), n)
 
     def _clamp(self, x, lo: float, hi: float, keep_nan: bool = False):
         """``x`` clamped to ``[lo, hi]`` (a NaN gives ``hi``: the callers select NaN
@@ -296,12 +329,19 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         return b.call(self._fn1("llvm.maxnum", ty, 2),
                       [b.call(self._fn1("llvm.minnum", ty, 2), [x, C(hi)]), C(lo)])
 
-    def _exp_reduce(self, x, lo, hi, keep_nan: bool = False):
+    def _exp_reduce(self, x, lo, hi, keep_nan: bool = False, negate: bool = False):
         """``x`` clamped to ``[lo, hi]`` (``lo`` None: only above; both None: not at all;
         ``keep_nan``: :meth:`_clamp`'s) as ``n*ln2 + r``:
         ``n = roundeven(x * log2(e))`` (a float) and ``r = x - n*ln2`` with ``ln2`` in two
-        constants (``n * 0.693359375`` and its subtraction are exact), ``|r| <~ ln2/2``."""
+        constants (``n * 0.693359375`` and its subtraction are exact), ``|r| <~ ln2/2``.
+        ``negate`` (``lo`` and ``hi`` given): the same of ``-x``, as ``x`` clamped to
+        ``[-hi, -lo]``, ``n = roundeven(x * -log2(e))`` and ``r = n * -0.693359375 - x``
+        (the negation folded into the FMA: the same values)."""
         b, ty, _, C, _, madd = self._kit(x)
+        if negate:
+            xc = self._clamp(x, -hi, -lo, keep_nan)
+            n = b.call(self._fn1("llvm.roundeven", ty), [b.fmul(xc, C(-1.44269504088896341))])
+            return n, madd(n, C(2.12194440e-4), madd(n, C(-0.693359375), b.fneg(xc)))
         if lo is not None and hi is not None:
             xc = self._clamp(x, lo, hi, keep_nan)
         elif hi is not None:
@@ -317,6 +357,21 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         Cephes' ``expf``), with ``r^2 P(r)`` as ``r*(r*P(r)) + r``."""
         b, _, _, C, _, madd = self._kit(r)
         return madd(b.fmul(self._horner(self._EXPM1_P, r, madd), r), r, r)
+
+    def _exp_poly(self, r):
+        """``exp(r)`` for ``|r| <~ ln2/2`` (:meth:`exp_f32`): with :data:`EXP_SHORT_POLY`
+        and FMA ``1 + r (1 + r P(r))``, ``P`` of degree 4 (:data:`_EXP_P4`) by Horner's
+        rule and two more FMAs; else ``1 + (exp(r) - 1)`` by :meth:`_expm1_poly`."""
+        b, _, _, C, _, madd = self._kit(r)
+        if EXP_SHORT_POLY and self.policy.has_fma:
+            return madd(madd(self._horner(self._EXP_P4, r, madd), r, C(1.0)), r, C(1.0))
+        return b.fadd(self._expm1_poly(r), C(1.0))
+
+    #: exp(r) = 1 + r + r^2 P(r) for |r| <= 0.3486 (ln2/2 and a margin): a degree-4 P
+    #: fitted for tecomp (Lawson's iteration towards the minimax relative error of exp,
+    #: the coefficients rounded to float32 one at a time with the others refitted: 3.3e-9)
+    _EXP_P4 = (0.4999999403953552, 0.1666651964187622, 0.04166829213500023,
+               0.008368907496333122, 0.0013819168088957667)
 
     #: the degree-5 P of :meth:`_expm1_poly` (Cephes' ``expf``), constant term first
     _EXPM1_P = (5.0000001201e-1, 1.6666665459e-1, 4.1665795894e-2, 8.3334519073e-3,
@@ -353,12 +408,28 @@ class _MathEmitter(_F32MathEmitter, _WideMathEmitter):
         if EXPM1_BRANCH:
             b, ty, _, C, _, _ = self._kit(x)
             xc = b.call(self._fn1("llvm.maxnum", ty, 2), [x, C(-30.0)])
-            res, _ = self._expm1_common(*self._exp_reduce(xc, None, None))
-            ax = b.call(self._fn1("llvm.fabs", ty), [x])
-            res = b.select(b.fcmp_ordered("<", ax, C(2.0 ** -25)), x, res)
+            n, r = self._exp_reduce(xc, None, None)
+            if EXPM1_FMA_SIGN:
+                res = self._expm1_fma_sign(x, n, r)
+            else:
+                res, _ = self._expm1_common(n, r)
+                ax = b.call(self._fn1("llvm.fabs", ty), [x])
+                res = b.select(b.fcmp_ordered("<", ax, C(2.0 ** -25)), x, res)
             return self._slow_where(b.fcmp_unordered(">", x, C(64.0)), "expm1.rare",
                                     self._expm1_everywhere, x, res)
         return self._expm1_everywhere(x)
+
+    def _expm1_fma_sign(self, x, n, r):
+        """:meth:`expm1_f32`'s common lanes with :data:`EXPM1_FMA_SIGN`: ``fma(2^n, u, 2^n
+        - 1)`` (``2^n u`` is exact for ``n >= -44``, so this rounds as the sum of the
+        product did) with the sign of ``x`` or-ed in: ``expm1`` has ``x``'s sign, and for
+        ``|x| < 2^-25`` (``n = 0``, ``r = x``, ``r^2 P(r)`` below half an ulp of it) ``u``
+        is ``x`` but for ``-0``, which the reduction makes ``+0``."""
+        b, ty, ity, C, I, madd = self._kit(r)
+        s = self._ldexp(C(1.0), n)
+        res = madd(s, self._expm1_poly(r), b.fsub(s, C(1.0)))
+        sign = b.and_(b.bitcast(x, ity), I(-0x80000000))
+        return b.bitcast(b.or_(b.bitcast(res, ity), sign), ty)
 
     def _expm1_common(self, n, r):
         """``2^n u + (2^n - 1)``, ``u = exp(r) - 1`` (:meth:`expm1_f32`), and ``u``."""
