@@ -281,8 +281,9 @@ def number_from_env(name: str, default, *, low: float, high: float, integer: boo
     if v is not None and (v in choices if choices else
                           (integer or math.isfinite(v)) and low <= v <= high):
         return v
+    num = (lambda x: str(int(x))) if integer else (lambda x: f"{x:g}")  # (1048576, not 1.04858e+06)
     legal = (" or ".join(str(c) for c in choices) if choices else
-             f"{'an integer' if integer else 'a number'} from {low:g} to {high:g}")
+             f"{'an integer' if integer else 'a number'} from {num(low)} to {num(high)}")
     raise error(f"{name}={env[:40]!r} is not {legal}: it sets {use}; set it to such a "
                 f"value or unset it ({unset or f'default {default:g}'})")
 
