@@ -20,7 +20,10 @@ read the docs, or one who wants to crash the caller, would:
     inputs (session 19, drawn from a stream of their own) also store their outputs past
     the cache (``pragma nontemporal`` on each output's outermost loop) and pass each
     output 0 to 15 elements past a 64-byte line, or reversed: the same values (a
-    streamed store aligned for a line its output is not on would fault).
+    streamed store aligned for a line its output is not on would fault).  One case in
+    five (session 30, stream 55) passes numpy masked arrays instead: every array with a
+    mask of nothing (the plain call's values), or one input's or output's element masked
+    (refused: a kernel ignores masks, and once read masked inputs as values).
 ``lazy_bits``
     torch tensors with the negation bit (``torch._neg_view``, ``z.conj().imag``) as
     inputs (read with their sign) and outputs (refused with an ``ArgumentError``); or
