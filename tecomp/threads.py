@@ -47,6 +47,8 @@ MAX_THREADS = 1024
 #: the defaults of TECOMP_SPIN and TECOMP_WAIT_SPIN (see ``llvm.threadpool``)
 DEFAULT_SPIN = 2000
 DEFAULT_WAIT_SPIN = 1024
+#: the most TECOMP_SPIN and TECOMP_WAIT_SPIN may ask for (about a minute of ``pause``)
+MAX_SPIN = 2**31 - 1
 #: the default of TECOMP_WORKSPACE_LIMIT: the most bytes each pool's workspace cache keeps
 DEFAULT_WORKSPACE_LIMIT = 1 << 30
 
@@ -245,19 +247,22 @@ def default_num_threads() -> int:
     return min(n, MAX_THREADS)
 
 
-def spin_from_env(name: str = "TECOMP_SPIN") -> Optional[int]:
-    """The non-negative integer in the environment variable ``name``, or None (unset,
-    or not such an integer: then with a warning)."""
+def spin_from_env(name: str = "TECOMP_SPIN", high: Optional[int] = MAX_SPIN) -> Optional[int]:
+    """The non-negative integer in the environment variable ``name``, at most ``high``
+    (None: no bound), or None (unset, or not such an integer: then with a warning).
+    (A spin count reaches the pool as an int64 it compares unsigned: 2**64 - 1 would
+    have spun an idle worker for ever, 2**64 not at all.)"""
     env = os.environ.get(name)
     if env is None or not env.strip():
         return None
     try:
         v = int(env)
-        if v < 0:
+        if v < 0 or (high is not None and v > high):
             raise ValueError
         return v
     except ValueError:
-        warnings.warn(f"{name}={env!r} is not a non-negative integer; ignored",
+        what = "a non-negative integer" if high is None else f"an integer from 0 to {high}"
+        warnings.warn(f"{name}={env[:40]!r} is not {what}; ignored",
                       RuntimeWarning, stacklevel=3)
         return None
 
@@ -281,8 +286,9 @@ def number_from_env(name: str, default, *, low: float, high: float, integer: boo
     if v is not None and (v in choices if choices else
                           (integer or math.isfinite(v)) and low <= v <= high):
         return v
+    num = (lambda x: str(int(x))) if integer else (lambda x: f"{x:g}")  # (1048576, not 1.04858e+06)
     legal = (" or ".join(str(c) for c in choices) if choices else
-             f"{'an integer' if integer else 'a number'} from {low:g} to {high:g}")
+             f"{'an integer' if integer else 'a number'} from {num(low)} to {num(high)}")
     raise error(f"{name}={env[:40]!r} is not {legal}: it sets {use}; set it to such a "
                 f"value or unset it ({unset or f'default {default:g}'})")
 
@@ -388,7 +394,7 @@ def set_num_threads(n: int) -> None:
 def workspace_limit_from_env() -> int:
     """``TECOMP_WORKSPACE_LIMIT`` (bytes; a warning if it is not a non-negative
     integer), else :data:`DEFAULT_WORKSPACE_LIMIT`."""
-    v = spin_from_env("TECOMP_WORKSPACE_LIMIT")
+    v = spin_from_env("TECOMP_WORKSPACE_LIMIT", high=None)
     return DEFAULT_WORKSPACE_LIMIT if v is None else min(v, 1 << 62)
 
 

@@ -98,9 +98,9 @@ def test_thread_stack_size_from_the_environment(monkeypatch):
     kern = codegen_cuda(vector_add().func).kernels[0]
     monkeypatch.setenv("TECOMP_CUDA_EMU_STACK_KIB", "2048")
     assert cuda_emu.thread_stack_bytes(kern) == 2048 * 1024
-    monkeypatch.setenv("TECOMP_CUDA_EMU_STACK_KIB", "lots")
-    with pytest.raises(ArgumentError, match=r"TECOMP_CUDA_EMU_STACK_KIB='lots' is not a number "
-                                            r"of KiB; give an integer such as 256"):
+    monkeypatch.setenv("TECOMP_CUDA_EMU_STACK_KIB", "lots")   # (more: tests/must_fail)
+    with pytest.raises(ArgumentError, match=r"TECOMP_CUDA_EMU_STACK_KIB='lots' is not an "
+                                            r"integer from 0 to 1048576"):
         cuda_emu.thread_stack_bytes(kern)
 
 

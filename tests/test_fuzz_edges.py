@@ -894,3 +894,24 @@ def test_lazy_bits_family_refuses_forward_mode_dual_tensors(monkeypatch):
     monkeypatch.setattr(llvm, "_fast_path_source", lambda *a, **k: (source(*a, **k) or "").replace(
         "    if fwad._current_level >= 0: return None\n", ""))
     assert [run_edge_case(draw_edge_case(s)).kind for s in picks] == ["mismatch", "mismatch", "ok"]
+
+
+#: (session 30) layouts seeds of the masked-array variants (stream 55): an output and an
+#: input with one element masked, and every array masked by a mask of all False
+MASKED_SEEDS = (38, 551, 416)
+
+
+def test_layouts_family_finds_masked_arrays_taken_as_their_data(monkeypatch):
+    """A numpy masked array that masks an element is refused (a kernel ignores masks),
+    one that masks nothing computes the plain call's values; with the check taken away
+    (the mask was silently dropped: masked inputs read as values, results hidden under an
+    output's mask) the family reports the masked seeds as accepted."""
+    from tecomp.runtime import argcheck
+
+    cases = [draw_edge_case(s) for s in MASKED_SEEDS]
+    assert [ec.twist["variant"] for ec in cases] == ["masked_output", "masked_input",
+                                                      "unmasked_masked"]
+    outs = [run_edge_case(ec) for ec in cases]
+    assert [o.kind for o in outs] == ["refused", "refused", "ok"], [o.report() for o in outs]
+    monkeypatch.setattr(argcheck, "_check_unmasked", lambda a, label, written: None)
+    assert [run_edge_case(ec).kind for ec in cases] == ["mismatch", "mismatch", "ok"]

@@ -132,3 +132,22 @@ def test_the_default_takes_the_quota(tmp_path, monkeypatch):
     (tmp_path / "cpu.max").write_text("max 100000\n")
     assert threads.available_cpus() == len(os.sched_getaffinity(0))
     assert tc.get_num_threads() >= 1
+
+
+@pytest.mark.parametrize("value, want", [
+    ("2000", 2000), ("0", 0), ("2147483647", 2147483647), ("2147483648", None),
+    ("18446744073709551615", None), ("18446744073709551616", None), ("-1", None), ("x", None)])
+def test_a_spin_count_past_its_bound_is_ignored(monkeypatch, value, want):
+    """TECOMP_SPIN / TECOMP_WAIT_SPIN reach the pool as an int64 it compares unsigned:
+    2**64 - 1 spun an idle worker for ever, 2**64 (wrapped by ctypes to 0) not at all.
+    Past 2**31 - 1 they are ignored with a warning, as any other bad value."""
+    for name in ("TECOMP_SPIN", "TECOMP_WAIT_SPIN"):
+        monkeypatch.setenv(name, value)
+        if want is None:
+            with pytest.warns(RuntimeWarning, match=rf"{name}='{value}' is not an integer from "
+                                                    r"0 to 2147483647; ignored"):
+                assert threads.spin_from_env(name) is None
+        else:
+            assert threads.spin_from_env(name) == want
+    monkeypatch.setenv("TECOMP_WORKSPACE_LIMIT", "18446744073709551616")   # (bytes: no bound)
+    assert threads.workspace_limit_from_env() == 1 << 62

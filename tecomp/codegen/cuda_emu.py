@@ -75,6 +75,7 @@ from ..runtime.libfiles import (FileRefused, cache_root, digest_bytes, dlopen_fd
 from ..runtime.cuda import CudaSourceModule, stream_handle
 from ..lower.tma_pipeline import map_spec
 from ..target import tma
+from ..threads import number_from_env
 from .cuda import TENSOR_MAP
 
 ABI_VERSION = 3
@@ -90,6 +91,9 @@ PRECOMPILED_HEADER = True
 #: the stack of an emulated thread beyond its kernel's per-thread arrays (KiB; the
 #: environment variable TECOMP_CUDA_EMU_STACK_KIB sets another)
 DEFAULT_STACK_KIB = 256
+
+#: the most ``$TECOMP_CUDA_EMU_STACK_KIB`` may ask for (1 GiB a thread)
+MAX_STACK_KIB = 1 << 20
 
 _log = logging.getLogger(__name__)
 
@@ -241,12 +245,12 @@ def thread_stack_bytes(kern: KernelInfo, stack_kib: Optional[int] = None) -> int
     ``stack_kib`` KiB more (default :data:`DEFAULT_STACK_KIB`, or
     ``$TECOMP_CUDA_EMU_STACK_KIB``) for the rest of its frames; whole pages."""
     if stack_kib is None:
-        env = os.environ.get("TECOMP_CUDA_EMU_STACK_KIB", "")
-        try:
-            stack_kib = int(env) if env.strip() else DEFAULT_STACK_KIB
-        except ValueError:
-            raise ArgumentError(f"TECOMP_CUDA_EMU_STACK_KIB={env[:40]!r} is not a number of "
-                                f"KiB; give an integer such as {DEFAULT_STACK_KIB}") from None
+        # (at most 1 GiB a thread: 10**11 KiB was taken, and every launch failed with
+        # "could not start 32 threads ... use the 'serial' emulation mode")
+        stack_kib = number_from_env("TECOMP_CUDA_EMU_STACK_KIB", DEFAULT_STACK_KIB, low=0,
+                                    high=MAX_STACK_KIB, integer=True, error=ArgumentError,
+                                    use="the KiB of stack each emulated CUDA thread gets "
+                                        "beyond its kernel's own arrays")
     nbytes = max(int(stack_kib), 64) * 1024 + kern.local_bytes
     return -(-nbytes // 4096) * 4096
 

@@ -18,6 +18,7 @@ from .expr import (
     Add, And, Cast, Const, Div, Expr, FloorDiv, FloorMod, Let, Max, Min, Mul, Not, Or, Select,
     Sub, TruncDiv, TruncMod, Var,
 )
+from .functor import free_vars
 from .op import COMPARE, _wrap
 from .printer import to_str
 
@@ -48,8 +49,9 @@ def eval_host_expr(e: Expr, env: Dict[Var, Any]):
             return v != 0
         if _dt.is_float(e.dtype):
             return float(v)
-        v = int(v) if not isinstance(v, float) else int(math.trunc(v))
-        return _wrap(v, e.dtype)
+        if _dt.is_float(e.value.dtype) or isinstance(v, float):
+            v = _float_to_int(e, float(v), env)
+        return _wrap(int(v), e.dtype)
     if t is Let:
         env2 = dict(env)
         env2[e.var] = eval_host_expr(e.value, env)
@@ -74,6 +76,24 @@ def eval_host_expr(e: Expr, env: Dict[Var, Any]):
     if _dt.is_int(e.dtype):
         return _wrap(int(r), e.dtype)
     return r
+
+
+def _float_to_int(e: Cast, v: float, env) -> int:
+    """The float ``v`` (the value of ``e.value``) truncated for the cast ``e`` to an int
+    dtype, as the compiled code converts it (to int8/int16/uint8 through int32, then
+    wrapping).  Where the code's conversion has no defined result (NaN, an infinity, a
+    value past int32 or int64), an ArgumentError: the host's value would not be the
+    kernel's (a loop extent or launch size checked on one value and run with another)."""
+    wide = e.dtype if _dt.bits(e.dtype) >= 32 else "int32"
+    lo, hi = _dt.int_limits(wide)
+    if math.isfinite(v) and lo <= math.trunc(v) <= hi:
+        return math.trunc(v)
+    vals = ", ".join(f"{x.name} = {env[x]!r}" for x in free_vars(e.value) if x in env)
+    raise ArgumentError(
+        f"`{to_str(e)}` converts the float {v!r} to {e.dtype}, and a float outside {wide}'s "
+        f"range [{lo}, {hi}] (or NaN, an infinity) has no defined conversion"
+        f"{f' ({vals})' if vals else ''}: pass values for which it is in range, or clamp it "
+        f"first (tc.min(tc.max(x, lo), hi))")
 
 
 def _ieee_div(a, b):

@@ -108,7 +108,13 @@ def _clamped_tail(lo: Expr, ext: Expr) -> bool:
 
 
 def _is_leaf(e: Expr) -> bool:
-    return not isinstance(e, _RING + _ORDERED + (Cast, Select, Let))
+    """An int expression whose value is what it is, in its dtype, as a load's: no index
+    arithmetic in it to widen.  A cast from a float (or bool) is one: the cast gives a
+    value of its dtype whatever its operand (a loop extent `int32(x)` of a float scalar
+    `x` was once an InternalError, "does not fit int32")."""
+    if type(e) is Cast:
+        return not _dt.is_int(e.value.dtype)
+    return not isinstance(e, _RING + _ORDERED + (Select, Let))
 
 
 class _IndexDtype(Mutator):

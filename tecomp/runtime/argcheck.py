@@ -296,6 +296,8 @@ def as_host_array(a, label: str, written: bool = False):
       refused when the kernel writes it (``written``).  A tensor that is not dense
       memory (sparse, quantized, nested, MKL-DNN, a ``torch.func`` transform's wrapper
       such as vmap's BatchedTensor) is refused;
+    * a numpy masked array (``numpy.ma``) that masks no element: itself (its data); one
+      that masks any is refused (:func:`_check_unmasked`): a kernel ignores masks;
     * anything else with ``__dlpack__`` on the CPU: ``np.from_dlpack(a)``: the producer
       owns and describes the memory (DLPack's contract), and a producer that exports it
       read-only (DLPack 1.0) gets a read-only array;
@@ -319,6 +321,8 @@ def as_host_array(a, label: str, written: bool = False):
                 return a.view(torch.int16).numpy().view(_dt.numpy_dtype("bfloat16"))
             return a.numpy()
         if isinstance(a, np.ndarray):
+            if "numpy.ma" in sys.modules and isinstance(a, sys.modules["numpy.ma"].MaskedArray):
+                _check_unmasked(a, label, written)
             return a
         if hasattr(a, "__dlpack__"):
             dev = getattr(a, "__dlpack_device__", None)
@@ -337,6 +341,28 @@ def as_host_array(a, label: str, written: bool = False):
             f"of the dtypes numpy has (bfloat16 as torch tensors or ml_dtypes arrays): convert "
             f"it, e.g. x.float()") from None
     return a
+
+
+def _check_unmasked(a, label: str, written: bool) -> None:
+    """An ArgumentError where the numpy masked array ``a`` masks any element: a kernel
+    reads and writes the data under the mask, not the mask (an input's masked elements
+    would be read as values; an output's results under its mask would stay hidden).  A
+    masked array that masks nothing is its data."""
+    ma = sys.modules["numpy.ma"]
+    if not ma.is_masked(a):
+        return
+    count = int(np.count_nonzero(ma.getmaskarray(a)))
+    if written:
+        fix = ("pass a plain array (out = np.empty(shape, dtype) or np.ma.getdata(x)) and "
+               "mask the result afterwards: np.ma.masked_array(out, mask=...)")
+        what = "writes its data, and the results under the mask would stay hidden"
+    else:
+        fix = ("pass x.filled(value) (the value to use in place of the masked elements), "
+               "or np.ma.getdata(x) to read the data under the mask as it is")
+        what = "reads its data, masked elements included, as values"
+    raise ArgumentError(
+        f"{label}: the numpy masked array masks {count} of its {a.size} elements, and tecomp "
+        f"ignores masks (the kernel {what}): {fix}")
 
 
 def _plain_tensor(t, label: str, written: bool):

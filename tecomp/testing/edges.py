@@ -20,7 +20,10 @@ read the docs, or one who wants to crash the caller, would:
     inputs (session 19, drawn from a stream of their own) also store their outputs past
     the cache (``pragma nontemporal`` on each output's outermost loop) and pass each
     output 0 to 15 elements past a 64-byte line, or reversed: the same values (a
-    streamed store aligned for a line its output is not on would fault).
+    streamed store aligned for a line its output is not on would fault).  One case in
+    five (session 30, stream 55) passes numpy masked arrays instead: every array with a
+    mask of nothing (the plain call's values), or one input's or output's element masked
+    (refused: a kernel ignores masks, and once read masked inputs as values).
 ``lazy_bits``
     torch tensors with the negation bit (``torch._neg_view``, ``z.conj().imag``) as
     inputs (read with their sign) and outputs (refused with an ``ArgumentError``); or
@@ -492,6 +495,9 @@ def draw_edge_case(seed: int) -> EdgeCase:
             twist["output_shifts"] = [side.int(0, 15) for _ in prog.outputs]
             twist["reversed_output"] = side.bool(0.25)
             steps += [("pragma", f"T{i}", 0, "nontemporal") for i in outs]
+        masked = RandomDraw(seed * 7919 + 55)   # (session 30: the others keep theirs)
+        if masked.bool(0.2):
+            twist = {"variant": masked.choice(MASKED_VARIANTS), "pick": masked.int(0, 10**6)}
     elif family == "lazy_bits":
         twist = {"variant": d.choice(("neg_view_input", "conj_imag_input", "neg_view_output"))}
         if d.bool(0.3):       # drawn after the variant (the other seeds keep their draws)
@@ -978,6 +984,36 @@ def _prepare(ec):
 #: the layouts family's variants that pass inputs as views and compare the values
 LAYOUT_INPUT_VARIANTS = ("broadcast_inputs", "reversed_inputs", "overlapping_inputs")
 
+#: (session 30) the layouts family's numpy masked arrays: every array masked by a mask of
+#: all False (its data: the values of the plain call), or one element of an input or of
+#: an output masked (refused: a kernel ignores masks; once the mask was silently dropped)
+MASKED_VARIANTS = ("unmasked_masked", "masked_input", "masked_output")
+
+
+def _run_masked(ec: EdgeCase, c) -> Outcome:
+    """The layouts family's :data:`MASKED_VARIANTS`."""
+    mod, ir, arrs, v = c.mod, c.ir, c.arrs, c.variant
+    if v == "unmasked_masked":
+        arrs = [np.ma.masked_array(a, mask=False) if isinstance(a, np.ndarray) else a
+                for a in arrs]
+        try:
+            mod(*arrs)
+        except Exception as e:  # noqa: BLE001
+            return Outcome("crash", ec, f"layouts {v}", _exc_text(e), ir)
+        got = [a.data if isinstance(a, np.ma.MaskedArray) else a for a in arrs]
+        msg = _same_outputs(ec, got, c.want, f"{v} vs plain arrays")
+        return Outcome("mismatch", ec, f"layouts {v}", msg, ir) if msg else \
+            Outcome("ok", ec, "", "", ir)
+    side = [p for p in (c.ins if v == "masked_input" else c.outs) if arrs[p].size]
+    if not side:
+        return Outcome("ok", ec, "", "", ir)          # no element to mask
+    p = side[ec.twist["pick"] % len(side)]
+    mask = np.zeros(arrs[p].shape, bool)
+    mask.reshape(-1)[ec.twist["pick"] % mask.size] = True
+    arrs[p] = np.ma.masked_array(arrs[p], mask=mask)
+    return _expect_refusal(ec, lambda: mod(*arrs), (tc.ArgumentError,), f"layouts {v}", ir,
+                           f"a masked array ({v})")
+
 
 def _off_line(a, shift: int, reverse: bool):
     """A copy of the array ``a`` whose first element lies ``shift`` elements past a
@@ -1000,6 +1036,8 @@ def _run_layouts(ec: EdgeCase) -> Outcome:
     if bad:
         return bad
     mod, ir, ins, outs, arrs, v = c.mod, c.ir, c.ins, c.outs, c.arrs, c.variant
+    if v in MASKED_VARIANTS:
+        return _run_masked(ec, c)
     if v in LAYOUT_INPUT_VARIANTS:
         for p, shift in zip(outs, ec.twist.get("output_shifts", ())):
             arrs[p] = _off_line(arrs[p], shift, ec.twist["reversed_output"])

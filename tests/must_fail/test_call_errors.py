@@ -247,6 +247,38 @@ def test_negative_compound_scalar_extent():
     assert c[0] == 14 + 15 + 0 + 1
 
 
+def _float_extent():
+    """C[0] = sum(A[min(k, 7)] for k < int32(x)): the extent of k a float scalar cast to
+    int32 (the build was an InternalError, "the extent of loop k `int32(x)` does not fit
+    int32")."""
+    x = tc.var("x", "float32")
+    A = tc.placeholder((8,), name="A")
+    k = tc.reduce_axis((0, x.astype("int32")), name="k")
+    C = tc.compute((1,), lambda i: tc.sum(A[tc.min(k, 7)], axis=k), name="C")
+    return tc.build(tc.create_schedule(C.op), [A, C, x])
+
+
+_FLOAT_EXTENT = (r"`int32\(x\)` converts the float {} to int32, and a float outside int32's "
+                 r"range \[-2147483648, 2147483647\] \(or NaN, an infinity\) has no defined "
+                 r"conversion \(x = {}\): pass values for which it is in range")
+
+
+def test_a_float_cast_to_an_extent_out_of_range_is_refused():
+    """The call checks a float scalar's conversion where the host evaluates it (the
+    extent's check, a launch size): NaN, an infinity or a float past int32 has no defined
+    conversion, and the host's value (once a raw ValueError, or 1e30 wrapped to a positive
+    extent) would not be the kernel's."""
+    f = _float_extent()
+    a = np.arange(8, dtype="float32")
+    c = np.zeros(1, "float32")
+    f(a, c, 3.9)
+    assert c[0] == 3
+    for v, text in ((float("nan"), "nan"), (float("inf"), "inf"), (-float("inf"), "-inf"),
+                    (1e30, "1e\\+30"), (np.float32(3e9), "3000000000.0")):
+        with pytest.raises(tc.ArgumentError, match=_FLOAT_EXTENT.format(text, ".*")):
+            f(a, c, v)
+
+
 @pytest.mark.parametrize("runner", ["llvm", "interp"])
 def test_negative_scalar_offset_and_multiplier_are_fine(runner):
     """Scalars that are only values (an offset in an index, a multiplier) are not extents:

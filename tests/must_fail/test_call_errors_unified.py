@@ -100,6 +100,16 @@ CASES = {
         lambda: (_a().astype(">f4"), _w(), _b(), 1.0, 2),
         r"parameter A \(argument 1\) expects float32, got float32 with non-native byte order "
         r"\(>f4\)"),
+    "a masked array as input": (
+        lambda: (np.ma.masked_less(_a(), 2.0), _w(), _b(), 1.0, 2),
+        r"parameter A \(argument 1\): the numpy masked array masks 2 of its 12 elements, and "
+        r"tecomp ignores masks \(the kernel reads its data, masked elements included, as "
+        r"values\): pass x\.filled\(value\)"),
+    "a masked array as output": (
+        lambda: (_a(), _w(), np.ma.masked_array(_b(), mask=np.eye(6, 4, dtype=bool)), 1.0, 2),
+        r"parameter B \(argument 3\): the numpy masked array masks 4 of its 24 elements, and "
+        r"tecomp ignores masks \(the kernel writes its data, and the results under the mask "
+        r"would stay hidden\): pass a plain array"),
     "ndim": (
         lambda: (_a(), _w(), _b()[:, :, None], 1.0, 2),
         r"parameter B \(argument 3\) expects a 2-d array of shape \(n\*2, 4\), got a 3-d array "
@@ -195,3 +205,15 @@ def test_both_still_work_after_the_errors(modules):
         b = _b()
         f(_a(), _w(), b, 2.0, -1)
         np.testing.assert_array_equal(b, want)
+
+
+def test_a_masked_array_that_masks_nothing_is_its_data(modules):
+    """(the counterpart of the masked-array refusals: the mask is refused, not the type)"""
+    want = np.repeat(_a(), 2, axis=0) * np.float32(2) + np.float32(1) + np.float32(-1)
+    for f in modules:
+        if f is None:
+            continue
+        b = np.ma.masked_array(_b(), mask=False)
+        f(np.ma.masked_array(_a()), _w(), b, 2.0, -1)
+        np.testing.assert_array_equal(b.data, want)
+        assert not b.mask.any()

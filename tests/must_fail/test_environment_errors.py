@@ -54,6 +54,23 @@ def test_worker_memory_not_a_positive_number(monkeypatch, value):
         _build()
 
 
+@pytest.mark.parametrize("value", ["lots", "-5", "99999999999", "2.5"])
+def test_emulated_thread_stack_not_a_size(monkeypatch, value):
+    """(a huge stack was taken, and every launch of the CUDA emulation then failed with
+    "could not start 32 threads for one block ... use the 'serial' emulation mode")"""
+    from cuda_examples import vector_add
+    from tecomp.codegen import cuda_emu
+    from tecomp.codegen.cuda import codegen_cuda
+
+    kern = codegen_cuda(vector_add().func).kernels[0]
+    monkeypatch.setenv("TECOMP_CUDA_EMU_STACK_KIB", value)
+    with pytest.raises(tc.ArgumentError, match=rf"TECOMP_CUDA_EMU_STACK_KIB='{value}' is not an "
+                                               r"integer from 0 to 1048576: it sets the KiB of "
+                                               r"stack each emulated CUDA thread gets beyond its "
+                                               r"kernel's own arrays; .*\(default 256\)"):
+        cuda_emu.thread_stack_bytes(kern)
+
+
 def test_legal_values_still_build(monkeypatch):
     monkeypatch.setenv("TECOMP_VECTOR_LANES", "8")
     monkeypatch.setenv("TECOMP_LLVM_OPT_TIMEOUT", "30")
