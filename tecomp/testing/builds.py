@@ -8,8 +8,8 @@ models of which some give the same code, two tests of one file on the same opera
 :class:`BuildMemo` lowers each schedule (cheap) and compiles it (code generation, the
 LLVM optimiser: most of a build) only when no earlier build of the memo lowered to the
 same function for the same target under the same code generator's switches: the printed
-IR, the function's attributes, the ``TECOMP_*`` environment and the upper-case settings
-of the modules of ``tecomp.codegen`` and ``tecomp.lower`` must match, then
+IR, the function's attributes, the ``TECOMP_*`` environment and the public upper-case
+settings of the modules of ``tecomp.codegen`` and ``tecomp.lower`` must match, then
 :func:`tecomp.ir.parse.structural_equal` (the parameters, the body, the conditions on the
 arguments) confirms it.  The module is shared: the memo suits tests that call a kernel,
 not those that change or close it, nor those that patch a code generator's class or
@@ -35,7 +35,7 @@ def _modules():
 
 def codegen_settings(mods=None):
     """The switches a build reads outside the lowered function, as a key: the
-    ``TECOMP_*`` environment and the upper-case globals of the loaded modules ``mods``
+    ``TECOMP_*`` environment and the public upper-case globals of the loaded modules ``mods``
     (default: those of ``tecomp.codegen`` and ``tecomp.lower``), plain values as they
     are, a dict of a table's size by its items, anything else by its identity; and the
     objects the key names by identity (kept alive with the key, so that no other object
@@ -52,7 +52,7 @@ def codegen_settings(mods=None):
     glob = []
     for n, m in mods if mods is not None else _modules():
         for k, v in sorted(vars(m).items()):
-            if k.isupper():
+            if k.isupper() and not k.startswith("_"):   # (private ones are caches)
                 glob.append((n, k, tuple((repr(a), plain(b)) for a, b in v.items())
                              if isinstance(v, dict) and len(v) <= 64 else plain(v)))
     return (env, tuple(glob)), keep
