@@ -20,6 +20,7 @@ from tecomp.autodiff import gradcheck
 from tecomp.nn._check import Args
 from tecomp.strategy import Knobs, apply_rules, cpu
 from tecomp.strategy.cpu.grouped import _across_groups, _interleaves, group_conv2d_params
+from tecomp.testing.builds import BuildMemo
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -27,6 +28,9 @@ F = torch.nn.functional
 needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
                                reason="no C++ compiler for the emulation")
 RNG = np.random.default_rng(52)
+#: the kernels of this file's tests, each built once (a switch whose two settings plan
+#: alike for a shape does not compile the same function twice)
+_build = BuildMemo().build
 LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
 
 
@@ -123,7 +127,7 @@ class Conv:
         return [np.ascontiguousarray(cast(a)) for a in (self.xa, self.wa)]
 
     def run(self, s, target="llvm", **kw):
-        f = tc.build(s, [self.X, self.W, self.Y], target=target)
+        f = _build(s, [self.X, self.W, self.Y], target=target)
         xa, wa = self.arrays()
         out = np.full(self.ref().shape, np.nan, _np_dtype(self.Y.dtype))
         f(xa, wa, out, **kw)
@@ -313,7 +317,7 @@ def test_grouped_nchw_rows_copy_input(case, copy):
         s1 = cpu.schedule_group_conv2d_nchw(Z, config=config)
         low = str(tc.lower(s1, [c.X, c.W, b, Z]))
         assert ("X.global" in low) == copy, low
-        f = tc.build(s1, [c.X, c.W, b, Z])
+        f = _build(s1, [c.X, c.W, b, Z])
         xa, wa = c.arrays()
         ba = RNG.standard_normal(32).astype("float32")
         out = np.zeros(c.ref().shape, "float32")
@@ -359,7 +363,7 @@ def test_grouped_nchw_channel_blocks_transpose_out(case, monkeypatch):
     Z = nn.relu(nn.bias_add(c.Y, b, axis=1))
     s2 = cpu.schedule_group_conv2d_nchw(Z, config=config | {"transpose_out": True})
     assert name in str(tc.lower(s2, [c.X, c.W, b, Z]))
-    f = tc.build(s2, [c.X, c.W, b, Z])
+    f = _build(s2, [c.X, c.W, b, Z])
     xa, wa = c.arrays()
     ba = RNG.standard_normal(O).astype("float32")
     out = np.zeros(c.ref().shape, "float32")
@@ -376,7 +380,7 @@ def test_grouped_nchw_transpose_out_keeps_the_scatter_for_a_float16_epilogue():
     s1 = cpu.schedule_group_conv2d_nchw(Z, config={"channel_blocks": True, "ob": 16,
                                                    "yb": 2, "xb": 7})
     assert "x86.transpose_f32_7x" not in str(tc.lower(s1, [c.X, c.W, Z]))
-    f = tc.build(s1, [c.X, c.W, Z])
+    f = _build(s1, [c.X, c.W, Z])
     xa, wa = c.arrays()
     out = np.zeros(c.ref().shape, "float16")
     f(xa, wa, out)
@@ -430,7 +434,7 @@ def test_grouped_nchw_random_configs(seed):
         # a bias and a ReLU on the block
         b = tc.placeholder((g * P,), name="b")
         Z = nn.relu(nn.bias_add(c.Y, b, axis=1))
-        f = tc.build(cpu.schedule_group_conv2d_nchw(Z, config=config), [c.X, c.W, b, Z])
+        f = _build(cpu.schedule_group_conv2d_nchw(Z, config=config), [c.X, c.W, b, Z])
         xa, wa = c.arrays()
         ba = rng.standard_normal(g * P).astype("float32")
         out = np.zeros(c.ref().shape, "float32")
@@ -457,7 +461,7 @@ def test_grouped_channel_blocks_epilogue_no_padding_symbolic_batch(layout):
     sched = cpu.schedule_group_conv2d_nchw if nchw else cpu.schedule_group_conv2d_nhwc
     s1 = sched(Z, config={"channel_blocks": True})
     assert "X.global" in str(tc.lower(s1, [c.X, c.W, b, Z]))
-    f = tc.build(s1, [c.X, c.W, b, Z])
+    f = _build(s1, [c.X, c.W, b, Z])
     xa, wa = c.arrays()
     ba = RNG.standard_normal(32).astype("float32")
     out = np.zeros(c.ref().shape, "float32")
@@ -527,7 +531,7 @@ def test_grouped_nhwc_vectors_across_groups(case, lanes):
     if across:
         # the input read in place (no copy per task), the products fused with the sums
         assert "fp_contract" in low and ".global" not in low, low
-    f = tc.build(s1, [c.X, c.W, b, Z])
+    f = _build(s1, [c.X, c.W, b, Z])
     if across and platform.machine() in ("x86_64", "AMD64"):
         assert "llvm.masked.gather" not in f.get_source("llvm-unopt")
     xa, wa = c.arrays()
@@ -569,11 +573,11 @@ def test_grouped_nhwc_interleaved(case, lanes, threads):
         Q = lanes // P if P < lanes else 2
         # the accumulators [.., O / L, P, Q], the input and weight copies likewise
         assert f"float32[1, 1, " in low and f", {P}, {Q}] (local)" in low, low
-        f = tc.build(s1, [c.X, c.W, b, Z])
+        f = _build(s1, [c.X, c.W, b, Z])
         if platform.machine() in ("x86_64", "AMD64"):
             assert "llvm.masked.gather" not in f.get_source("llvm-unopt")
     else:
-        f = tc.build(s1, [c.X, c.W, b, Z])
+        f = _build(s1, [c.X, c.W, b, Z])
     _check_nhwc_bias_relu(c, f)
     assert str(tc.lower(tc.auto_schedule([c.X, c.W, b, Z], trials=0), [c.X, c.W, b, Z])) == low
 
@@ -622,7 +626,7 @@ def test_grouped_nhwc_interleaved_whole_vectors(case, lanes, threads, monkeypatc
                      and grouped._block_plane_bytes(c.Y, 2) <= info.l1_bytes)
             assert bool(re.search(rf"parallel \([^,]*, 0, {N * G // 2}\)", low)) == \
                 (tasks and threads > 1), low
-        f = tc.build(s1, [c.X, c.W, b, Z])
+        f = _build(s1, [c.X, c.W, b, Z])
         out = np.full(want.shape, np.nan, "float32")
         f(xa, wa, ba, out)
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
@@ -670,7 +674,7 @@ def test_grouped_nhwc_interleaved_inside_a_block():
     x, w1, w2, bb = (RNG.standard_normal(shape).astype("float32") for shape in
                      ((2, 6, 9, 16), (3, 3, 16, 32), (3, 3, 8, 32), (32,)))
     out = np.full((2, 6, 9, 32), np.nan, "float32")
-    tc.build(s, args)(x, w1, w2, bb, out)
+    _build(s, args)(x, w1, w2, bb, out)
     t = lambda a: torch.tensor(a, dtype=torch.float64)  # noqa: E731
     r = F.relu(F.conv2d(t(x).permute(0, 3, 1, 2), t(w1).permute(3, 2, 0, 1), padding=1))
     r = F.relu(F.conv2d(r, t(w2).permute(3, 2, 0, 1), padding=1, groups=4) +
@@ -687,7 +691,7 @@ def test_depthwise_template_with_epilogue(layout):
     b = tc.placeholder((24,), name="b")
     Z = nn.clip(nn.bias_add(c.Y, b, axis=1 if nchw else 3), 0.0, 6.0)
     sched = cpu.schedule_depthwise_conv2d_nchw if nchw else cpu.schedule_depthwise_conv2d_nhwc
-    f = tc.build(sched(Z), [c.X, c.W, b, Z])
+    f = _build(sched(Z), [c.X, c.W, b, Z])
     xa, wa = c.arrays()
     ba = RNG.standard_normal(24).astype("float32")
     out = np.zeros(c.ref().shape, "float32")
@@ -719,7 +723,7 @@ def test_depthwise_streamed_output(layout, monkeypatch):
         s = cpu.schedule_depthwise_conv2d_nchw(Z) if nchw else \
             cpu.schedule_depthwise_conv2d_nhwc(Z)
         assert "pragma_nontemporal" in str(tc.lower(s, [c.X, c.W, Z]))
-        f = tc.build(s, [c.X, c.W, Z])
+        f = _build(s, [c.X, c.W, Z])
         xa, wa = c.arrays()
         for shift in (0, 1):
             out = _off_line(c.ref().shape, shift)
@@ -769,7 +773,7 @@ def test_depthwise_nchw_rows_prefetched(case, threads, monkeypatch):
     Z = nn.relu(c.Y)
     s = cpu.schedule_depthwise_conv2d_nchw(Z)
     assert "prefetch" in str(tc.lower(s, [c.X, c.W, Z]))
-    f = tc.build(s, [c.X, c.W, Z])
+    f = _build(s, [c.X, c.W, Z])
     xa, wa = c.arrays()
     out = np.full(c.ref().shape, np.nan, "float32")
     f(xa, wa, out)
@@ -840,7 +844,7 @@ def test_symbolic_batch(kind, layout):
     n = tc.var("n")
     c = Conv(kind, nchw, 3, 8, 9, 7, 16 if kind == "depthwise" else 8, 3, 3, 2, "SAME",
              groups=4, mult=2, dtype="float32", batch=n)
-    f = tc.build(_auto(c), [c.X, c.W, c.Y])
+    f = _build(_auto(c), [c.X, c.W, c.Y])
     xa, wa = c.arrays()
     out = np.zeros(c.ref().shape, "float32")
     f(xa, wa, out)
@@ -869,7 +873,7 @@ def test_half_precision_sums_in_float32(kind, dtype, layout):
     wr = torch.tensor(c.w).to(getattr(torch, dtype)).double()
     want = c.torch_out(rounded, wr).numpy()
     want = want if nchw else want.transpose(0, 2, 3, 1)
-    f = tc.build(_auto(c), [c.X, c.W, c.Y])
+    f = _build(_auto(c), [c.X, c.W, c.Y])
     xa, wa = (torch.tensor(a.copy()).to(getattr(torch, dtype)) for a in (c.xa, c.wa))
     out = torch.zeros(want.shape, dtype=getattr(torch, dtype))
     f(xa, wa, out)
@@ -895,7 +899,7 @@ def test_gradients_match_torch(case, layout):
     out.backward(torch.tensor(head))
     Hd = tc.placeholder(c.Y.shape, "float64", name="H")
     dX, dW = tc.gradient(c.Y, [c.X, c.W], Hd)
-    f = tc.build(tc.auto_schedule([dX, dW], trials=0), [c.X, c.W, Hd, dX, dW])
+    f = _build(tc.auto_schedule([dX, dW], trials=0), [c.X, c.W, Hd, dX, dW])
     xa, wa = c.arrays()
     gx, gw = np.zeros(xa.shape), np.zeros(wa.shape)
     f(xa, wa, np.ascontiguousarray(head if c.nchw else head.transpose(0, 2, 3, 1)), gx, gw)
@@ -965,7 +969,7 @@ def test_depthwise_data_gradient_is_a_depthwise_convolution(layout, spelling):
     out = c.torch_out(x, torch.tensor(c.w))
     head = RNG.standard_normal(tuple(out.shape))
     out.backward(torch.tensor(head))
-    f = tc.build(tc.auto_schedule([dX], trials=0), [c.W, Hd, dX])
+    f = _build(tc.auto_schedule([dX], trials=0), [c.W, Hd, dX])
     gx = np.zeros(c.xa.shape)
     f(np.ascontiguousarray(c.wa), np.ascontiguousarray(head if nchw else
                                                        head.transpose(0, 2, 3, 1)), gx)
@@ -1011,7 +1015,7 @@ def test_nchw_rows_strided_masked_loads(case, lanes, threads, monkeypatch):
         low = str(tc.lower(s1, [c.X, c.W, c.Y]))
         taken = on and padded and _pair(s)[1] > 1
         assert ("pragma_masked_wide_loads" in low) == taken, low
-        f = tc.build(s1, [c.X, c.W, c.Y])
+        f = _build(s1, [c.X, c.W, c.Y])
         if taken and platform.machine() in ("x86_64", "AMD64"):
             assert "llvm.masked.gather" not in f.get_source("llvm-unopt")
         xa, wa = c.arrays()
@@ -1050,7 +1054,7 @@ def test_nchw_channel_blocks_with_room_match_torch(room, lanes, monkeypatch):
     c = Conv("grouped", True, 2, 64, 7, 6, 64, 3, 3, 1, 1, groups=4, dtype="float32")
     b = tc.placeholder((64,), name="b")
     Z = nn.relu(nn.bias_add(c.Y, b, axis=1))
-    f = tc.build(cpu.schedule_group_conv2d_nchw(Z), [c.X, c.W, b, Z])
+    f = _build(cpu.schedule_group_conv2d_nchw(Z), [c.X, c.W, b, Z])
     xa, wa = c.arrays()
     ba = RNG.standard_normal(64).astype("float32")
     out = np.full(c.ref().shape, np.nan, "float32")
@@ -1079,7 +1083,7 @@ def test_grouped_nchw_rows_fuse_multiply_adds(case, lanes, monkeypatch):
         s1 = cpu.schedule_group_conv2d_nchw(c.Y, config={"channel_blocks": False})
         low = str(tc.lower(s1, [c.X, c.W, c.Y]))
         assert ("pragma_fp_contract" in low) == on, low
-        f = tc.build(s1, [c.X, c.W, c.Y])
+        f = _build(s1, [c.X, c.W, c.Y])
         assert ("fmul contract" in f.get_source("llvm-unopt")) == on
         xa, wa = c.arrays()
         out = np.full(c.ref().shape, np.nan, "float32")
@@ -1133,7 +1137,7 @@ def test_grouped_nhwc_interleaved_plane_tasks(case, lanes, monkeypatch):
                     assert f"0, {N * (O // lanes)})" in par[0], par
                 else:
                     assert f"0, {N * OH})" in par[0], par
-            _check_nhwc_bias_relu(c, tc.build(s1, [c.X, c.W, b, Z]))
+            _check_nhwc_bias_relu(c, _build(s1, [c.X, c.W, b, Z]))
     finally:
         tc.set_num_threads(old)
 
@@ -1171,4 +1175,4 @@ def test_grouped_nhwc_interleaved_shares_tap_broadcasts(case, lanes, monkeypatch
         # a 9-column window with AVX2's 16)
         shared = on and one_vector and 2 * (kw - 1) <= info.vregs - 4
         assert ("unrolled (kx" in low) == shared, low
-        _check_nhwc_bias_relu(c, tc.build(s1, [c.X, c.W, b, Z]))
+        _check_nhwc_bias_relu(c, _build(s1, [c.X, c.W, b, Z]))

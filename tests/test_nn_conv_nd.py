@@ -19,6 +19,7 @@ from tecomp.strategy.cpu.conv3d import _conv3d_template
 from tecomp.strategy.cpu import conv_nd as conv_nd_template
 from tecomp.strategy.cpu.conv_nd import _conv1d_template, _interleave_by_phase, _row_vectors
 from tecomp.target import cpu_model
+from tecomp.testing.builds import BuildMemo
 
 torch = pytest.importorskip("torch")
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -27,6 +28,9 @@ F = torch.nn.functional
 
 #: the long matrices (TECOMP_LONG_TESTS=1); by default a part of each
 LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
+#: the kernels of this file's tests, each built once (tests of one operator that plan the
+#: same kernel: the NCDHW template's rows of 14, the dcgan transpose's channel vectors)
+_BUILDS = BuildMemo()
 
 
 def _pairs(padding, nsp):
@@ -51,7 +55,7 @@ def _torch_pad(x, pairs):
 def _build(outs, args, auto=False, target="llvm"):
     s = tc.auto_schedule(args, target=target) if auto else tc.create_schedule(
         [t.op for t in outs])
-    return tc.build(s, args, target=target)
+    return _BUILDS.build(s, args, target=target)
 
 
 def _run(f, arrays, out_shapes, dtype):
@@ -290,7 +294,7 @@ def test_conv2d_transpose_interleave_by_phase(case, dtype):
     s = tc.create_schedule(Y.op)
     _interleave_by_phase(s, Y, cpu_model())
     assert s[Y].relations
-    (y,) = _run(tc.build(s, [X, W, Y]), [x, w], [tc.utils.get_const_tuple(Y.shape)], dtype)
+    (y,) = _run(_BUILDS.build(s, [X, W, Y]), [x, w], [tc.utils.get_const_tuple(Y.shape)], dtype)
     tol = 1e-10 if dtype == "float64" else 1e-4
     np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
 
@@ -325,7 +329,7 @@ def test_conv2d_transpose_interleave_by_phase_in_the_template():
             assert len(flips) == 4 and set(flips.values()) == {
                 "root" if "template.phases.flip" in knobs else "inline"}, (knobs, flips)
             y = np.empty((2, 8, 15, 13), "float32")
-            tc.build(s, [X, W, Y])(x.astype("float32"), w.astype("float32"), y)
+            _BUILDS.build(s, [X, W, Y])(x.astype("float32"), w.astype("float32"), y)
             np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
     Xh = tc.placeholder((2, 6, 6, 32), name="X")
     Wh = tc.placeholder((4, 4, 16, 32), name="W")
@@ -363,7 +367,7 @@ def test_conv2d_transpose_channel_vector_phases_transpose_their_kept_flips():
     rng = np.random.default_rng(9)
     x, w = rng.standard_normal((2, 256, 4, 4)), rng.standard_normal((256, 32, 4, 4))
     y = np.empty((2, 32, 8, 8), "float32")
-    tc.build(s, [X, W, Y], target=target)(x.astype("float32"), w.astype("float32"), y)
+    _BUILDS.build(s, [X, W, Y], target=target)(x.astype("float32"), w.astype("float32"), y)
     want = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), stride=2,
                               padding=1).numpy()
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
@@ -401,7 +405,7 @@ def test_conv2d_transpose_channel_vector_phases_pack_their_weights_once(case):
             assert ir.count("tensorize x86.transpose_f32_16x16") == (k[0] * k[1] % 16 == 0)
         if runs:
             y = np.empty(want.shape, "float32")
-            tc.build(s, [X, W, Y], target=target)(x, w, y)
+            _BUILDS.build(s, [X, W, Y], target=target)(x, w, y)
             np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-3)
 
 
@@ -496,7 +500,7 @@ def _torch_grads(fn, x, w, head):
 def _tc_grads(Y, X, W, x, w, head):
     Hd = tc.placeholder(Y.shape, "float64", "Hd")
     gX, gW = tc.gradient(Y, [X, W], head=Hd)
-    f = tc.build(tc.schedule_backward([Y, gX, gW]), [X, W, Hd, Y, gX, gW])
+    f = _BUILDS.build(tc.schedule_backward([Y, gX, gW]), [X, W, Hd, Y, gX, gW])
     outs = [np.empty(tc.utils.get_const_tuple(t.shape), "float64") for t in (Y, gX, gW)]
     f(x, w, head, *outs)
     return outs
@@ -661,7 +665,7 @@ def test_conv1d_strided_row_copied_by_phase(shape, k, stride, padding, dilation,
     want = F.conv1d(_torch_pad(torch.from_numpy(x), pairs), torch.from_numpy(w), stride=stride,
                     dilation=dilation).numpy()
     y = np.empty(want.shape, dtype)
-    tc.build(s, [X, W, Y])(x.astype(dtype), w.astype(dtype), y)
+    _BUILDS.build(s, [X, W, Y])(x.astype(dtype), w.astype(dtype), y)
     tol = 1e-4 if dtype == "float32" else 1e-10
     np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
 
@@ -689,7 +693,7 @@ def test_conv3d_ncdhw_template_by_channels(case):
     want = F.conv3d(_torch_pad(torch.from_numpy(x), pairs), torch.from_numpy(w), stride=stride,
                     dilation=dilation).numpy()
     y = np.empty(want.shape, "float32")
-    tc.build(s, [X, W, Y], target=target)(x.astype("float32"), w.astype("float32"), y)
+    _BUILDS.build(s, [X, W, Y], target=target)(x.astype("float32"), w.astype("float32"), y)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
@@ -718,8 +722,8 @@ def test_conv3d_ncdhw_template_skips_the_padded_taps(case):
     s = apply_rules([X, W, Y], Knobs(), info)
     text = str(tc.lower(s, [X, W, Y], target=target))
     assert ("tensorize x86.transpose_f32_" in text) == (C * 27 % info.lanes == 0), text
-    f = tc.build(s, [X, W, Y], target=target)
-    computed = tc.build(apply_rules([X, W, Y], Knobs(
+    f = _BUILDS.build(s, [X, W, Y], target=target)
+    computed = _BUILDS.build(apply_rules([X, W, Y], Knobs(
         {"template.conv3d_ncdhw.zero_taps": "compute"}), info), [X, W, Y], target=target)
     rng = np.random.default_rng(13)
     x, w = rng.standard_normal((N, C, *S)), rng.standard_normal((O, C, 3, 3, 3))
@@ -807,7 +811,7 @@ def test_conv3d_ncdhw_short_reduction_by_channels(case):
             taps = [ln.strip() for ln in text.splitlines() if "(kd," in ln or "(kh," in ln]
             assert taps and all(t.endswith(", 0, 3) {") for t in taps), taps
         y = np.empty(want.shape, "float32")
-        tc.build(s, [X, W, Y], target=target)(x.astype("float32"), w.astype("float32"), y)
+        _BUILDS.build(s, [X, W, Y], target=target)(x.astype("float32"), w.astype("float32"), y)
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4, err_msg=str(knobs))
 
 
@@ -889,7 +893,7 @@ def test_conv1d_ncw_wide_block_in_channel_chunks(shape, k, stride, padding, dila
         text = str(tc.lower(s, [X, W, Y], target=target))
         assert ("c.outer" in text) == (block == "wide"), block     # the chunks
         y = np.empty(want.shape, "float32")
-        tc.build(s, [X, W, Y], target=target)(x.astype("float32"), w.astype("float32"), y)
+        _BUILDS.build(s, [X, W, Y], target=target)(x.astype("float32"), w.astype("float32"), y)
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4, err_msg=block)
 
 

@@ -14,6 +14,7 @@ import pytest
 import tecomp as tc
 from tecomp.nn import ops
 from tecomp.strategy import Knobs, apply_rules, cpu as sc
+from tecomp.testing.builds import BuildMemo
 
 from helpers import with_fma_model, with_l2
 
@@ -43,8 +44,13 @@ def _shape(t):
     return tuple(int(e.value) for e in t.shape)
 
 
+#: the kernels of this file's tests, each built once (a matrix over the data's offsets,
+#: the thread counts whose schedules lower alike: the same function is not compiled again)
+_BUILDS = BuildMemo()
+
+
 def _run(s, args, inputs):
-    f = tc.build(s, args, target="llvm")
+    f = _BUILDS.build(s, args, target="llvm")
     out = np.full(_shape(args[-1]), np.nan, "float32")
     f(*inputs, out)
     return out

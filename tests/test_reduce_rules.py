@@ -20,8 +20,13 @@ from tecomp.strategy.cpu import apply_rules, cpu_model
 from tecomp.strategy import rules
 from tecomp.strategy.rules import Knobs
 from tecomp.te.reduce import Reducer
+from tecomp.testing.builds import BuildMemo
 
 rng = np.random.default_rng(1552)
+#: the kernels of this file's tests, each built once: many tests build the same argmax
+#: (under two machine models that plan alike, or another test's case); a module shared
+#: by tests that only call it
+_build = BuildMemo().build
 
 
 def info2():
@@ -94,7 +99,7 @@ def test_reduction_rules_against_numpy(shape, op, axis, keepdims, dtype, knob):
     Y = getattr(nn, op)(X, axis=axis, keepdims=keepdims, **kw)
     s, knobs = schedule([X, Y])
     assert knobs.values.get(knob, False) is not False, sorted(knobs.values)
-    f = tc.build(s, [X, Y])
+    f = _build(s, [X, Y])
     x = data(shape, dtype, op)
     if op.startswith("arg"):   # ties: the first position wins
         x.flat[rng.integers(0, x.size, 3)] = x.max() if op == "argmax" else x.min()
@@ -148,7 +153,7 @@ def test_row_argmax_in_vector_lanes_keeps_numpys_nan_and_ties(op):
         s, knobs = schedule([X, Y])
         assert knobs.values.get(f"{op}.tuple_rows") is True
         got = np.zeros(5, "int32")
-        tc.build(s, [X, Y])(x, got)
+        _build(s, [X, Y])(x, got)
         want = getattr(np, op)(x, axis=1)
         if last:   # numpy has no select_last_index: the reversed rows' first
             want = 199 - getattr(np, op)(x[:, ::-1], axis=1)
@@ -168,7 +173,7 @@ def test_random_knobs_of_the_reduction_rules_stay_correct(seed):
         s = apply_rules([X, Y], Knobs(rng=r), info2())
         x = data(shape, "float32", op)
         got = np.zeros(tuple(int(e.value) for e in Y.shape), Y.dtype)
-        tc.build(s, [X, Y])(x, got)
+        _build(s, [X, Y])(x, got)
         want = np_reduce(op, x, axis, False)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
@@ -184,7 +189,7 @@ def test_column_reduction_inlines_an_elementwise_producer_read_once():
     assert knobs.values.get("sum.columns") is True
     assert "allocate exp" not in str(tc.lower(s, [X, Y]))
     got = np.zeros((3, 8, 48), "float32")
-    tc.build(s, [X, Y])(x, got)
+    _build(s, [X, Y])(x, got)
     np.testing.assert_allclose(got, np.exp(x.astype("float64")).sum(1), rtol=1e-5)
     E = nn.exp(X)
     S = nn.sum(E, axis=1, keepdims=True)
@@ -192,7 +197,7 @@ def test_column_reduction_inlines_an_elementwise_producer_read_once():
     s, knobs = schedule([X, P])
     assert "sum.columns" not in knobs.values
     got = np.zeros(x.shape, "float32")
-    tc.build(s, [X, P])(x, got)
+    _build(s, [X, P])(x, got)
     e = np.exp(x.astype("float64"))
     np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=1e-5)
 
@@ -205,7 +210,7 @@ def test_column_reduction_over_a_symbolic_axis(op):
     n = tc.var("n")
     X = tc.placeholder((n, 8, 40), name="X")
     Y = getattr(nn, op)(X, axis=0, keepdims=True)
-    f = tc.build(tc.auto_schedule([X, Y, n]), [X, Y, n])
+    f = _build(tc.auto_schedule([X, Y, n]), [X, Y, n])
     for rows in (1, 7):
         x = rng.standard_normal((rows, 8, 40)).astype("float32")
         got = np.zeros((1, 8, 40), Y.dtype)
@@ -263,7 +268,7 @@ def test_row_reductions_exact_in_any_order_reduce_across_lanes(shape, op, axis, 
     ir = str(tc.lower(s, [X, Y], phase="codegen"))
     assert re.search(r"vector_plan = reduce \d+ lanes \(" + {"any": "or", "all": "and"}.get(
         op, {"sum": "add"}.get(op, op)) + r"\)", ir), ir
-    f = tc.build(s, [X, Y])
+    f = _build(s, [X, Y])
     x = _edge_data(shape, dtype, op)
     got = np.zeros(tuple(int(e.value) for e in Y.shape), Y.dtype)
     f(x, got)
@@ -306,7 +311,7 @@ def test_float_max_rows_reduce_their_lanes_as_a_tree(op, n):
         ir = str(tc.lower(s, [X, Y], phase="codegen"))
         assert re.search(rf"vector_plan = reduce \d+ lanes \({op}\)", ir), ir
         got = np.full((6, 1) if keep else (6,), 7, "float32")
-        tc.build(s, [X, Y])(x, got)
+        _build(s, [X, Y])(x, got)
         np.testing.assert_array_equal(got, getattr(np, op)(x, axis=-1, keepdims=keep))
     old = vectorize.FLOAT_MINMAX_REDUCTIONS
     vectorize.FLOAT_MINMAX_REDUCTIONS = False
@@ -327,7 +332,7 @@ def test_reduce_plan_only_for_a_buffer_the_function_allocates():
     assert "vector_plan = reduce" not in ir, ir
     x = rng.random((8, 64)) > 0.99
     got = np.zeros(8, "bool")
-    tc.build(s, [X, Y])(x, got)
+    _build(s, [X, Y])(x, got)
     np.testing.assert_array_equal(got, x.any(axis=1))
 
 
@@ -364,7 +369,7 @@ def test_argmax_combines_elements_in_order_without_index_tests(op, axis, keepdim
         data_stage = [ln for ln in ir.splitlines() if "= select(" in ln and "X[" in ln]
         assert data_stage and not any(INDEX_TEST.search(ln) for ln in data_stage), ir
         got = np.zeros(tuple(int(e.value) for e in Y.shape), "int32")
-        tc.build(s, [X, Y])(x, got)
+        _build(s, [X, Y])(x, got)
         flat = x.reshape(-1) if isinstance(axis, tuple) else x
         ax = None if isinstance(axis, tuple) else axis
         want = getattr(np, op)(flat, axis=ax, keepdims=keepdims)
@@ -416,7 +421,7 @@ def test_argmax_starts_at_its_first_element(op, shape, axis, keepdims, dtype):
             try:
                 s, _ = schedule([X, Y])
                 ir = str(tc.lower(s, [X, Y]))
-                f = tc.build(s, [X, Y])
+                f = _build(s, [X, Y])
             finally:
                 schedule_ops.SEED_SELECTIONS = old
             updates, starts = _data_stage(ir)
@@ -452,7 +457,7 @@ def test_integer_argmax_starts_at_its_first_element(op):
     updates, _ = _data_stage(str(tc.lower(s, [X, Y])))
     assert updates and not any(IDENTITY_TEST.search(ln) for ln in updates), updates
     got = np.full(5, -7, "int64")
-    tc.build(s, [X, Y])(x, got)
+    _build(s, [X, Y])(x, got)
     np.testing.assert_array_equal(got, getattr(np, op)(x, axis=-1))
 
 
@@ -485,7 +490,7 @@ def test_argmax_starts_at_the_identity_where_its_first_point_is_no_element():
     updates, _ = _data_stage(ir)
     assert updates and all(IDENTITY_TEST.search(ln) for ln in updates), ir
     got = np.full(3, -7, "int32")
-    tc.build(s, [X, idx])(x, got)
+    _build(s, [X, idx])(x, got)
     np.testing.assert_array_equal(got, [3, 6, 3])
     # the same reducer without where=: started at its first element, tests dropped
     idx, _ = tc.compute((3,), lambda i: pick((k.var, X[i, k]), axis=k), name="argmax")
@@ -493,7 +498,7 @@ def test_argmax_starts_at_the_identity_where_its_first_point_is_no_element():
     updates, _ = _data_stage(str(tc.lower(s, [X, idx])))
     assert updates and not any(IDENTITY_TEST.search(ln) for ln in updates), updates
     got = np.full(3, -7, "int32")
-    tc.build(s, [X, idx])(x, got)
+    _build(s, [X, idx])(x, got)
     np.testing.assert_array_equal(got, [2, 2, 2])
 
 
@@ -505,7 +510,7 @@ def test_seeded_argmax_blends_its_index_without_branches():
     X = tc.placeholder((64, 256), name="X")
     Y = nn.argmax(X, axis=-1)
     s, _ = schedule([X, Y])
-    ll = tc.build(s, [X, Y]).get_source("ll")
+    ll = _build(s, [X, Y]).get_source("ll")
     assert "sel.all" not in ll and "sel.none" not in ll, ll
 
 
@@ -526,7 +531,7 @@ def test_argmax_rows_take_four_vectors_a_step_only_over_long_rows(k):
     m = re.search(r"allocate argmax\.rf\.v0: int32\[(?:\d+, )*(\d+)\]", ir)
     assert m and int(m.group(1)) == want, ir
     got = np.zeros(6, "int32")
-    tc.build(s, [X, Y])(x, got)
+    _build(s, [X, Y])(x, got)
     np.testing.assert_array_equal(got, np.argmax(x, axis=-1))
 
 
@@ -543,7 +548,7 @@ def test_argmax_over_reordered_reduce_loops_keeps_the_index_tests():
     ir = str(tc.lower(s, [X, Y]))
     assert INDEX_TEST.search(ir), ir
     got = np.zeros((), "int32")
-    tc.build(s, [X, Y])(x, got)
+    _build(s, [X, Y])(x, got)
     assert got == np.argmax(x)
     s = tc.create_schedule(Y.op)
     k0, k1 = s[Y].op.reduce_axis
@@ -554,7 +559,7 @@ def test_argmax_over_reordered_reduce_loops_keeps_the_index_tests():
     assert not any("X[" in ln and "= select(" in ln and not INDEX_TEST.search(ln)
                    for ln in ir.splitlines()), ir
     got = np.zeros((), "int32")
-    tc.build(s, [X, Y])(x, got)
+    _build(s, [X, Y])(x, got)
     assert got == np.argmax(x)
 
 
@@ -587,7 +592,7 @@ def test_int64_argmax_counts_in_int32_where_the_positions_fit(op, axis, keepdims
                                                                 "int32")
         s, _ = schedule([X, Y])
         got = np.full(tuple(int(e.value) for e in Y.shape), -7, "int64")
-        tc.build(s, [X, Y])(x, got)
+        _build(s, [X, Y])(x, got)
         np.testing.assert_array_equal(got, _arg_want(op, x, axis, keepdims, last))
 
 
@@ -604,7 +609,7 @@ def test_int64_argmax_over_columns_widens_each_tile():
     assert ir.index("parallel") < m.start(), ir
     x = _arg_rows("argmax")[:6, :240].reshape(3, 40, 6, 2).repeat(24, axis=3)
     got = np.zeros((3, 6, 48), "int64")
-    tc.build(s, [X, Y])(x, got)
+    _build(s, [X, Y])(x, got)
     np.testing.assert_array_equal(got, np.argmax(x, axis=1))
 
 
@@ -630,7 +635,7 @@ def test_int64_argmax_keeps_int64_where_int32_cannot_hold_the_positions():
     X = tc.placeholder((3, n), name="X")
     Y = nn.argmin(X, axis=-1, dtype="int64")
     s, _ = schedule([X, Y])
-    f = tc.build(s, [X, Y])
+    f = _build(s, [X, Y])
     x = _arg_rows("argmin")[:3]
     got = np.zeros(3, "int64")
     f(x, got)
@@ -680,7 +685,7 @@ def test_row_argmax_combines_its_partial_pairs_across_lanes(op, axis, keepdims, 
                             select_last_index=last)
         s, knobs = schedule([X, Y])
         assert any(v is True for k, v in knobs.values.items() if k.endswith("tuple_rows"))
-        f = tc.build(s, [X, Y])
+        f = _build(s, [X, Y])
         assert any(SELECT_NOTE in n for n in f.vectorize_notes), f.vectorize_notes
         got = np.full(tuple(int(e.value) for e in Y.shape), -7, dtype)
         f(x, got)
@@ -706,7 +711,7 @@ def test_int64_row_argmax_widens_at_its_blocks_of_rows(shape):
     widen = next(i for i, ln in enumerate(lines) if ln.strip().startswith("argmax["))
     assert ("vectorized (" in lines[widen - 1]) == (x.size // x.shape[-1] >= 256), ir
     got = np.full(tuple(int(e.value) for e in Y.shape), -7, "int64")
-    tc.build(s, [X, Y])(x, got)
+    _build(s, [X, Y])(x, got)
     np.testing.assert_array_equal(got, np.argmax(x, axis=-1))
 
 
@@ -729,7 +734,7 @@ def test_serial_argmax_loop_in_order_across_lanes(n):
         X = tc.placeholder(x.shape, name="X")
         Y = getattr(nn, op)(X, axis=-1, dtype="int64")
         s = tc.create_schedule(Y.op)
-        f = tc.build(s, [X, Y])
+        f = _build(s, [X, Y])
         assert any(SELECT_NOTE in m for m in f.vectorize_notes), f.vectorize_notes
         got = np.full(8, -7, "int64")
         f(x, got)
@@ -746,7 +751,7 @@ def test_int64_argmax_counted_in_int64_combines_across_lanes(monkeypatch):
     Y = nn.argmax(X, axis=-1, dtype="int64")
     assert Y.op.name == "argmax" and Y.op.input_tensors == [X]   # (no int32 count)
     s, _ = schedule([X, Y])
-    f = tc.build(s, [X, Y])
+    f = _build(s, [X, Y])
     assert any(SELECT_NOTE in n for n in f.vectorize_notes), f.vectorize_notes
     got = np.zeros(7, "int64")
     f(x, got)
@@ -754,7 +759,7 @@ def test_int64_argmax_counted_in_int64_combines_across_lanes(monkeypatch):
     X = tc.placeholder((2, 2 ** 31), name="X")
     Y = nn.argmax(X, axis=-1, dtype="int64")
     s, _ = schedule([X, Y])
-    f = tc.build(s, [X, Y])
+    f = _build(s, [X, Y])
     assert any(SELECT_NOTE in n for n in f.vectorize_notes), f.vectorize_notes
 
 
@@ -772,7 +777,7 @@ def test_tuple_reductions_that_compute_are_not_combined_across_lanes(monkeypatch
     S, C = tc.compute((4,), lambda i: red((X[i, k], X[i, k] * 0 + 1), axis=k), name="S")
     assert not vectorize.selection_reducer(S.op.bodies[0].combiner)
     assert not vectorize.selection_reducer(nn.sum(X, axis=-1).op.body.combiner)
-    f = tc.build(tc.create_schedule(S.op), [X, S, C])
+    f = _build(tc.create_schedule(S.op), [X, S, C])
     assert not any("(select)" in n for n in f.vectorize_notes), f.vectorize_notes
     x = rng.standard_normal((4, 64)).astype("float32")
     s_, c_ = np.zeros(4, "float32"), np.zeros(4, "float32")
@@ -786,7 +791,7 @@ def test_tuple_reductions_that_compute_are_not_combined_across_lanes(monkeypatch
     X = Y.op.input_tensors[0].op.input_tensors[0]
     s, _ = schedule([X, Y])
     assert str(tc.lower(s, [X, Y])).count("allocate argmax.acc.rf") == 6
-    f = tc.build(s, [X, Y])
+    f = _build(s, [X, Y])
     assert not any("(select)" in n for n in f.vectorize_notes), f.vectorize_notes
 
 
@@ -814,7 +819,7 @@ def test_column_reductions_of_bytes_take_eight_steps_a_pass(op, dtype, c, steps,
     assert knobs.values[name] is True, knobs.values
     assert knobs.values[name.replace(".columns", ".steps")] == steps, knobs.values
     got = np.zeros(tuple(int(e.value) for e in Y.shape), Y.dtype)
-    tc.build(s, [X, Y])(x, got)
+    _build(s, [X, Y])(x, got)
     want = np_reduce(op, x, -3, True)
     if dtype == "float32":
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -864,7 +869,7 @@ def test_argmax_rows_in_blocks_of_rows(op, shape, dtype, keepdims):
             s = apply_rules([X, Y], knobs, info)
             ir = str(tc.lower(s, [X, Y]))
             got = np.full(oshape, -7, dtype)
-            tc.build(s, [X, Y])(x, got)
+            _build(s, [X, Y])(x, got)
             np.testing.assert_array_equal(got, want_x)
             if block is None and k > 1:
                 b = want if oshape[-1] % want == 0 else 1
@@ -886,7 +891,7 @@ def test_selection_rows_of_a_symbolic_batch_build(op, shape, dtype, hint):
     n = tc.var("n")
     X = tc.placeholder(tuple(n if e == "n" else e for e in shape), name="X")
     Y = getattr(nn, op)(X, axis=-1, dtype=dtype)
-    f = tc.build(apply_rules([X, Y], Knobs(), info2(), shapes={"n": hint}), [X, Y])
+    f = _build(apply_rules([X, Y], Knobs(), info2(), shapes={"n": hint}), [X, Y])
     for m in (0, 1, 5, 37):
         x = rng.standard_normal((m,) + shape[1:]).astype("float32")
         x[..., 3] = 10.0 if op == "argmax" else -10.0     # (ties: the first index)
@@ -926,7 +931,7 @@ def test_short_row_reductions_prefetch_the_rows_ahead(op, rows, k, ahead, task):
     assert re.search(rf"prefetch X\[.*min\(.*\+ {ahead}, {task - 1}\)", ir), ir
     x = data((5, rows, k), "float32", op)
     got = np.zeros((5, rows), "float32")
-    tc.build(s, [X, Y])(x, got)
+    _build(s, [X, Y])(x, got)
     np.testing.assert_allclose(got, np_reduce(op, x, -1, False), rtol=1e-5, atol=1e-4)
 
 
@@ -975,7 +980,7 @@ def test_row_argmax_prefetches_the_rows_ahead(op, rows, k, dtype, ahead):
             assert re.search(rf"prefetch X\[min\({re.escape(task)} \+ \d+, {int(n) - 1}\)",
                              ir), ir
         got = np.full((5, rows), -7, dtype)
-        tc.build(s, [X, Y])(x, got)
+        _build(s, [X, Y])(x, got)
         np.testing.assert_array_equal(got, want)
 
 
@@ -996,7 +1001,7 @@ def test_selections_prefetch_their_own_distance(op, rows, k, dtype, ahead):
         assert knobs.values[f"{name}.prefetch_rows"] == ahead, knobs.values
         assert ("prefetch X[" in str(tc.lower(s, [X, Y]))) == bool(ahead)
         got = np.full((5, rows), -7, dtype)
-        tc.build(s, [X, Y])(x, got)
+        _build(s, [X, Y])(x, got)
         np.testing.assert_array_equal(got, want)
     # keepdims: the same rows, an axis of extent 1 kept
     K = getattr(nn, op)(X, axis=-1, dtype=dtype, keepdims=True)
@@ -1004,7 +1009,7 @@ def test_selections_prefetch_their_own_distance(op, rows, k, dtype, ahead):
     s = apply_rules([X, K], knobs, _prefetching(0, selection_prefetch_bytes=4096))
     assert knobs.values[f"{name}.prefetch_rows"] == ahead, knobs.values
     got = np.full((5, rows, 1), -7, dtype)
-    tc.build(s, [X, K])(x, got)
+    _build(s, [X, K])(x, got)
     np.testing.assert_array_equal(got, want[..., None])
     S = nn.sum(X, axis=-1)
     knobs = Knobs()
@@ -1095,7 +1100,7 @@ def test_elementwise_outputs_stream_past_a_measured_share_of_the_cache(limit, sh
     assert ("nontemporal" in str(tc.lower(s, [X, Y]))) is streams
     x = rng.standard_normal(shape).astype("float32")
     got = np.zeros(shape, "float32")
-    tc.build(s, [X, Y])(x, got)
+    _build(s, [X, Y])(x, got)
     np.testing.assert_allclose(got, np.exp(x), rtol=1e-6)
 
 
@@ -1125,7 +1130,7 @@ def test_row_kernels_and_templates_stream_past_a_measured_share_of_the_cache(
     for sched, out in ((s, Y), (softmax.schedule_softmax([Z]), Z)):
         assert ("nontemporal" in str(tc.lower(sched, [X, out]))) is streams
         got = np.zeros((rows, C), "float32")
-        tc.build(sched, [X, out])(x, got)
+        _build(sched, [X, out])(x, got)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
     # a depthwise NHWC pass: rows / 16 x 16 x 16 x 128 in and out (as many bytes)
     D = tc.placeholder((rows // 16, 16, 16, 128), "float32", name="D")
@@ -1175,7 +1180,7 @@ def test_all_any_over_every_axis_combination_of_bool_bytes(op, byte_logic, monke
             axis = axes if axes else None
             for keep in (False, True):
                 Y = getattr(nn, op)(X, axis=axis, keepdims=keep)
-                f = tc.build(tc.auto_schedule([X, Y]), [X, Y])
+                f = _build(tc.auto_schedule([X, Y]), [X, Y])
                 got = tc.empty(tuple(int(e.value) for e in Y.shape), "bool")
                 f(tc.aligned(x), got)
                 want = getattr(np, op)(ref, axis=axis, keepdims=keep)
@@ -1205,7 +1210,7 @@ def test_bool_and_of_loads_runs_on_the_bytes():
                 s = tc.create_schedule(C.op)
                 _, ii = s[C].split(C.op.axis[1], factor=64)
                 s[C].vectorize(ii)
-                f = tc.build(s, [A, B, C])
+                f = _build(s, [A, B, C])
             finally:
                 emit_memory.BYTE_BOOL_LOGIC = old
             got = tc.empty((7, 129), "bool")
@@ -1228,7 +1233,7 @@ def test_any_partials_are_an_or_on_the_bytes(axis):
     ref = np.asarray(x).view(np.uint8) != 0
     X = tc.placeholder(shape, "bool", name="X")
     Y = nn.any(X, axis=axis)
-    f = tc.build(tc.auto_schedule([X, Y]), [X, Y])
+    f = _build(tc.auto_schedule([X, Y]), [X, Y])
     got = tc.empty(tuple(int(e.value) for e in Y.shape), "bool")
     f(tc.aligned(x), got)
     np.testing.assert_array_equal(np.asarray(got).view(np.uint8),
@@ -1236,7 +1241,7 @@ def test_any_partials_are_an_or_on_the_bytes(axis):
     if tc.target.cpu_model().masks:
         assert "vpmaxub" in f.get_source("asm")
     M = nn.any(X, axis=1)
-    g = tc.build(tc.auto_schedule([X, M]), [X, M])
+    g = _build(tc.auto_schedule([X, M]), [X, M])
     if tc.target.cpu_model().masks:
         assert "vpmaxub" not in g.get_source("asm")
 
@@ -1280,7 +1285,7 @@ def test_column_reductions_prefetch_their_passes_ahead(op, shape, axis, keepdims
     ir = str(tc.lower(s, [X, Y]))
     assert re.search(rf"prefetch \(L2\) X\[.*\+ {passes}", ir), ir
     got = np.zeros(tuple(int(e.value) for e in Y.shape), Y.dtype)
-    tc.build(s, [X, Y])(x, got)
+    _build(s, [X, Y])(x, got)
     want = np_reduce(op, x, axis, keepdims)
     if op.startswith("arg"):
         np.testing.assert_array_equal(got, want)
@@ -1308,7 +1313,7 @@ def test_column_reductions_without_the_prefetch(monkeypatch, why):
     assert knobs.values["sum.steps"] == 4, knobs.values
     assert "prefetch" not in str(tc.lower(s, [X, Y]))
     got = np.zeros(shape[1], "float32")
-    tc.build(s, [X, Y])(x, got)
+    _build(s, [X, Y])(x, got)
     np.testing.assert_allclose(got, x.astype("float64").sum(0), rtol=1e-4, atol=1e-4)
 
 
@@ -1328,7 +1333,7 @@ def test_column_prefetch_passes_knob(passes):
     if passes:
         assert re.search(rf"prefetch \(L2\) X\[.*\+ {passes}", ir), ir
     got = np.zeros(520, "float32")
-    tc.build(s, [X, Y])(x, got)
+    _build(s, [X, Y])(x, got)
     np.testing.assert_array_equal(got, x.max(0))
 
 
@@ -1384,13 +1389,13 @@ def test_max_min_windows_start_at_their_first_tap(kind, dtype, unroll, where, se
         x.reshape(-1)[[3, 20, 33]] = [np.nan, np.inf, -np.inf]
     x = x.astype(dtype)
     got = np.zeros(5, dtype)
-    tc.build(s, [A, C])(x, got)
+    _build(s, [A, C])(x, got)
     monkeypatch.setattr(schedule_ops, "SEED_FIRST_TAP", False)
     A2, C2, s2 = _window(kind, dtype, unroll, where)
     plain = str(tc.lower(s2, [A2, C2]))
     assert not re.search(r"\n\s*C\[i\] = A\[", plain), plain
     before = np.zeros(5, dtype)
-    tc.build(s2, [A2, C2])(x, before)
+    _build(s2, [A2, C2])(x, before)
     np.testing.assert_array_equal(got, before)
     if not where:
         win = np.stack([x[i:i + 3] for i in range(5)]).reshape(5, -1)
@@ -1429,7 +1434,7 @@ def test_row_reductions_from_memory_take_the_models_stream_loads(op, shape, keep
          r.standard_normal(shape)).astype(dtype)
     x[0, 1, 5] = x[1, 2, -1] = np.nan
     got = np.zeros(tuple(int(e.value) for e in Y.shape), dtype)
-    tc.build(s, [X, Y])(x, got)
+    _build(s, [X, Y])(x, got)
     np.testing.assert_allclose(got, np_reduce(op, x, -1, keep), rtol=1e-5, atol=1e-4)
 
 
