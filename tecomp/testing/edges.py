@@ -44,7 +44,17 @@ read the docs, or one who wants to crash the caller, would:
     lazily mapped buffer with strides that put their elements more than 2**31 elements
     apart (the result must not change); the case's symbolic extent declared int64; or a
     sum over 2**31 + r terms of a stride-0 input (int32 or int64 extent, a random split
-    and vectorize or parallel), checked exactly.
+    and vectorize or parallel), checked exactly.  Three in ten (session 30, a stream of
+    their own, ``RandomDraw(seed * 7919 + 60)``) instead sum over ``k <
+    x.astype("int32" | "int64")`` for a float32 or float64 scalar ``x`` of every class
+    (:data:`FLOAT_EXTENT_VALUES`: NaN, infinities, past the int type's range, its lowest
+    value, negative, fractional, ordinary), scheduled plainly, split and vectorized, or
+    parallel: the sum of the first ``trunc(x)`` terms, or the call's ``ArgumentError``
+    where the conversion has no defined value (it names the conversion), or, for a
+    negative extent, one that the extent must be ``>= 0`` (or the empty sum, where a
+    split's rounding makes the loop's count 0).  Before session 30 such an extent was an
+    ``InternalError`` at build, NaN a raw ``ValueError`` at the call, and ``1e30``
+    wrapped to an extent the kernel did not run.
 ``deep``
     an expression hundreds to a few thousand levels deep (a chain of + - * min max
     select and casts, as a Python ``sum`` over a loop builds one), beyond Python's
@@ -542,6 +552,14 @@ def draw_edge_case(seed: int) -> EdgeCase:
                          annotate=d.choice(("", "vectorize", "parallel", "unroll")))
             if twist["n_dtype"] == "int32":
                 twist["terms"] = 2**31 - d.int(1, 999)
+        cast = RandomDraw(seed * 7919 + 60)   # (session 30: the others keep theirs)
+        if cast.bool(0.3):
+            prog = base.program
+            twist = {"variant": "float_extent", "scalar": cast.choice(("float32", "float64")),
+                     "to": cast.choice(("int32", "int64")),
+                     "value": cast.choice(FLOAT_EXTENT_CLASSES), "pick": cast.int(0, 10**6),
+                     "rows": cast.int(1, 3), "cols": cast.int(1, 9),
+                     "schedule": cast.choice(("plain", "vectorize", "parallel"))}
     elif family == "deep":
         twist = {"depth": d.int(300, 2500), "rows": d.choice((1, 5, 16)),
                  "schedule": d.choice(("plain", "split", "vectorize", "parallel", "gpu"))}
@@ -1693,6 +1711,8 @@ def _sparse_view(a: np.ndarray, keep: list):
 def _run_big_extent(ec: EdgeCase) -> Outcome:
     if ec.twist["variant"] == "big_reduction":
         return _run_big_reduction(ec)
+    if ec.twist["variant"] == "float_extent":
+        return _run_float_extent(ec)
     c, bad = _prepare(ec)
     if bad:
         return bad
@@ -1755,6 +1775,100 @@ def _run_big_reduction(ec: EdgeCase) -> Outcome:
     if not np.array_equal(b, want):
         return Outcome("mismatch", ec, "compare", f"sum over {terms} terms: got {b.tolist()}, "
                        f"expected {want.tolist()}")
+    return Outcome("ok", ec, "", "")
+
+
+#: (session 30) the big_extent family's float scalars cast to an extent, by class (per
+#: int type where the class depends on it; a float32 scalar takes the value rounded):
+#: none past int32 that int64 holds (a legal extent of 2**31 terms and more: slow)
+FLOAT_EXTENT_VALUES = {
+    "nan": (float("nan"),),
+    "infinity": (float("inf"), -float("inf")),
+    "past_range": {"int32": (2.0**31, 3e9, -2.0**31 - 4096, -3e9, 1e30, 3.4e38),
+                   "int64": (2.0**63, 1e19, -2.0**63 - 2**12, -1e19, 1e30, -3.4e38)},
+    "lowest": {"int32": (-2.0**31,), "int64": (-2.0**63,)},
+    "negative": (-1.0, -1.5, -3.0, -7.25, -1e6),
+    "fractional": (0.5, -0.5, 0.999, 3.9, 7.999, 1e-30, -1e-30, 2.5),
+    "ordinary": (0.0, 1.0, 2.0, 5.0, 9.0, 12.0, 17.0),
+}
+
+#: how often each class is drawn (the ones that run twice as often as each refusal)
+FLOAT_EXTENT_CLASSES = ("nan", "infinity", "past_range", "past_range", "lowest", "negative",
+                        "fractional", "fractional", "ordinary", "ordinary")
+
+
+def float_extent_value(tw: dict):
+    """The float_extent twist's scalar: its class's value ``pick``, in its dtype."""
+    vals = FLOAT_EXTENT_VALUES[tw["value"]]
+    if isinstance(vals, dict):
+        vals = vals[tw["to"]]
+    with np.errstate(over="ignore"):
+        return np.dtype(tw["scalar"]).type(vals[tw["pick"] % len(vals)])
+
+
+def _float_extent_schedule(tw: dict):
+    """``B[i] = sum(int64(A[i, min(k, cols - 1)]), k < x.astype(to))`` for a float scalar
+    ``x``, scheduled as the twist says: (args, s)."""
+    x = tc.var("x", tw["scalar"])
+    last = tw["cols"] - 1
+    A = tc.placeholder((tw["rows"], tw["cols"]), dtype="int32", name="A")
+    k = tc.reduce_axis((0, x.astype(tw["to"])), name="k")
+    B = tc.compute((tw["rows"],), lambda i: tc.sum(A[i, tc.min(k, last)].astype("int64"),
+                                                   axis=k), name="B")
+    s = tc.create_schedule(B.op)
+    if tw["schedule"] == "vectorize":
+        ko, ki = s[B].split(k, factor=4)
+        rf = s.rfactor(B, ki)
+        s[rf].vectorize(s[rf].op.axis[0])
+    elif tw["schedule"] == "parallel":
+        s[B].parallel(B.op.axis[0])
+    return [A, B, x], s
+
+
+def _run_float_extent(ec: EdgeCase) -> Outcome:
+    """The sum over ``k < x.astype(to)`` of a float scalar ``x``: the first ``trunc(x)``
+    terms, or the call's refusal where the conversion has no defined value (NaN, an
+    infinity, past the int type) or the extent is negative (or the empty sum there, where
+    a split rounds the loop's count up to 0)."""
+    tw = ec.twist
+    v = float_extent_value(tw)
+    lo, hi = (np.iinfo(tw["to"]).min, np.iinfo(tw["to"]).max)
+    f = float(v)
+    t = int(np.trunc(f)) if np.isfinite(f) else None
+    undefined = t is None or not lo <= t <= hi
+    what = f"x = {tw['scalar']}({f!r}) cast to {tw['to']} for an extent ({tw['schedule']})"
+    stage = "schedule"
+    try:
+        args, s = _float_extent_schedule(tw)
+        stage = "build"
+        mod = tc.build(s, args)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, stage, e)
+    a = (np.arange(tw["rows"] * tw["cols"], dtype=np.int32).reshape(tw["rows"], tw["cols"])
+         * 7 - 11)
+    b = np.full(tw["rows"], -99, np.int64)
+    try:
+        mod(a, b, v)
+    except tc.ArgumentError as e:
+        text = str(e)
+        if undefined and "has no defined conversion" in text:
+            return Outcome("refused", ec, "call", text.splitlines()[0][:300])
+        if not undefined and t < 0 and "must be >= 0" in text:
+            return Outcome("refused", ec, "call", text.splitlines()[0][:300])
+        return Outcome("mismatch", ec, "call", f"{what}: refused as\n{text[:600]}\nexpected "
+                       + ("a refusal of the conversion" if undefined else
+                          "a refusal of the negative extent" if t < 0 else f"{t} terms"))
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "call", e)
+    if undefined:
+        return Outcome("mismatch", ec, "call", f"{what}: accepted (B = {b.tolist()}), expected "
+                       "an ArgumentError: the conversion has no defined value")
+    n = max(t, 0)
+    head = a[:, :min(n, tw["cols"])].astype(np.int64).sum(axis=1)
+    want = head + max(n - tw["cols"], 0) * a[:, -1].astype(np.int64)
+    if not np.array_equal(b, want):
+        return Outcome("mismatch", ec, "compare", f"{what}: got {b.tolist()}, expected "
+                       f"{want.tolist()} ({n} terms)")
     return Outcome("ok", ec, "", "")
 
 
