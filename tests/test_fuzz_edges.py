@@ -951,3 +951,34 @@ def test_big_extent_family_finds_float_extents_the_call_misreads(monkeypatch):
     outs = [run_edge_case(ec) for ec in cases]
     assert [o.kind for o in outs] == ["refused", "refused", "crash", "crash"]
     assert all("does not fit int32" in o.detail for o in outs[2:]), outs[2].detail
+
+
+#: (session 30) environment seeds of the on/off switches (stream 60): TECOMP_DUMP_IR=off,
+#: TECOMP_PY_BINDER=off and TECOMP_PY_BINDER=t (not a switch's word: a warning)
+SWITCH_SEEDS = (1081, 1875, 655)
+
+#: the readers before session 30, put back in the child
+_OLD_SWITCHES = """
+import os, tecomp
+import tecomp.threads as t
+from tecomp.lower import pipeline as p
+p._dump_ir = lambda: os.environ.get("TECOMP_DUMP_IR", "") not in ("", "0")
+t.flag_from_env = lambda name, default, use: os.environ.get(name, "1") != "0"
+"""
+
+
+@pytest.mark.slow
+def test_environment_family_finds_switches_misread():
+    """Each switch read as its word says, a word that is none ignored with a warning;
+    with the readers before session 30 (``off`` read as on for TECOMP_DUMP_IR and
+    TECOMP_PY_BINDER, ``t`` taken silently) the family reports each seed.  (Six child
+    processes: under the slow marker.)"""
+    cases = [draw_edge_case(s) for s in SWITCH_SEEDS]
+    assert [(ec.twist.get("var"), ec.twist.get("value")) for ec in cases] == [
+        ("TECOMP_DUMP_IR", "off"), ("TECOMP_PY_BINDER", "off"), ("TECOMP_PY_BINDER", "t")]
+    outs = [run_edge_case(ec) for ec in cases]
+    assert [o.kind for o in outs] == ["ok"] * 3, [o.report() for o in outs]
+    outs = [edges._run_environment(ec, _OLD_SWITCHES) for ec in cases]
+    assert [o.kind for o in outs] == ["mismatch"] * 3, [o.report() for o in outs]
+    assert "read as on, expected off" in outs[0].detail and \
+        "no warning naming the variable" in outs[2].detail

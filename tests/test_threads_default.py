@@ -10,6 +10,7 @@ import pytest
 
 import tecomp as tc
 from tecomp import threads
+from tecomp.testing import edges
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -160,30 +161,8 @@ SWITCHES = {
         "tecomp.codegen.llvm.jit", fromlist=["jit"]).worker_enabled()),
     "TECOMP_DUMP_IR": (False, lambda: __import__(
         "tecomp.lower.pipeline", fromlist=["pipeline"])._dump_ir()),
-    "TECOMP_PY_BINDER": (True, lambda: _compiled_binder_wanted()),
+    "TECOMP_PY_BINDER": (True, lambda: edges.compiled_binder_wanted()),
 }
-
-
-class _Compiling(Exception):
-    pass
-
-
-def _compiled_binder_wanted() -> bool:
-    """Whether the runtime would compile its argument binder now (it asks for the
-    compile, and the test's compile_ir stops it there; the process's binder is kept)."""
-    from tecomp.runtime import llvm as rt
-
-    def compile_ir(ir, symbols):
-        raise _Compiling
-
-    saved = rt._binder_state[:]
-    rt._binder_state.clear()
-    try:
-        return rt._binder(compile_ir) is not None
-    except _Compiling:
-        return True
-    finally:
-        rt._binder_state[:] = saved
 
 
 @pytest.mark.parametrize("name", list(SWITCHES))

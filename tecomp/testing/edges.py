@@ -241,7 +241,14 @@ Session 21's family, in a slot of its own (:func:`in_session21_slot`):
     ``TargetError`` or ``BuildError`` naming the variable: refused); every other case
     computes numpy's values.  A hang (a FIFO read at the first schedule), a raw Python
     error (``int('abc')``, a division by zero) or a "bug in tecomp" message for a setting
-    is a finding.
+    is a finding.  A fourth of them (session 30, a stream of their own,
+    ``RandomDraw(seed * 7919 + 60)``, the big_extent family's offset: no seed draws both)
+    set an on/off switch (:data:`SWITCHES`) to a word of :data:`SWITCH_VALUES`: after the
+    case, the switch as tecomp reads it must be what the word says (``1``/``0``,
+    ``true``/``false``, ``yes``/``no``, ``on``/``off``, any case), or, for any other
+    word, its default with a warning naming the variable (before session 30
+    ``TECOMP_DUMP_IR=off`` was on, ``TECOMP_PY_BINDER=off`` and ``TECOMP_SHARED_POOL=yes``
+    their other value, silently).
 
 The ``foreign_target`` family also draws (one case in five, after its other draws) a
 triple of another system or ABI (``aarch64-apple-darwin``, ``x86_64-linux-gnux32``): a
@@ -275,6 +282,7 @@ import numpy as np
 import tecomp as tc
 import tecomp.target as tgt
 from .. import calibration as cal
+from ..threads import FLAG_WORDS
 from ..autoschedule import records
 from ..ir import interp
 from ..ir.expr import Buffer, Const
@@ -335,6 +343,14 @@ ENV_VALUES = {
     "TECOMP_NUM_THREADS": (("1", "2", "3"), ("0", "-3", "abc", "2.5"), None),
     "TECOMP_SPIN": (("0", "100"), ("-1", "abc", "1e9"), None),
 }
+
+#: (session 30) the environment family's on/off switches and their defaults; a fourth of
+#: its cases (stream 60) set one to a value of :data:`SWITCH_VALUES`: a spelling of on or
+#: off is read as such, anything else is ignored with a warning naming the variable
+SWITCHES = {"TECOMP_SHARED_POOL": False, "TECOMP_PY_BINDER": True, "TECOMP_DUMP_IR": False,
+            "TECOMP_LLVM_OPT_WORKER": True}
+SWITCH_VALUES = ("1", "0", "true", "False", " ON ", "off", "yes", "No", "abc", "2", "enable",
+                 "-1", "t", "disabled")
 
 #: the settings the optimiser worker reads (errors only where it runs)
 _WORKER_SETTINGS = ("TECOMP_LLVM_OPT_TIMEOUT", "TECOMP_LLVM_WORKER_MAX_MB")
@@ -661,6 +677,11 @@ def draw_edge_case(seed: int) -> EdgeCase:
                      "cost": d.choice(("fma_bits", "gather_cost", "transpose_cost",
                                        "split_loads_cheap", "gemm_load_cost")),
                      "forged": d.choice(HOSTILE_VALUES[:9] + (-1.0, 1e300, "1.5", [], {}))}
+        # (session 30, stream 60 as the big_extent family's: no seed draws both families)
+        switch = RandomDraw(seed * 7919 + 60)
+        if switch.bool(0.25):
+            twist = {"var": switch.choice(tuple(SWITCHES)), "value": switch.choice(SWITCH_VALUES),
+                     "switch": True}
     return EdgeCase(prog, steps, base.n, base.seed, target, f"edge seed {seed} ({family})",
                     family=family, twist=twist, fuzz_seed=seed)
 
@@ -3016,7 +3037,7 @@ def _environment_expects(tw: dict, env: dict) -> Optional[str]:
     """The exception the environment case ``tw`` must raise (its class's name), or None
     where it must compute the values."""
     var = tw.get("var")
-    if var is None:
+    if var is None or tw.get("switch"):
         return None
     legal, hostile, error = ENV_VALUES[var]
     if tw["value"] in legal or error is None:
@@ -3063,13 +3084,58 @@ def environment_child(seed: int) -> dict:
     if "calibration" in ec.twist:
         _plant_calibration(ec.twist)
     base = Case(ec.program, ec.steps, ec.n, ec.seed, "llvm", ec.name, auto=-1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")      # (a setting ignored with a warning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")      # (a setting ignored with a warning)
         try:
             out = run_case(base)
+            read = _read_switch(ec.twist["var"]) if ec.twist.get("switch") else None
         except Exception as e:  # noqa: BLE001  (run_case never raises for a finding)
             return {"kind": "crash", "stage": "run", "detail": _exc_text(e)}
-    return {"kind": out.kind, "stage": out.stage, "detail": out.detail or ""}
+    got = {"kind": out.kind, "stage": out.stage, "detail": out.detail or ""}
+    if ec.twist.get("switch"):
+        got["read"] = read
+        got["warned"] = any(str(w.message).startswith(ec.twist["var"] + "=") for w in caught)
+    return got
+
+
+class _Compiling(Exception):
+    pass
+
+
+def compiled_binder_wanted() -> bool:
+    """Whether the runtime would compile its argument binder now (``TECOMP_PY_BINDER``
+    on): it asks for the compile, and the compile_ir given stops it there; the process's
+    binder, if any, is kept."""
+    from ..runtime import llvm as rt
+
+    def compile_ir(ir, symbols):
+        raise _Compiling
+
+    saved = rt._binder_state[:]
+    rt._binder_state.clear()
+    try:
+        return rt._binder(compile_ir) is not None
+    except _Compiling:
+        return True
+    finally:
+        rt._binder_state[:] = saved
+
+
+def _read_switch(var: str):
+    """In the child, after the case ran: the switch ``var`` as tecomp reads it (for
+    TECOMP_PY_BINDER: whether the runtime would compile its binder; False also where
+    this interpreter's layout has none; None where the host has no worker to switch)."""
+    from ..codegen.llvm import jit
+    from ..lower import pipeline
+    from .. import threads
+
+    if var == "TECOMP_PY_BINDER":
+        return compiled_binder_wanted()
+    if var == "TECOMP_LLVM_OPT_WORKER":
+        return jit.worker_enabled() if jit._WORKER_OK else None
+    if var == "TECOMP_DUMP_IR":
+        return pipeline._dump_ir()
+    return threads.shared_pool_from_env()
 
 
 def _run_environment(ec: EdgeCase, prelude: str = "",
@@ -3100,6 +3166,16 @@ def _run_environment(ec: EdgeCase, prelude: str = "",
         return Outcome("crash", ec, "child", f"{what}: the child exited with status "
                        f"{p.returncode}:\n{p.stderr[-3000:]}")
     got = json.loads(lines[-1][2:])
+    if tw.get("switch") and got["kind"] == "ok":
+        word = FLAG_WORDS.get(tw["value"].strip().lower())
+        want = SWITCHES[tw["var"]] if word is None else word
+        if got["read"] is not None and got["read"] != want:
+            return Outcome("mismatch", ec, "switch", f"{what}: read as "
+                           f"{'on' if got['read'] else 'off'}, expected "
+                           f"{'on' if want else 'off'}")
+        if got["warned"] != (word is None):
+            return Outcome("mismatch", ec, "switch", f"{what}: " + (
+                "no warning naming the variable" if word is None else "a warning"))
     if expect is not None:
         if got["kind"] == "crash" and f"tecomp.errors.{expect}: {tw['var']}=" in got["detail"]:
             return Outcome("refused", ec, got["stage"], f"{what}: {expect}")
