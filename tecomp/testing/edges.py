@@ -282,6 +282,10 @@ import numpy as np
 import tecomp as tc
 import tecomp.target as tgt
 from .. import calibration as cal
+from .. import threads as _threads
+from ..codegen.llvm import jit as _jit
+from ..lower import pipeline as _pipeline
+from ..runtime import llvm as _rt_llvm
 from ..threads import FLAG_WORDS
 from ..autoschedule import records
 from ..ir import interp
@@ -3106,36 +3110,30 @@ def compiled_binder_wanted() -> bool:
     """Whether the runtime would compile its argument binder now (``TECOMP_PY_BINDER``
     on): it asks for the compile, and the compile_ir given stops it there; the process's
     binder, if any, is kept."""
-    from ..runtime import llvm as rt
-
     def compile_ir(ir, symbols):
         raise _Compiling
 
-    saved = rt._binder_state[:]
-    rt._binder_state.clear()
+    saved = _rt_llvm._binder_state[:]
+    _rt_llvm._binder_state.clear()
     try:
-        return rt._binder(compile_ir) is not None
+        return _rt_llvm._binder(compile_ir) is not None
     except _Compiling:
         return True
     finally:
-        rt._binder_state[:] = saved
+        _rt_llvm._binder_state[:] = saved
 
 
 def _read_switch(var: str):
     """In the child, after the case ran: the switch ``var`` as tecomp reads it (for
     TECOMP_PY_BINDER: whether the runtime would compile its binder; False also where
     this interpreter's layout has none; None where the host has no worker to switch)."""
-    from ..codegen.llvm import jit
-    from ..lower import pipeline
-    from .. import threads
-
     if var == "TECOMP_PY_BINDER":
         return compiled_binder_wanted()
     if var == "TECOMP_LLVM_OPT_WORKER":
-        return jit.worker_enabled() if jit._WORKER_OK else None
+        return _jit.worker_enabled() if _jit._WORKER_OK else None
     if var == "TECOMP_DUMP_IR":
-        return pipeline._dump_ir()
-    return threads.shared_pool_from_env()
+        return _pipeline._dump_ir()
+    return _threads.shared_pool_from_env()
 
 
 def _run_environment(ec: EdgeCase, prelude: str = "",
