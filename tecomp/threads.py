@@ -39,7 +39,7 @@ __all__ = ["PoolControls", "register", "set_num_threads", "get_num_threads",
            "MAX_THREADS", "POOL_FUNCTIONS", "DEFAULT_WORKSPACE_LIMIT", "set_workspace_limit",
            "release_workspace", "workspace_cached", "workspace_limit_from_env",
            "workspace_limit", "on_release",
-           "shared_pool_from_env", "number_from_env", "share_pool", "run_marked_threads_on",
+           "shared_pool_from_env", "number_from_env", "flag_from_env", "share_pool", "run_marked_threads_on",
            "PARALLEL_FOR", "DELEGATE_TO", "DELEGATE_MARKED"]
 
 #: the most threads a pool runs
@@ -293,10 +293,34 @@ def number_from_env(name: str, default, *, low: float, high: float, integer: boo
                 f"value or unset it ({unset or f'default {default:g}'})")
 
 
+#: the spellings of a switch in the environment (any case, blanks around ignored)
+FLAG_WORDS = {"1": True, "true": True, "yes": True, "on": True,
+              "0": False, "false": False, "no": False, "off": False}
+
+
+def flag_from_env(name: str, default: bool, use: str) -> bool:
+    """The switch in the environment variable ``name``: ``default`` when it is unset or
+    blank, else one of :data:`FLAG_WORDS`; anything else is ignored with a warning
+    naming the variable, what it sets (``use``) and its legal values (once ``off`` for
+    ``TECOMP_DUMP_IR`` printed every pass's IR, and ``false`` for ``TECOMP_PY_BINDER`` or
+    ``yes`` for ``TECOMP_SHARED_POOL`` were taken as their other value, silently)."""
+    env = os.environ.get(name)
+    if env is None or not env.strip():
+        return default
+    v = FLAG_WORDS.get(env.strip().lower())
+    if v is None:
+        warnings.warn(f"{name}={env[:40]!r} is not 1 or 0 (or true/false, yes/no, on/off): "
+                      f"it sets {use}; ignored (default: {'on' if default else 'off'})",
+                      RuntimeWarning, stacklevel=3)
+        return default
+    return v
+
+
 def shared_pool_from_env() -> bool:
     """Whether the pools of a process share the first one's threads (see
-    :func:`register`): where ``TECOMP_SHARED_POOL`` is ``1``."""
-    return os.environ.get("TECOMP_SHARED_POOL", "0").strip() == "1"
+    :func:`register`): where ``TECOMP_SHARED_POOL`` is on (:func:`flag_from_env`)."""
+    return flag_from_env("TECOMP_SHARED_POOL", False,
+                         "whether every loaded library runs on the process's first pool")
 
 
 def register(pool: PoolControls) -> None:

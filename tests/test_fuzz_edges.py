@@ -1,6 +1,7 @@
 """The fuzzer's edge families (tecomp.testing.edges): each runs clean on a few seeds, and
 each finds its class of bug where the code that prevents it is taken away (so a campaign
 with them would have found what issue 47's hour of careless and hostile use found)."""
+import math
 import os
 import shutil
 import subprocess
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
+from tecomp.ir.expr import Cast, Let, Select
 from tecomp.testing import edges
 from tecomp.testing.edges import (
     FAMILIES, MORE_FAMILIES, SESSION9_FAMILIES, SESSION14_FAMILIES, SESSION18_FAMILIES,
@@ -915,3 +917,68 @@ def test_layouts_family_finds_masked_arrays_taken_as_their_data(monkeypatch):
     assert [o.kind for o in outs] == ["refused", "refused", "ok"], [o.report() for o in outs]
     monkeypatch.setattr(argcheck, "_check_unmasked", lambda a, label, written: None)
     assert [run_edge_case(ec).kind for ec in cases] == ["mismatch", "mismatch", "ok"]
+
+
+#: (session 30) big_extent seeds of the float_extent variant (stream 60): a float64 NaN
+#: cast to int64 (split and vectorized), a float32 2**63 cast to int64, -1.0 cast to
+#: int32, 0.999 cast to int32 (no term)
+FLOAT_EXTENT_SEEDS = (250, 1465, 223, 88)
+
+
+def test_big_extent_family_finds_float_extents_the_call_misreads(monkeypatch):
+    """A float scalar cast to a loop extent: the call refuses a conversion with no defined
+    value (NaN, an infinity, past the int type) and a negative extent, and sums the
+    truncated count's terms otherwise.  With the host's conversion as it was before
+    session 30 (a raw ValueError for NaN, 2**63 wrapped to a negative int64 and refused as
+    a negative extent) the family reports them; with the index-dtype pass's leaves as
+    they were (a float->int cast not one), the builds of an int32 extent are an
+    InternalError."""
+    from tecomp.ir import host_eval
+    from tecomp.lower import index_dtype
+
+    cases = [draw_edge_case(s) for s in FLOAT_EXTENT_SEEDS]
+    assert [(ec.twist["variant"], ec.twist["value"]) for ec in cases] == [
+        ("float_extent", "nan"), ("float_extent", "past_range"),
+        ("float_extent", "negative"), ("float_extent", "fractional")]
+    outs = [run_edge_case(ec) for ec in cases]
+    assert [o.kind for o in outs] == ["refused", "refused", "refused", "ok"], \
+        [o.report() for o in outs]
+    with monkeypatch.context() as m:
+        m.setattr(host_eval, "_float_to_int", lambda e, v, env: math.trunc(v))
+        assert [run_edge_case(ec).kind for ec in cases] == ["crash", "mismatch", "refused", "ok"]
+    monkeypatch.setattr(index_dtype, "_is_leaf", lambda e: not isinstance(
+        e, index_dtype._RING + index_dtype._ORDERED + (Cast, Select, Let)))
+    outs = [run_edge_case(ec) for ec in cases]
+    assert [o.kind for o in outs] == ["refused", "refused", "crash", "crash"]
+    assert all("does not fit int32" in o.detail for o in outs[2:]), outs[2].detail
+
+
+#: (session 30) environment seeds of the on/off switches (stream 60): TECOMP_DUMP_IR=off,
+#: TECOMP_PY_BINDER=off and TECOMP_PY_BINDER=t (not a switch's word: a warning)
+SWITCH_SEEDS = (1081, 1875, 655)
+
+#: the readers before session 30, put back in the child
+_OLD_SWITCHES = """
+import os, tecomp
+import tecomp.threads as t
+from tecomp.lower import pipeline as p
+p._dump_ir = lambda: os.environ.get("TECOMP_DUMP_IR", "") not in ("", "0")
+t.flag_from_env = lambda name, default, use: os.environ.get(name, "1") != "0"
+"""
+
+
+@pytest.mark.slow
+def test_environment_family_finds_switches_misread():
+    """Each switch read as its word says, a word that is none ignored with a warning;
+    with the readers before session 30 (``off`` read as on for TECOMP_DUMP_IR and
+    TECOMP_PY_BINDER, ``t`` taken silently) the family reports each seed.  (Six child
+    processes: under the slow marker.)"""
+    cases = [draw_edge_case(s) for s in SWITCH_SEEDS]
+    assert [(ec.twist.get("var"), ec.twist.get("value")) for ec in cases] == [
+        ("TECOMP_DUMP_IR", "off"), ("TECOMP_PY_BINDER", "off"), ("TECOMP_PY_BINDER", "t")]
+    outs = [run_edge_case(ec) for ec in cases]
+    assert [o.kind for o in outs] == ["ok"] * 3, [o.report() for o in outs]
+    outs = [edges._run_environment(ec, _OLD_SWITCHES) for ec in cases]
+    assert [o.kind for o in outs] == ["mismatch"] * 3, [o.report() for o in outs]
+    assert "read as on, expected off" in outs[0].detail and \
+        "no warning naming the variable" in outs[2].detail

@@ -10,6 +10,7 @@ import pytest
 
 import tecomp as tc
 from tecomp import threads
+from tecomp.testing import edges
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -151,3 +152,52 @@ def test_a_spin_count_past_its_bound_is_ignored(monkeypatch, value, want):
             assert threads.spin_from_env(name) == want
     monkeypatch.setenv("TECOMP_WORKSPACE_LIMIT", "18446744073709551616")   # (bytes: no bound)
     assert threads.workspace_limit_from_env() == 1 << 62
+
+
+#: (session 30) the on/off switches of the environment and a reader of each
+SWITCHES = {
+    "TECOMP_SHARED_POOL": (False, lambda: threads.shared_pool_from_env()),
+    "TECOMP_LLVM_OPT_WORKER": (True, lambda: __import__(
+        "tecomp.codegen.llvm.jit", fromlist=["jit"]).worker_enabled()),
+    "TECOMP_DUMP_IR": (False, lambda: __import__(
+        "tecomp.lower.pipeline", fromlist=["pipeline"])._dump_ir()),
+    "TECOMP_PY_BINDER": (True, lambda: edges.compiled_binder_wanted()),
+}
+
+
+@pytest.mark.parametrize("name", list(SWITCHES))
+def test_a_switch_reads_every_spelling_of_on_and_off(monkeypatch, name):
+    """Each switch takes 1/0, true/false, yes/no, on/off in any case: once
+    ``TECOMP_DUMP_IR=off`` printed every pass's IR, ``TECOMP_PY_BINDER=false`` kept the
+    compiled binder and ``TECOMP_SHARED_POOL=yes`` was off, silently.  Anything else is
+    ignored with a warning naming the variable; unset or blank is the default."""
+    from tecomp.codegen.llvm import jit
+
+    default, read = SWITCHES[name]
+    if name == "TECOMP_LLVM_OPT_WORKER" and not jit._WORKER_OK:
+        pytest.skip("no LLVM worker here")
+    for value, want in (("1", True), (" On ", True), ("yes", True), ("TRUE", True),
+                        ("0", False), ("off", False), ("No", False), ("false ", False),
+                        ("", default), ("  ", default)):
+        monkeypatch.setenv(name, value)
+        assert read() is want, (name, value)
+    monkeypatch.delenv(name)
+    assert read() is default
+    for value in ("abc", "2", "enable", "-1"):
+        monkeypatch.setenv(name, value)
+        with pytest.warns(RuntimeWarning, match=rf"{name}='{value}' is not 1 or 0 \(or "
+                                                r"true/false, yes/no, on/off\): it sets .*; "
+                                                rf"ignored \(default: {'on' if default else 'off'}\)"):
+            assert read() is default
+
+
+def test_dump_ir_off_prints_nothing(monkeypatch, capfd):
+    """``TECOMP_DUMP_IR=off`` is off (it printed the IR after every pass)."""
+    A = tc.placeholder((4,), name="A")
+    B = tc.compute((4,), lambda i: A[i] + 1, name="B")
+    monkeypatch.setenv("TECOMP_DUMP_IR", "off")
+    tc.lower(tc.create_schedule(B.op), [A, B])
+    assert "// ----" not in capfd.readouterr().err
+    monkeypatch.setenv("TECOMP_DUMP_IR", "on")
+    tc.lower(tc.create_schedule(B.op), [A, B])
+    assert "// ---- schedule_ops ----" in capfd.readouterr().err

@@ -5,7 +5,6 @@ own module.  ``TECOMP_DUMP_IR=1`` prints the IR after every pass that changed it
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import TYPE_CHECKING, Sequence, Union
@@ -17,6 +16,7 @@ from ..ir.functor import collect, free_vars
 from ..ir.stmt import ExternCall, PrimFunc
 from ..schedule.schedule import Schedule
 from ..target import Target, as_target
+from ..threads import flag_from_env
 from ..te.scatter import ScatterOp
 from .schedule_ops import schedule_to_stmt
 from . import passes as P
@@ -69,6 +69,11 @@ CODEGEN_PASSES = [
 
 def _dump(title, func):
     sys.stderr.write(f"// ---- {title} ----\n{func}\n")
+
+
+def _dump_ir() -> bool:
+    """Whether ``TECOMP_DUMP_IR`` asks for the IR after every pass."""
+    return flag_from_env("TECOMP_DUMP_IR", False, "whether every lowering pass prints its IR")
 
 
 @deep_entry(lambda s, *a, **k: ("tc.lower", s))
@@ -164,7 +169,7 @@ def lower(s: Schedule, args: Sequence[Union[Tensor, Var]], name: str = "main",
     func = PrimFunc(name, tuple(params), body,
                     {"target": tgt, "param_checks": ctx.param_checks() + extent_checks(params),
                      "written_once": ctx.written_once()})
-    dump = os.environ.get("TECOMP_DUMP_IR", "") not in ("", "0")
+    dump = _dump_ir()
     if dump:
         _dump("schedule_ops", func)
     func = run_passes(func, tgt, dump)
@@ -209,7 +214,7 @@ def prepare_for_codegen(func: PrimFunc, target=None) -> PrimFunc:
                          f"the function tc.lower returns (phase='lower') instead")
     func = PrimFunc(func.name, func.params, func.body,
                     {**func.attrs, "target": tgt, "codegen_target": str(tgt)})
-    dump = os.environ.get("TECOMP_DUMP_IR", "") not in ("", "0")
+    dump = _dump_ir()
     return run_passes(func, tgt, dump, passes=CODEGEN_PASSES)
 
 

@@ -640,9 +640,19 @@ def check_scalar(v, var: Var, label: str):
     as a Python bool, int or float.  Integers must fit the dtype (any object with
     ``__index__`` is one, as for Python's own integer arguments); floats must be finite
     where the dtype is, unless they are already infinite or NaN; 0-d arrays count as
-    their element; bools are not numbers."""
+    their element (a numpy masked one whose element is masked is refused: it has no
+    value); bools are not numbers."""
     dt = var.dtype
     if isinstance(v, np.ndarray) and v.ndim == 0:
+        if "numpy.ma" in sys.modules and isinstance(v, sys.modules["numpy.ma"].MaskedArray) \
+                and sys.modules["numpy.ma"].is_masked(v):
+            # (its element is numpy.ma.masked, a float64 whatever the array's dtype: the
+            # message names the array the user passed)
+            want = "a bool" if dt == "bool" else "an integer" if _dt.is_int(dt) else "a number"
+            raise ArgumentError(
+                f"{label} expects {want} ({dt}), got a 0-d {dtype_name(v.dtype)} masked "
+                f"array whose element is masked (it has no value, and tecomp ignores masks): "
+                f"pass {want}, or x.filled(value) for the value to use in its place")
         v = v[()]
     if dt == "bool":
         if isinstance(v, (bool, np.bool_)):

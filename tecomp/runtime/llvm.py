@@ -219,8 +219,9 @@ def _binder(compile_ir=None):
     with _binder_lock:
         if not _binder_state:
             fn = None
-            lay = None if os.environ.get("TECOMP_PY_BINDER", "1") == "0" else \
-                _probe_binder_layout()
+            lay = None if not _threads.flag_from_env(
+                "TECOMP_PY_BINDER", True, "whether calls bind their arguments in compiled "
+                "code (off: in Python)") else _probe_binder_layout()
             if lay is not None:
                 jm = compile_ir(binder_ir(lay), [SYMBOL])
                 fn = _BIND_T(jm.addresses[SYMBOL])

@@ -44,7 +44,17 @@ read the docs, or one who wants to crash the caller, would:
     lazily mapped buffer with strides that put their elements more than 2**31 elements
     apart (the result must not change); the case's symbolic extent declared int64; or a
     sum over 2**31 + r terms of a stride-0 input (int32 or int64 extent, a random split
-    and vectorize or parallel), checked exactly.
+    and vectorize or parallel), checked exactly.  Three in ten (session 30, a stream of
+    their own, ``RandomDraw(seed * 7919 + 60)``) instead sum over ``k <
+    x.astype("int32" | "int64")`` for a float32 or float64 scalar ``x`` of every class
+    (:data:`FLOAT_EXTENT_VALUES`: NaN, infinities, past the int type's range, its lowest
+    value, negative, fractional, ordinary), scheduled plainly, split and vectorized, or
+    parallel: the sum of the first ``trunc(x)`` terms, or the call's ``ArgumentError``
+    where the conversion has no defined value (it names the conversion), or, for a
+    negative extent, one that the extent must be ``>= 0`` (or the empty sum, where a
+    split's rounding makes the loop's count 0).  Before session 30 such an extent was an
+    ``InternalError`` at build, NaN a raw ``ValueError`` at the call, and ``1e30``
+    wrapped to an extent the kernel did not run.
 ``deep``
     an expression hundreds to a few thousand levels deep (a chain of + - * min max
     select and casts, as a Python ``sum`` over a loop builds one), beyond Python's
@@ -231,7 +241,14 @@ Session 21's family, in a slot of its own (:func:`in_session21_slot`):
     ``TargetError`` or ``BuildError`` naming the variable: refused); every other case
     computes numpy's values.  A hang (a FIFO read at the first schedule), a raw Python
     error (``int('abc')``, a division by zero) or a "bug in tecomp" message for a setting
-    is a finding.
+    is a finding.  A fourth of them (session 30, a stream of their own,
+    ``RandomDraw(seed * 7919 + 60)``, the big_extent family's offset: no seed draws both)
+    set an on/off switch (:data:`SWITCHES`) to a word of :data:`SWITCH_VALUES`: after the
+    case, the switch as tecomp reads it must be what the word says (``1``/``0``,
+    ``true``/``false``, ``yes``/``no``, ``on``/``off``, any case), or, for any other
+    word, its default with a warning naming the variable (before session 30
+    ``TECOMP_DUMP_IR=off`` was on, ``TECOMP_PY_BINDER=off`` and ``TECOMP_SHARED_POOL=yes``
+    their other value, silently).
 
 The ``foreign_target`` family also draws (one case in five, after its other draws) a
 triple of another system or ABI (``aarch64-apple-darwin``, ``x86_64-linux-gnux32``): a
@@ -265,6 +282,11 @@ import numpy as np
 import tecomp as tc
 import tecomp.target as tgt
 from .. import calibration as cal
+from .. import threads as _threads
+from ..codegen.llvm import jit as _jit
+from ..lower import pipeline as _pipeline
+from ..runtime import llvm as _rt_llvm
+from ..threads import FLAG_WORDS
 from ..autoschedule import records
 from ..ir import interp
 from ..ir.expr import Buffer, Const
@@ -325,6 +347,14 @@ ENV_VALUES = {
     "TECOMP_NUM_THREADS": (("1", "2", "3"), ("0", "-3", "abc", "2.5"), None),
     "TECOMP_SPIN": (("0", "100"), ("-1", "abc", "1e9"), None),
 }
+
+#: (session 30) the environment family's on/off switches and their defaults; a fourth of
+#: its cases (stream 60) set one to a value of :data:`SWITCH_VALUES`: a spelling of on or
+#: off is read as such, anything else is ignored with a warning naming the variable
+SWITCHES = {"TECOMP_SHARED_POOL": False, "TECOMP_PY_BINDER": True, "TECOMP_DUMP_IR": False,
+            "TECOMP_LLVM_OPT_WORKER": True}
+SWITCH_VALUES = ("1", "0", "true", "False", " ON ", "off", "yes", "No", "abc", "2", "enable",
+                 "-1", "t", "disabled")
 
 #: the settings the optimiser worker reads (errors only where it runs)
 _WORKER_SETTINGS = ("TECOMP_LLVM_OPT_TIMEOUT", "TECOMP_LLVM_WORKER_MAX_MB")
@@ -542,6 +572,14 @@ def draw_edge_case(seed: int) -> EdgeCase:
                          annotate=d.choice(("", "vectorize", "parallel", "unroll")))
             if twist["n_dtype"] == "int32":
                 twist["terms"] = 2**31 - d.int(1, 999)
+        cast = RandomDraw(seed * 7919 + 60)   # (session 30: the others keep theirs)
+        if cast.bool(0.3):
+            prog = base.program
+            twist = {"variant": "float_extent", "scalar": cast.choice(("float32", "float64")),
+                     "to": cast.choice(("int32", "int64")),
+                     "value": cast.choice(FLOAT_EXTENT_CLASSES), "pick": cast.int(0, 10**6),
+                     "rows": cast.int(1, 3), "cols": cast.int(1, 9),
+                     "schedule": cast.choice(("plain", "vectorize", "parallel"))}
     elif family == "deep":
         twist = {"depth": d.int(300, 2500), "rows": d.choice((1, 5, 16)),
                  "schedule": d.choice(("plain", "split", "vectorize", "parallel", "gpu"))}
@@ -643,6 +681,11 @@ def draw_edge_case(seed: int) -> EdgeCase:
                      "cost": d.choice(("fma_bits", "gather_cost", "transpose_cost",
                                        "split_loads_cheap", "gemm_load_cost")),
                      "forged": d.choice(HOSTILE_VALUES[:9] + (-1.0, 1e300, "1.5", [], {}))}
+        # (session 30, stream 60 as the big_extent family's: no seed draws both families)
+        switch = RandomDraw(seed * 7919 + 60)
+        if switch.bool(0.25):
+            twist = {"var": switch.choice(tuple(SWITCHES)), "value": switch.choice(SWITCH_VALUES),
+                     "switch": True}
     return EdgeCase(prog, steps, base.n, base.seed, target, f"edge seed {seed} ({family})",
                     family=family, twist=twist, fuzz_seed=seed)
 
@@ -1693,6 +1736,8 @@ def _sparse_view(a: np.ndarray, keep: list):
 def _run_big_extent(ec: EdgeCase) -> Outcome:
     if ec.twist["variant"] == "big_reduction":
         return _run_big_reduction(ec)
+    if ec.twist["variant"] == "float_extent":
+        return _run_float_extent(ec)
     c, bad = _prepare(ec)
     if bad:
         return bad
@@ -1755,6 +1800,100 @@ def _run_big_reduction(ec: EdgeCase) -> Outcome:
     if not np.array_equal(b, want):
         return Outcome("mismatch", ec, "compare", f"sum over {terms} terms: got {b.tolist()}, "
                        f"expected {want.tolist()}")
+    return Outcome("ok", ec, "", "")
+
+
+#: (session 30) the big_extent family's float scalars cast to an extent, by class (per
+#: int type where the class depends on it; a float32 scalar takes the value rounded):
+#: none past int32 that int64 holds (a legal extent of 2**31 terms and more: slow)
+FLOAT_EXTENT_VALUES = {
+    "nan": (float("nan"),),
+    "infinity": (float("inf"), -float("inf")),
+    "past_range": {"int32": (2.0**31, 3e9, -2.0**31 - 4096, -3e9, 1e30, 3.4e38),
+                   "int64": (2.0**63, 1e19, -2.0**63 - 2**12, -1e19, 1e30, -3.4e38)},
+    "lowest": {"int32": (-2.0**31,), "int64": (-2.0**63,)},
+    "negative": (-1.0, -1.5, -3.0, -7.25, -1e6),
+    "fractional": (0.5, -0.5, 0.999, 3.9, 7.999, 1e-30, -1e-30, 2.5),
+    "ordinary": (0.0, 1.0, 2.0, 5.0, 9.0, 12.0, 17.0),
+}
+
+#: how often each class is drawn (the ones that run twice as often as each refusal)
+FLOAT_EXTENT_CLASSES = ("nan", "infinity", "past_range", "past_range", "lowest", "negative",
+                        "fractional", "fractional", "ordinary", "ordinary")
+
+
+def float_extent_value(tw: dict):
+    """The float_extent twist's scalar: its class's value ``pick``, in its dtype."""
+    vals = FLOAT_EXTENT_VALUES[tw["value"]]
+    if isinstance(vals, dict):
+        vals = vals[tw["to"]]
+    with np.errstate(over="ignore"):
+        return np.dtype(tw["scalar"]).type(vals[tw["pick"] % len(vals)])
+
+
+def _float_extent_schedule(tw: dict):
+    """``B[i] = sum(int64(A[i, min(k, cols - 1)]), k < x.astype(to))`` for a float scalar
+    ``x``, scheduled as the twist says: (args, s)."""
+    x = tc.var("x", tw["scalar"])
+    last = tw["cols"] - 1
+    A = tc.placeholder((tw["rows"], tw["cols"]), dtype="int32", name="A")
+    k = tc.reduce_axis((0, x.astype(tw["to"])), name="k")
+    B = tc.compute((tw["rows"],), lambda i: tc.sum(A[i, tc.min(k, last)].astype("int64"),
+                                                   axis=k), name="B")
+    s = tc.create_schedule(B.op)
+    if tw["schedule"] == "vectorize":
+        ko, ki = s[B].split(k, factor=4)
+        rf = s.rfactor(B, ki)
+        s[rf].vectorize(s[rf].op.axis[0])
+    elif tw["schedule"] == "parallel":
+        s[B].parallel(B.op.axis[0])
+    return [A, B, x], s
+
+
+def _run_float_extent(ec: EdgeCase) -> Outcome:
+    """The sum over ``k < x.astype(to)`` of a float scalar ``x``: the first ``trunc(x)``
+    terms, or the call's refusal where the conversion has no defined value (NaN, an
+    infinity, past the int type) or the extent is negative (or the empty sum there, where
+    a split rounds the loop's count up to 0)."""
+    tw = ec.twist
+    v = float_extent_value(tw)
+    lo, hi = (np.iinfo(tw["to"]).min, np.iinfo(tw["to"]).max)
+    f = float(v)
+    t = int(np.trunc(f)) if np.isfinite(f) else None
+    undefined = t is None or not lo <= t <= hi
+    what = f"x = {tw['scalar']}({f!r}) cast to {tw['to']} for an extent ({tw['schedule']})"
+    stage = "schedule"
+    try:
+        args, s = _float_extent_schedule(tw)
+        stage = "build"
+        mod = tc.build(s, args)
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, stage, e)
+    a = (np.arange(tw["rows"] * tw["cols"], dtype=np.int32).reshape(tw["rows"], tw["cols"])
+         * 7 - 11)
+    b = np.full(tw["rows"], -99, np.int64)
+    try:
+        mod(a, b, v)
+    except tc.ArgumentError as e:
+        text = str(e)
+        if undefined and "has no defined conversion" in text:
+            return Outcome("refused", ec, "call", text.splitlines()[0][:300])
+        if not undefined and t < 0 and "must be >= 0" in text:
+            return Outcome("refused", ec, "call", text.splitlines()[0][:300])
+        return Outcome("mismatch", ec, "call", f"{what}: refused as\n{text[:600]}\nexpected "
+                       + ("a refusal of the conversion" if undefined else
+                          "a refusal of the negative extent" if t < 0 else f"{t} terms"))
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, "call", e)
+    if undefined:
+        return Outcome("mismatch", ec, "call", f"{what}: accepted (B = {b.tolist()}), expected "
+                       "an ArgumentError: the conversion has no defined value")
+    n = max(t, 0)
+    head = a[:, :min(n, tw["cols"])].astype(np.int64).sum(axis=1)
+    want = head + max(n - tw["cols"], 0) * a[:, -1].astype(np.int64)
+    if not np.array_equal(b, want):
+        return Outcome("mismatch", ec, "compare", f"{what}: got {b.tolist()}, expected "
+                       f"{want.tolist()} ({n} terms)")
     return Outcome("ok", ec, "", "")
 
 
@@ -2902,7 +3041,7 @@ def _environment_expects(tw: dict, env: dict) -> Optional[str]:
     """The exception the environment case ``tw`` must raise (its class's name), or None
     where it must compute the values."""
     var = tw.get("var")
-    if var is None:
+    if var is None or tw.get("switch"):
         return None
     legal, hostile, error = ENV_VALUES[var]
     if tw["value"] in legal or error is None:
@@ -2949,13 +3088,52 @@ def environment_child(seed: int) -> dict:
     if "calibration" in ec.twist:
         _plant_calibration(ec.twist)
     base = Case(ec.program, ec.steps, ec.n, ec.seed, "llvm", ec.name, auto=-1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")      # (a setting ignored with a warning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")      # (a setting ignored with a warning)
         try:
             out = run_case(base)
+            read = _read_switch(ec.twist["var"]) if ec.twist.get("switch") else None
         except Exception as e:  # noqa: BLE001  (run_case never raises for a finding)
             return {"kind": "crash", "stage": "run", "detail": _exc_text(e)}
-    return {"kind": out.kind, "stage": out.stage, "detail": out.detail or ""}
+    got = {"kind": out.kind, "stage": out.stage, "detail": out.detail or ""}
+    if ec.twist.get("switch"):
+        got["read"] = read
+        got["warned"] = any(str(w.message).startswith(ec.twist["var"] + "=") for w in caught)
+    return got
+
+
+class _Compiling(Exception):
+    pass
+
+
+def compiled_binder_wanted() -> bool:
+    """Whether the runtime would compile its argument binder now (``TECOMP_PY_BINDER``
+    on): it asks for the compile, and the compile_ir given stops it there; the process's
+    binder, if any, is kept."""
+    def compile_ir(ir, symbols):
+        raise _Compiling
+
+    saved = _rt_llvm._binder_state[:]
+    _rt_llvm._binder_state.clear()
+    try:
+        return _rt_llvm._binder(compile_ir) is not None
+    except _Compiling:
+        return True
+    finally:
+        _rt_llvm._binder_state[:] = saved
+
+
+def _read_switch(var: str):
+    """In the child, after the case ran: the switch ``var`` as tecomp reads it (for
+    TECOMP_PY_BINDER: whether the runtime would compile its binder; False also where
+    this interpreter's layout has none; None where the host has no worker to switch)."""
+    if var == "TECOMP_PY_BINDER":
+        return compiled_binder_wanted()
+    if var == "TECOMP_LLVM_OPT_WORKER":
+        return _jit.worker_enabled() if _jit._WORKER_OK else None
+    if var == "TECOMP_DUMP_IR":
+        return _pipeline._dump_ir()
+    return _threads.shared_pool_from_env()
 
 
 def _run_environment(ec: EdgeCase, prelude: str = "",
@@ -2986,6 +3164,16 @@ def _run_environment(ec: EdgeCase, prelude: str = "",
         return Outcome("crash", ec, "child", f"{what}: the child exited with status "
                        f"{p.returncode}:\n{p.stderr[-3000:]}")
     got = json.loads(lines[-1][2:])
+    if tw.get("switch") and got["kind"] == "ok":
+        word = FLAG_WORDS.get(tw["value"].strip().lower())
+        want = SWITCHES[tw["var"]] if word is None else word
+        if got["read"] is not None and got["read"] != want:
+            return Outcome("mismatch", ec, "switch", f"{what}: read as "
+                           f"{'on' if got['read'] else 'off'}, expected "
+                           f"{'on' if want else 'off'}")
+        if got["warned"] != (word is None):
+            return Outcome("mismatch", ec, "switch", f"{what}: " + (
+                "no warning naming the variable" if word is None else "a warning"))
     if expect is not None:
         if got["kind"] == "crash" and f"tecomp.errors.{expect}: {tw['var']}=" in got["detail"]:
             return Outcome("refused", ec, got["stage"], f"{what}: {expect}")

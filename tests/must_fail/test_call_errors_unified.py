@@ -160,6 +160,19 @@ CASES = {
         lambda: (_a(), _w(), _b(), 1.0, _BadIndex()),
         r"parameter k \(argument 5\) expects an integer \(int8\), got _BadIndex .*whose "
         r"__index__ raised RuntimeError: no index"),
+    "a masked 0-d array for a float scalar": (
+        lambda: (_a(), _w(), _b(), np.ma.masked_array(np.float32(2), mask=True), 2),
+        r"parameter alpha \(argument 4\) expects a number \(float32\), got a 0-d float32 "
+        r"masked array whose element is masked \(it has no value, and tecomp ignores masks\): "
+        r"pass a number, or x\.filled\(value\)"),
+    "a masked 0-d array for an int scalar": (
+        lambda: (_a(), _w(), _b(), 1.0, np.ma.masked_array(np.int8(2), mask=True)),
+        r"parameter k \(argument 5\) expects an integer \(int8\), got a 0-d int8 masked "
+        r"array whose element is masked"),
+    "numpy.ma.masked for a float scalar": (
+        lambda: (_a(), _w(), _b(), np.ma.masked, 2),
+        r"parameter alpha \(argument 4\) expects a number \(float32\), got a 0-d float64 "
+        r"masked array whose element is masked"),
     "a numpy bool for an int scalar": (
         lambda: (_a(), _w(), _b(), 1.0, np.bool_(True)),
         r"parameter k \(argument 5\) expects an integer \(int8\), got bool"),
@@ -217,3 +230,7 @@ def test_a_masked_array_that_masks_nothing_is_its_data(modules):
         f(np.ma.masked_array(_a()), _w(), b, 2.0, -1)
         np.testing.assert_array_equal(b.data, want)
         assert not b.mask.any()
+        b = _b()   # (a 0-d masked array whose element is not masked: its value)
+        f(_a(), _w(), b, np.ma.masked_array(np.float32(2), mask=False),
+          np.ma.masked_array(np.int8(-1)))
+        np.testing.assert_array_equal(b, want)

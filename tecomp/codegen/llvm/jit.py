@@ -46,7 +46,7 @@ import llvmlite.binding as llvm
 
 from ...errors import BuildError, InternalError
 from ...target import host as _host
-from ...threads import number_from_env
+from ...threads import flag_from_env, number_from_env
 from . import libcalls, optproc as _optproc
 from .optproc import _LEN
 
@@ -162,13 +162,6 @@ _BOOT = ("import sys\n"
          "m = u.module_from_spec(s)\n"
          "s.loader.exec_module(m)\n"
          "m.serve(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]))\n")
-
-
-def _env_flag(name: str, default: bool) -> bool:
-    v = os.environ.get(name)
-    if v is None or v.strip() == "":
-        return default
-    return v.strip().lower() not in ("0", "false", "no", "off")
 
 
 def _write_all(f, data: bytes) -> None:
@@ -293,7 +286,8 @@ worker_starts = 0
 
 def worker_enabled() -> bool:
     """Whether modules are optimised in the worker process (``TECOMP_LLVM_OPT_WORKER``)."""
-    return _WORKER_OK and _env_flag("TECOMP_LLVM_OPT_WORKER", True)
+    return _WORKER_OK and flag_from_env("TECOMP_LLVM_OPT_WORKER", True,
+                                      "whether LLVM's optimiser runs in a worker process")
 
 
 def worker_pid() -> Optional[int]:
