@@ -229,18 +229,29 @@ def available_cpus(cgroup_root: Optional[str] = None,
     return max(1, n)
 
 
+def _int_as_strtol_reads(text: str) -> Optional[int]:
+    """The integer ``text`` spells as C's ``strtol(text, &end, 10)`` with nothing after it
+    reads it (leading blanks, a sign, ASCII digits), else None: an exported library's
+    pool, called from C, reads ``TECOMP_NUM_THREADS`` so, and Python must read the same
+    count from the same text (Python's ``int`` also took ``"4 "``, ``"4_0"`` as 40 and
+    other scripts' digits, which the library's pool refuses)."""
+    body = text.lstrip(" \t\n\v\f\r")
+    digits = body[1:] if body[:1] in ("+", "-") else body
+    if not digits or not all("0" <= c <= "9" for c in digits):
+        return None
+    return int(body)
+
+
 def default_num_threads() -> int:
     """``TECOMP_NUM_THREADS`` if it is a positive integer (a warning otherwise), else
     :func:`available_cpus`; at most :data:`MAX_THREADS`."""
     n = available_cpus()
     env = os.environ.get("TECOMP_NUM_THREADS")
     if env is not None and env.strip():
-        try:
-            v = int(env)
-            if v < 1:
-                raise ValueError
+        v = _int_as_strtol_reads(env)
+        if v is not None and v >= 1:
             n = v
-        except ValueError:
+        else:
             warnings.warn(f"TECOMP_NUM_THREADS={env!r} is not a positive integer; "
                           f"using {n} threads (the CPUs this process may use)",
                           RuntimeWarning, stacklevel=3)

@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -71,6 +72,8 @@ def test_a_librarys_pool_called_from_c_follows_the_affinity_mask(tmp_path):
                    env={**os.environ, "PYTHONPATH": ROOT})
     assert _pinned(_FROM_C, lib) == ["1"]
     assert _pinned(_FROM_C, lib, env={"TECOMP_NUM_THREADS": "5"}) == ["5"]
+    # a count with something after it is not one (as Python reads it: the next test)
+    assert _pinned(_FROM_C, lib, env={"TECOMP_NUM_THREADS": "5 "}) == ["1"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -201,3 +204,22 @@ def test_dump_ir_off_prints_nothing(monkeypatch, capfd):
     monkeypatch.setenv("TECOMP_DUMP_IR", "on")
     tc.lower(tc.create_schedule(B.op), [A, B])
     assert "// ---- schedule_ops ----" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("value, want", [
+    ("3", 3), (" 3", 3), ("+3", 3), ("\t2", 2),
+    # what Python's int() took and a library's pool (strtol, nothing after) refuses:
+    ("3 ", None), ("1_0", None), ("\u0663", None), ("3\n", None),
+    ("0", None), ("-2", None), ("2.0", None), ("+", None)])
+def test_the_thread_count_is_read_as_a_librarys_pool_reads_it(monkeypatch, value, want):
+    # (Python read "1_0" as 10 threads and "3 " as 3 where an exported library's pool,
+    # called from C, fell back to the CPUs: the same variable, two counts)
+    monkeypatch.setattr(threads, "available_cpus", lambda *a, **k: 1)
+    monkeypatch.setenv("TECOMP_NUM_THREADS", value)
+    if want is None:
+        with pytest.warns(RuntimeWarning, match="TECOMP_NUM_THREADS"):
+            assert threads.default_num_threads() == 1
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert threads.default_num_threads() == want
