@@ -40,8 +40,8 @@ from ..ir import arith, dtype as _dt
 from ..ir import op as _op
 from ..ir.arith import Interval, prove
 from ..ir.expr import (
-    GE, GT, LE, LT, And, Buffer, BufferLoad, Call, Cast, Const, Expr, IterVar, Max, Min, Not, Or,
-    ProducerLoad, Range, Reduce, TupleCommReducer, Var, as_index, same_as,
+    Add, GE, GT, LE, LT, And, Buffer, BufferLoad, Call, Cast, Const, Expr, IterVar, Max, Min, Not,
+    Or, ProducerLoad, Range, Reduce, TupleCommReducer, Var, as_index, same_as,
 )
 from ..ir.functor import Mutator, Visitor, collect, free_vars, map_combiner, substitute, uses_var
 from ..ir.names import display
@@ -1707,7 +1707,8 @@ class LowerContext:
     def _first_point(self, st: Stage, comb, src, cond):
         """The element at the first point of the reduction stage ``st`` (one buffer, its
         combiner ``comb`` a float or integer ``max``/``min`` of ``src``, the condition
-        ``cond``) where its accumulator starts there (:data:`SEED_FIRST_TAP`): every
+        ``cond``) where its accumulator starts there (:data:`SEED_FIRST_TAP`; a sum
+        too where a template asked for it, ``Stage._seed_sum``): every
         reduce loop unrolled (its copies made at code generation), no lockstep or
         intrinsic, and an element at the first point wherever the update runs
         (:meth:`_at_first_point`).  Else None."""
@@ -1716,8 +1717,8 @@ class LowerContext:
             return None
         x, y = Var("x", src.dtype), Var("y", src.dtype)
         e = comb.combine(x, y)
-        if not (isinstance(e, (Max, Min)) and e.a is x and e.b is y
-                and isinstance(comb.identity, Const)):
+        if not (isinstance(e, (Max, Min)) or st.seeded_sum and isinstance(e, Add)) \
+                or not (e.a is x and e.b is y and isinstance(comb.identity, Const)):
             return None
         at = self._at_first_point(st, cond, unrolled=True)
         if at is None:
