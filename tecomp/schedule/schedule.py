@@ -121,7 +121,6 @@ class Stage(TracedStage):
         self.atomic = None        # _atomic_add: per axis (min, extent) of the region
         self.written = None       # _written_at: per axis (min, extent) of the region
         self.reduce_range = None  # _reduce_range: (min, extent) of its one reduce axis
-        self.seeded_sum = False   # _seed_sum: a sum started at its first point
 
     def _reset_loops(self):
         op = self.op
@@ -587,18 +586,6 @@ class Stage(TracedStage):
             raise ScheduleError(f"_reduce_range on stage {self.name}: a reduction over one "
                                 "axis (a tecomp bug: the template calls it)")
         self.reduce_range = (lo, int(extent))
-
-    def _seed_sum(self) -> None:
-        """This stage's sum starts at its first point's element, not at 0, where its reduce
-        loops are all unrolled and that point is an element wherever its update runs
-        (``LowerContext._first_point``, as a max's under ``SEED_FIRST_TAP``): one add a
-        point fewer.  Exact but for the sign of a zero: the sum of -0.0 alone is -0.0
-        (IEEE's), where ``0 + -0.0`` is 0.  Template-only (a global pooling's plane,
-        ``pool.LEAN_PLANES``)."""
-        if not self.op.reduce_axis:
-            raise ScheduleError(f"_seed_sum on stage {self.name}: a reduction (a tecomp "
-                                "bug: the template calls it)")
-        self.seeded_sum = True
 
     def tensorize(self, axis, intrin):
         """Run the loops from ``axis`` inward as the tensor intrinsic ``intrin``
