@@ -50,7 +50,8 @@ template before this session's changes), timed in the same turns ("before", and 
 speed-up over it); ``--ab NAME[,NAME...]``: only those switches off (their values in
 :data:`BEFORE`, else False: ``--ab SEPARABLE`` the windows in one step, as before
 2026-12-02's session 24; a switch of ``tecomp.lower.schedule_ops`` too: ``--ab
-SEED_FIRST_TAP`` max pooling's windows from the identity, not their first tap).
+SEED_FIRST_TAP`` max pooling's windows from the identity, not their first tap; and of
+``tecomp.codegen.llvm.emit_memory``: ``--ab FLAT_FUSED_OFFSETS``).
 ``--cpu-time`` (one thread): each call timed by the process's CPU
 time, which leaves out the time other processes run on a loaded machine.
 """
@@ -147,6 +148,7 @@ def main() -> None:
     import tecomp as tc
     from tecomp import nn
     from tecomp.lower import schedule_ops
+    from tecomp.codegen.llvm import emit_memory
     from tecomp.strategy.cpu import pool as pool_template
     from tecomp.viz.peaks import move_kernel, read_kernel
 
@@ -161,14 +163,13 @@ def main() -> None:
           f"L3 {l3} MiB, DRAM read stream {dram:.1f} GB/s")
     if args.ab is not None:
         names = [n for n in args.ab.split(",") if n]
-        unknown = [n for n in names if not any(hasattr(m, n) for m in (pool_template,
-                                                                         schedule_ops))]
+        mods = (pool_template, schedule_ops, emit_memory)
+        unknown = [n for n in names if not any(hasattr(m, n) for m in mods)]
         if unknown:
-            ap.error(f"--ab: no switch {unknown[0]!r} in tecomp.strategy.cpu.pool or "
-                     "tecomp.lower.schedule_ops")
+            ap.error(f"--ab: no switch {unknown[0]!r} in tecomp.strategy.cpu.pool, "
+                     "tecomp.lower.schedule_ops or tecomp.codegen.llvm.emit_memory")
         off = {n: BEFORE.get(n, False) for n in names} if names else dict(BEFORE)
-        owner = {n: pool_template if hasattr(pool_template, n) else schedule_ops
-                 for n in off}
+        owner = {n: next(m for m in mods if hasattr(m, n)) for n in off}
     picked = [p for p in args.only.split(",") if p]
     for name, (shape, layout, op, tfn) in workloads(nn).items():
         if picked and not any(name.startswith(p) for p in picked):

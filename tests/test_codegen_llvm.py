@@ -4256,3 +4256,27 @@ def test_pragma_vector_bytes_compiles_for_narrower_registers(op):
     assert "zmm" in asm(wide, False)
     avx2 = "llvm -mtriple=x86_64-linux-gnu -mcpu=haswell"
     assert asm(avx2, True) == asm(avx2, False)
+
+
+def test_fused_counter_addressed_by_the_flat_offset(monkeypatch):
+    """An access whose indices divide a fused loop's counter back into its axes
+    (``f // 10``, ``f % 10``) is addressed by the flattened offset, simplified (``f``),
+    with ``emit_memory.FLAT_FUSED_OFFSETS``: no division left in the optimized IR of a
+    parallel task (whose counter's range LLVM does not know); the same values."""
+    import tecomp as tc
+    from tecomp.codegen.llvm import emit_memory
+
+    X = tc.placeholder((6, 10), name="X")
+    Y = tc.compute((6, 10), lambda i, j: X[i, j] * 2.0 + 1.0, name="Y")
+    s = tc.create_schedule(Y.op)
+    s[Y].parallel(s[Y].fuse(*s[Y].op.axis))
+    x = np.random.default_rng(5).standard_normal((6, 10)).astype("float32")
+    for on in (False, True):
+        monkeypatch.setattr(emit_memory, "FLAT_FUSED_OFFSETS", on)
+        ll = tc.build(s, [X, Y], target="llvm -mtriple=x86_64-linux-gnu -mcpu=znver4") \
+            .get_source("llvm")
+        divs = re.findall(r"= [su](?:div|rem) i\d+ %[\w.]+, 10\b", ll)
+        assert bool(divs) != on, divs
+        out = np.zeros((6, 10), "float32")
+        tc.build(s, [X, Y])(x, out)
+        np.testing.assert_array_equal(out, x * 2 + 1)

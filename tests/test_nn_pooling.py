@@ -373,6 +373,44 @@ def test_global_pooling_of_a_plane_in_vectors(kind, hw):
     np.testing.assert_allclose(run([X], Y, [x], schedule=s), ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("kind,hw", [("avg", (3, 5)), ("max", (7, 7))])
+def test_small_global_plane_unrolled_and_seeded(kind, hw):
+    """Channels first, global pooling of a plane of at most ``UNROLL_WINDOW`` elements
+    (:data:`pool.LEAN_PLANES`): the vectors' loop unrolled, so that every sum (or
+    maximum) of the plane, the vectors' and each level of the tree, starts at its first
+    point (``SEED_POOL_SUMS``, ``SEED_FIRST_TAP``): no store of the identity, no loop
+    left in the task."""
+    X = tc.placeholder((2, 3) + hw, name="X")
+    Y = getattr(nn, f"global_{kind}_pool2d")(X)
+    s = sc.schedule_pool(Y, "llvm -mtriple=x86_64-linux-gnu -mcpu=znver4")
+    text = str(tc.lower(s, [X, Y]))
+    assert not re.search(r"= (0f|-inff)\n", text), text
+    assert not re.search(r"\n\s+for \(", text), text
+    x = rng.standard_normal((2, 3) + hw).astype("float32")
+    x[0, 0] = -0.0   # (a plane of -0.0: its sum is -0.0, the mean 0 either way)
+    x[1, 2, 0, 0] = np.inf
+    ref = run([X], Y, [x], schedule=tc.create_schedule(Y.op))
+    got = run([X], Y, [x], schedule=sc.schedule_pool(Y))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_window_sums_seeded():
+    """An average's window sums whose reduce loops are unrolled start at their first
+    point (``schedule_ops.SEED_POOL_SUMS``): avg_pool2d 3x3/1 p1 in two steps, each
+    output's sum from its first column sum, each column sum of an inner row from its
+    first data row; against PyTorch."""
+    X = tc.placeholder((1, 2, 6, 20), name="X")
+    Y = nn.avg_pool2d(X, 3, 1, 1)
+    s = sc.schedule_pool(Y, "llvm -mtriple=x86_64-linux-gnu -mcpu=znver4")
+    text = str(tc.lower(s, [X, Y]))
+    assert ".sep" in text and not re.search(r"avg_pool2d\.sum\[[^\]]*\] = 0f\n", text), text
+    assert re.search(r"\.sum\.sep\[[^\]]*\] = (select\([^,]*, )?X\[", text), text
+    x = rng.standard_normal((1, 2, 6, 20)).astype("float32")
+    want = F.avg_pool2d(torch.from_numpy(x), 3, 1, 1).numpy()
+    np.testing.assert_allclose(run([X], Y, [x], schedule=sc.schedule_pool(Y)), want,
+                               rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("build,shape", [
     (lambda X: nn.adaptive_avg_pool2d(X, 3), (2, 3, 12, 24)),         # 4x8 windows
     (lambda X: nn.max_pool2d(X, 2), (1, 3, 6, 40)),                   # rows of 2.5 vectors

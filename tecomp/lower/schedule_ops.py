@@ -40,8 +40,8 @@ from ..ir import arith, dtype as _dt
 from ..ir import op as _op
 from ..ir.arith import Interval, prove
 from ..ir.expr import (
-    GE, GT, LE, LT, And, Buffer, BufferLoad, Call, Cast, Const, Expr, IterVar, Max, Min, Not, Or,
-    ProducerLoad, Range, Reduce, TupleCommReducer, Var, as_index, same_as,
+    Add, GE, GT, LE, LT, And, Buffer, BufferLoad, Call, Cast, Const, Expr, IterVar, Max, Min, Not,
+    Or, ProducerLoad, Range, Reduce, TupleCommReducer, Var, as_index, same_as,
 )
 from ..ir.functor import Mutator, Visitor, collect, free_vars, map_combiner, substitute, uses_var
 from ..ir.names import display
@@ -81,6 +81,14 @@ SEED_SELECTIONS = True
 #: == x`` for every ``x``, NaN too.  Off: the accumulator starts at the identity (an A/B
 #: switch: ``benchmarks/pooling.py --ab SEED_FIRST_TAP``)
 SEED_FIRST_TAP = True
+
+#: ... and a pooling's sums (a stage of an op tagged ``pool_sum``: an average's window,
+#: the local rows and lane trees the CPU template makes of it): one add a vector fewer,
+#: where LLVM keeps ``0 + x`` (not ``x`` for ``x = -0.0``).  Exact but for a window of
+#: -0.0 alone, whose sum is then -0.0 (IEEE's), not 0.  Off: from 0 (an A/B switch:
+#: ``benchmarks/pooling.py --ab SEED_POOL_SUMS``; benchmarks/DECISIONS.md, "Pooling: a
+#: small global plane unrolled, its sums seeded")
+SEED_POOL_SUMS = True
 
 #: whether a tuple reduction whose stage visits its reduce loops in their order combines
 #: with its reducer's ``in_order`` result (an argmax's ties without index compares);
@@ -1707,7 +1715,8 @@ class LowerContext:
     def _first_point(self, st: Stage, comb, src, cond):
         """The element at the first point of the reduction stage ``st`` (one buffer, its
         combiner ``comb`` a float or integer ``max``/``min`` of ``src``, the condition
-        ``cond``) where its accumulator starts there (:data:`SEED_FIRST_TAP`): every
+        ``cond``) where its accumulator starts there (:data:`SEED_FIRST_TAP`; a pooling's
+        sum too, :data:`SEED_POOL_SUMS`): every
         reduce loop unrolled (its copies made at code generation), no lockstep or
         intrinsic, and an element at the first point wherever the update runs
         (:meth:`_at_first_point`).  Else None."""
@@ -1716,8 +1725,13 @@ class LowerContext:
             return None
         x, y = Var("x", src.dtype), Var("y", src.dtype)
         e = comb.combine(x, y)
-        if not (isinstance(e, (Max, Min)) and e.a is x and e.b is y
-                and isinstance(comb.identity, Const)):
+        # (not a stage that prefetches along its loops: its first point's copy would
+        # not, PREFETCH_WINDOW_ROWS' local rows)
+        pool_sum = SEED_POOL_SUMS and isinstance(e, Add) and "pool_sum" in \
+            [t.strip() for t in (getattr(st.op, "tag", None) or "").split(",")] and \
+            not any(a.prefetches for a in st.iter_attrs.values())
+        if not (isinstance(e, (Max, Min)) or pool_sum) \
+                or not (e.a is x and e.b is y and isinstance(comb.identity, Const)):
             return None
         at = self._at_first_point(st, cond, unrolled=True)
         if at is None:

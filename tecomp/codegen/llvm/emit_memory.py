@@ -18,7 +18,8 @@ import llvmlite.ir as ir
 
 from ...errors import BuildError, InternalError, ResourceLimitError
 from ...ir import dtype as _dt
-from ...ir.expr import Add, And, Buffer, BufferLoad, Cast, Const, Expr, Mul, Or, Sub, Var
+from ...ir.expr import (Add, And, Buffer, BufferLoad, Cast, Const, Expr, FloorDiv, FloorMod,
+                        Mul, Or, Sub, Var)
 from ...ir.functor import collect, free_vars, reads_memory, substitute
 from ...ir.simplify import simplify
 from ...ir.stmt import (
@@ -50,6 +51,16 @@ MAX_STACK_FRAME = 512 * 1024
 #: gather, but 0.75x over rows of whole vectors from the L3's edge or DRAM: the
 #: schedule decides, see :mod:`tecomp.strategy.cpu.pool`.)
 MASKED_WIDE_LOADS = False
+
+#: an access whose indices divide a fused loop's counter back into its axes (``f //
+#: 2048``, ``f % 2048``) but whose flattened offset, simplified, divides less (``f *
+#: 196 + 192``) is addressed by that offset (the per-dimension indices stay for the
+#: bounds checks), in every kernel: a global pooling's tail element and output, whose
+#: tasks are the fused (batch x channels), computed their addresses with the divisions
+#: (about 15 integer instructions a plane of 49).  False: each dimension's index times
+#: its stride, as before (an A/B switch; benchmarks/DECISIONS.md, "Pooling: a small
+#: global plane unrolled, its sums seeded")
+FLAT_FUSED_OFFSETS = True
 
 #: a vector store of a bool ``and`` of bool loads (an ``all`` reduction's update
 #: ``acc && x``) computed on the bytes: their ``umin`` (a byte is true where it is not
@@ -154,6 +165,11 @@ def _child_stmts(node) -> List[Stmt]:
         return [node.fallback]      # the loops the intrinsic replaced, where it runs them
     body = getattr(node, "body", None)
     return [body] if isinstance(body, Stmt) else []
+
+
+def _divisions(exprs) -> int:
+    """The floor divisions and modulos in ``exprs`` (:data:`FLAT_FUSED_OFFSETS`)."""
+    return sum(len(collect(e, lambda n: isinstance(n, (FloorDiv, FloorMod)))) for e in exprs)
 
 
 class _MemoryEmitter:
@@ -288,6 +304,12 @@ class _MemoryEmitter:
                 fv = self.index64(flat)
                 if fv.v is None:
                     return fv, idx
+        elif FLAT_FUSED_OFFSETS and all(ix.v is None for ix in idx):
+            divs = _divisions(indices)
+            if divs:
+                flat = self._flat_offset(bi, indices)
+                if flat is not None and _divisions([flat]) < divs:
+                    return self.index64(flat), idx
         off = Val(ir.Constant(_I64, 0))
         for ix, st in zip(idx, bi.strides):
             off = self.vadd(off, self.vmul(ix, Val(st)))

@@ -37,6 +37,16 @@ HALF_VECTOR_ROWS = False
 #: vectors, their lanes summed as a tree (:func:`_plane_in_vectors`); False: its rows
 #: along the data, one partial result a column (an A/B switch)
 WHOLE_PLANES = True
+#: ... a plane of at most UNROLL_WINDOW elements (a 7x7 map's 49): its vectors' loop
+#: unrolled (loads at constant offsets from the plane's start, no loop), so that its
+#: sum too starts at its first point, not at 0, as the tree's levels do
+#: (``schedule_ops.SEED_POOL_SUMS``: one add fewer each, no adds of a zero vector).
+#: Zen 4, global_avg_pool2d over 32x2048x7x7, one thread, CPU time, under load, the
+#: unrolling and the seeding together: 1.09-1.19x (with ``emit_memory.
+#: FLAT_FUSED_OFFSETS`` too 1.33-1.43x).  False: a loop of vector adds
+#: from 0, as before (an A/B switch; benchmarks/DECISIONS.md, "Pooling: a small global
+#: plane unrolled, its sums seeded")
+LEAN_PLANES = True
 #: max pooling whose output row is narrower than a vector (adaptive pooling to 7): the
 #: maxima in a local block copied out (``cache_write``), not kept in the output (a
 #: masked store and load back per tap); False: as before (an A/B switch)
@@ -842,6 +852,9 @@ def _plane_in_vectors(s: Schedule, out, red, info: CpuModel, plane: int) -> None
     if red.op is not out.op:
         s[red].compute_at(st, rows)
     s[red].unroll(s[red].op.reduce_axis[0])
+    if LEAN_PLANES and plane <= UNROLL_WINDOW:
+        for k in rf.op.reduce_axis:
+            rf.unroll(k)
 
 
 def schedule_pool(outs, target: str = "llvm") -> Schedule:
@@ -856,7 +869,8 @@ def schedule_pool(outs, target: str = "llvm") -> Schedule:
     vectorized, up to four vectors of it a step, with the window unrolled around them
     (an average's sums computed per step).  Global pooling channels first: the plane
     one contiguous run in whole vectors of partial results, their lanes as a tree
-    (:func:`_plane_in_vectors`).  Channels first, a window too large to
+    (:func:`_plane_in_vectors`; a plane of at most :data:`UNROLL_WINDOW` unrolled,
+    :data:`LEAN_PLANES`).  Channels first, a window too large to
     unroll over a row narrower than a vector, or any window over rows of one output
     (global pooling), is reduced along the data rows in vector partial results
     (``rfactor``; a 7x7 map's: one partial vector of 7 lanes, a sum per column) where
