@@ -57,10 +57,12 @@ MASKED_WIDE_LOADS = False
 #: 196 + 192``) is addressed by that offset (the per-dimension indices stay for the
 #: bounds checks), in every kernel: a global pooling's tail element and output, whose
 #: tasks are the fused (batch x channels), computed their addresses with the divisions
-#: (about 15 integer instructions a plane of 49).  False: each dimension's index times
-#: its stride, as before (an A/B switch; benchmarks/DECISIONS.md, "Pooling: a small
-#: global plane unrolled, its sums seeded")
-FLAT_FUSED_OFFSETS = True
+#: (about 15 integer instructions a plane of 49).  Off by default: the quiet survey read
+#: max2d NHWC 0.77-0.97x slower with it in three runs and global avg 7x7 only 1.04x
+#: faster, and it changes the code of every kernel.  False: each dimension's index
+#: times its stride (benchmarks/DECISIONS.md, "Pooling: a small global plane unrolled,
+#: its sums seeded")
+FLAT_FUSED_OFFSETS = False
 
 #: a vector store of a bool ``and`` of bool loads (an ``all`` reduction's update
 #: ``acc && x``) computed on the bytes: their ``umin`` (a byte is true where it is not

@@ -43,7 +43,7 @@ WHOLE_PLANES = True
 #: (``schedule_ops.SEED_POOL_SUMS``: one add fewer each, no adds of a zero vector).
 #: Zen 4, global_avg_pool2d over 32x2048x7x7, one thread, CPU time, under load, the
 #: unrolling and the seeding together: 1.09-1.19x (with ``emit_memory.
-#: FLAT_FUSED_OFFSETS`` too 1.33-1.43x).  False: a loop of vector adds
+#: FLAT_FUSED_OFFSETS`` too 1.33-1.43x; that switch is off by default).  False: a loop of vector adds
 #: from 0, as before (an A/B switch; benchmarks/DECISIONS.md, "Pooling: a small global
 #: plane unrolled, its sums seeded")
 LEAN_PLANES = True
