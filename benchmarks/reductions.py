@@ -40,7 +40,7 @@ interleaved_turns``); each row says how many of tecomp's calls counted.
         [--threads 1 --cpu-time | --held] [--rules-off]
         [--new-off] [--select-off] [--seed-off] [--steps-off]
         [--minmax-off] [--rowblock-off] [--prefetch-off] [--pairs-off] [--colpf-off]
-        [--steps16-off] [--regs-off] [--match-off] [--match-ints-off] [--vbytes-off] [--stream-off]
+        [--steps16-on] [--regs-off] [--match-off] [--match-ints-off] [--vbytes-off] [--stream-off]
         [--math-off] [--math20-off] [--silu-off] [--math30-off] [--fresh-inputs]
 """
 from __future__ import annotations
@@ -292,13 +292,14 @@ def rowblock_off(tc, sig, ins):
         rules.SELECTION_ROW_BLOCK = old
 
 
-def steps16_off(tc, sig, ins):
+def steps16_on(tc, sig, ins):
     """A call of the kernel of ``sig`` scheduled with a column reduction of one-byte
-    values (bools, 8-bit integers) whose input is past L2 reading 8 rows a pass, not 16
-    (``tecomp.strategy.rules.COLUMN_STEPS_PACKED_PAST_L2`` 8), as before session 30."""
+    values (bools, 8-bit integers) whose input is past L2 reading 16 rows a pass, not 8
+    (``tecomp.strategy.rules.COLUMN_STEPS_PACKED_PAST_L2`` 16: tried in session 30, not
+    the default)."""
     from tecomp.strategy import rules
     old = rules.COLUMN_STEPS_PACKED_PAST_L2
-    rules.COLUMN_STEPS_PACKED_PAST_L2 = rules.COLUMN_STEPS_PACKED
+    rules.COLUMN_STEPS_PACKED_PAST_L2 = 16
     try:
         f = tc.build(tc.auto_schedule(sig), sig)
     finally:
@@ -410,7 +411,7 @@ _AB = [("rules_off", "reduce", rules_off, "rules off"),
        ("prefetch_off", "reduce", prefetch_off, "prefetch off"),
        ("pairs_off", "reduce", pairs_off, "pairs off"),
        ("colpf_off", "reduce", colpf_off, "colpf off"),
-       ("steps16_off", "reduce", steps16_off, "steps16 off"),
+       ("steps16_on", "reduce", steps16_on, "steps16 on"),
        ("regs_off", "reduce", regs_off, "regs off"),
        ("match_off", "reduce", match_off, "match off"),
        ("match_ints_off", "reduce", match_ints_off, "match ints off"),
@@ -476,9 +477,9 @@ def main() -> None:
     ap.add_argument("--colpf-off", action="store_true", help="also time each reduction "
                     "scheduled without a column reduction's passes ahead prefetched (and 4 "
                     "rows a pass, not 8), in the same turns")
-    ap.add_argument("--steps16-off", action="store_true", help="also time each reduction "
+    ap.add_argument("--steps16-on", action="store_true", help="also time each reduction "
                     "scheduled with a column reduction of one-byte values (bools, 8-bit "
-                    "integers) past L2 reading 8 rows a pass (not 16), in the same turns")
+                    "integers) past L2 reading 16 rows a pass (not 8), in the same turns")
     ap.add_argument("--regs-off", action="store_true", help="also time each reduction "
                     "built with a column argmax's accumulator pair stored and reloaded at "
                     "every step of its run of rows (not held in registers), in the same "

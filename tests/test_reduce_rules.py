@@ -800,12 +800,16 @@ def test_tuple_reductions_that_compute_are_not_combined_across_lanes(monkeypatch
     ("sum", "float32", 16, 4, 0), ("any", "bool", 10, 1, 0), ("argmax", "float32", 16, 8, 0),
     ("argmin", "float32", 12, 4, 0), ("all", "bool", 48, 16, 4096), ("max", "int8", 24, 8, 4096),
     ("any", "bool", 32, 8, 1 << 20)])
-def test_column_reductions_of_bytes_take_eight_steps_a_pass(op, dtype, c, steps, l2):
+def test_column_reductions_of_bytes_take_eight_steps_a_pass(op, dtype, c, steps, l2,
+                                                            monkeypatch):
     """A column reduction of one-byte values (packed lanes) reads eight rows a pass where
     they divide the reduce axis (else four, else one), sixteen where its input is more
     than the L2 caches hold (``l2``: a model with that L2 and one thread) and they divide
-    it; wider values four, but a reduction of several values at once (an argmax's index
-    and value: two accumulators) eight; numpy's answers, keepdims and a negative axis."""
+    it, where ``COLUMN_STEPS_PACKED_PAST_L2`` asks for sixteen (not by default: 8); wider
+    values four, but a reduction of several values at once (an argmax's index and value:
+    two accumulators) eight; numpy's answers, keepdims and a negative axis."""
+    if l2:
+        monkeypatch.setattr(rules, "COLUMN_STEPS_PACKED_PAST_L2", 16)
     x = data((3, c, 4, 80), dtype, op)
     X = tc.placeholder(x.shape, dtype=dtype, name="X")
     Y = getattr(nn, op)(X, axis=-3, keepdims=True)

@@ -188,10 +188,12 @@ COLUMN_STEPS_PACKED = 8
 #: 1.  `all` / `any` over the middle axis of 16 MiB of bools, 8 -> 16 steps: 0.80-0.94x
 #: the time in nine of twelve A/Bs, 1.01x in two, 1.28x in one; 64 MiB a tie (0.99x,
 #: 1.00x); 512 KiB (in L2) 1.2x slower, so such inputs keep 8; 32 or 64 steps 1.4-1.7x
-#: slower (1 thread, CPU time, Zen 4 VM under load 14-22: benchmarks/DECISIONS.md,
-#: "Column reductions of bytes: sixteen rows a pass past L2").  ``reductions.py
-#: --steps16-off``: 8 everywhere
-COLUMN_STEPS_PACKED_PAST_L2 = 16
+#: slower (1 thread, CPU time, Zen 4 VM under load 14-22), but on the quiet host 16 read
+#: 0.84x / 0.81x (2 threads) and 0.95x / 0.89x (1 thread, CPU time) the speed of 8:
+#: benchmarks/DECISIONS.md, "Column reductions of bytes: sixteen rows a pass past L2".
+#: So 8, as :data:`COLUMN_STEPS_PACKED`, by default; 16 is there for models and
+#: ``reductions.py --steps16-on`` to try
+COLUMN_STEPS_PACKED_PAST_L2 = 8
 
 #: the same for a reduction of several values at once (an argmax's index and value: two
 #: accumulators loaded and stored a pass for each element read).  argmax over the middle
