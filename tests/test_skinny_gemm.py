@@ -244,11 +244,7 @@ def test_a_at_w_copy_of_a_where_its_rows_fill_a_set():
     assert "A.global" in str(tc.lower(s, args))
     c, want = _run(s, args, "w")
     np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
-    A = tc.placeholder((2, 9, 1024), name="A")
-    W = tc.placeholder((2, 1024, 40), name="W")
-    k = tc.reduce_axis((0, 1024), name="k")
-    C = tc.compute((2, 9, 40), lambda b, i, j: tc.sum(A[b, i, k] * W[b, k, j], axis=k),
-                   name="C")
+    A, W, C = _batched_a_at_w(2, 9, 1024, 40)
     s = apply_rules([A, W, C], Knobs(), zen4)
     assert "A.global" in str(tc.lower(s, [A, W, C]))
     a = RNG.standard_normal((2, 9, 1024)).astype("float32")
@@ -259,6 +255,16 @@ def test_a_at_w_copy_of_a_where_its_rows_fill_a_set():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(skinny, "COPY_A_KFIRST", False)
         assert not skinny_plan(_plain(12, 11008, 4096, "w")[2].op, zen4).copy_a
+
+
+def _batched_a_at_w(batch, m, k, n):
+    """A batched ``A @ W`` (W K-major) in plain TE: ``(A, W, C)``."""
+    A = tc.placeholder((batch, m, k), name="A")
+    W = tc.placeholder((batch, k, n), name="W")
+    r = tc.reduce_axis((0, k), name="k")
+    C = tc.compute((batch, m, n), lambda b, i, j: tc.sum(A[b, i, r] * W[b, r, j], axis=r),
+                   name="C")
+    return A, W, C
 
 
 def test_a_at_w_column_strips_knob():
@@ -281,11 +287,7 @@ def test_a_at_w_column_strips_knob():
         _no_copy_of(s, args, args[1])
         c, want = _run(s, args, "w")
         np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
-    A = tc.placeholder((3, 4, 45), name="A")
-    W = tc.placeholder((3, 45, 83), name="W")
-    k = tc.reduce_axis((0, 45), name="k")
-    C = tc.compute((3, 4, 83), lambda b, i, j: tc.sum(A[b, i, k] * W[b, k, j], axis=k),
-                   name="C")
+    A, W, C = _batched_a_at_w(3, 4, 45, 83)
     R = tc.compute((3, 4, 83), lambda b, i, j: tc.max(C[b, i, j], tc.const(0.0, "float32")),
                    name="R")
     s = apply_rules([A, W, R], Knobs({"skinny.strip_ahead": 32}), cpu_model())

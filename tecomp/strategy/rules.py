@@ -191,8 +191,8 @@ COLUMN_STEPS_PACKED = 8
 #: slower (1 thread, CPU time, Zen 4 VM under load 14-22), but on the quiet host 16 read
 #: 0.84x / 0.81x (2 threads) and 0.95x / 0.89x (1 thread, CPU time) the speed of 8:
 #: benchmarks/DECISIONS.md, "Column reductions of bytes: sixteen rows a pass past L2".
-#: So 8, as :data:`COLUMN_STEPS_PACKED`, by default; 16 is there for models and
-#: ``reductions.py --steps16-on`` to try
+#: So 8, as :data:`COLUMN_STEPS_PACKED`, by default; set 16 to try it again (what
+#: ``reductions.py --steps16-on`` does)
 COLUMN_STEPS_PACKED_PAST_L2 = 8
 
 #: the same for a reduction of several values at once (an argmax's index and value: two
