@@ -39,7 +39,8 @@ __all__ = ["PoolControls", "register", "set_num_threads", "get_num_threads",
            "MAX_THREADS", "POOL_FUNCTIONS", "DEFAULT_WORKSPACE_LIMIT", "set_workspace_limit",
            "release_workspace", "workspace_cached", "workspace_limit_from_env",
            "workspace_limit", "on_release",
-           "shared_pool_from_env", "number_from_env", "flag_from_env", "share_pool", "run_marked_threads_on",
+           "shared_pool_from_env", "number_from_env", "flag_from_env", "share_pool",
+           "run_marked_threads_on",
            "PARALLEL_FOR", "DELEGATE_TO", "DELEGATE_MARKED"]
 
 #: the most threads a pool runs
