@@ -4280,3 +4280,35 @@ def test_fused_counter_addressed_by_the_flat_offset(monkeypatch):
         out = np.zeros((6, 10), "float32")
         tc.build(s, [X, Y])(x, out)
         np.testing.assert_array_equal(out, x * 2 + 1)
+
+
+@pytest.mark.parametrize("fill", [0.0, -np.inf])
+def test_masked_load_filled_with_the_select_constant(monkeypatch, fill):
+    """A vector select of a load (whose masked-off lanes it may not read) and a constant
+    (a padded window's tap) is one masked load whose masked-off lanes are that constant
+    (``emit_expr.FILL_MASKED_LOADS``): its pass-through holds the constant and nothing
+    puts it in after the load (where it was filled with zeros, then the lane replaced);
+    the same values either way, NaN and -0.0 in the data."""
+    import tecomp as tc
+
+    X = tc.placeholder((4, 16), name="X")
+    Y = tc.compute((4, 16), lambda i, j: tc.if_then_else(
+        j >= 1, X[i, j - 1], tc.const(fill, "float32")), name="Y")
+    s = tc.create_schedule(Y.op)
+    s[Y].vectorize(s[Y].op.axis[1])
+    x = np.random.default_rng(7).standard_normal((4, 16)).astype("float32")
+    x[0, 3], x[1, 0], x[2, 14] = np.nan, -0.0, np.inf
+    want = np.concatenate([np.full((4, 1), fill, "float32"), x[:, :-1]], axis=1)
+    const = "0.000000e+00" if fill == 0 else "0xFFF0000000000000"
+    for on in (False, True):
+        monkeypatch.setattr(emit_expr, "FILL_MASKED_LOADS", on)
+        ll = tc.build(s, [X, Y], target="llvm -mtriple=x86_64-linux-gnu -mcpu=znver4") \
+            .get_source("llvm")
+        through = re.findall(r"llvm\.masked\.load\.v16f32\.p0\(ptr [^,]*, <16 x i1> <[^>]*>, "
+                             r"<16 x float> (poison|<float ([^,]*),)", ll)
+        after = re.findall(r"= (?:select|and|insertelement|shufflevector) <16 x float>", ll)
+        assert through and all((t[1] == const) == on for t in through), through
+        assert bool(after) != on, after
+        out = np.zeros((4, 16), "float32")
+        tc.build(s, [X, Y])(x, out)
+        np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))

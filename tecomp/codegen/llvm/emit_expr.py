@@ -53,6 +53,25 @@ INVERT_OR_SELECTS = True
 #: --silu-off``)
 SILU_DIVIDES = True
 
+#: a masked vector select whose true side is a load alone and whose false side a
+#: constant (a padded window's tap: ``select(x >= 1, X[.., x - 1], 0)`` or ``-inf``),
+#: outside any other mask: the load's masked-off lanes filled with the constant (the
+#: ``llvm.masked.load`` / ``gather``'s pass-through), no select after it.  LLVM dropped
+#: the load's zero pass-through for the select's lanes and kept the select, as an and
+#: (``vandps``) after each ``{z}``-masked load of the data: avg_pool2d 3x3/1 p1's inner
+#: row 6 of its ~55 instructions.  False: the load filled with zeros and selected, as
+#: before (an A/B switch; benchmarks/DECISIONS.md, "Code generator (emit_expr.
+#: FILL_MASKED_LOADS): a padded tap's masked load filled with the select's constant")
+FILL_MASKED_LOADS = True
+
+
+def _filled_load(x, mask, fill) -> bool:
+    """Whether ``x`` is one ``llvm.masked.load`` or ``llvm.masked.gather`` under
+    ``mask`` whose masked-off lanes are ``fill`` (:data:`FILL_MASKED_LOADS`)."""
+    return (isinstance(x, ir.CallInstr) and len(x.args) == 4
+            and x.callee.name.startswith(("llvm.masked.load", "llvm.masked.gather"))
+            and x.args[2] is mask and x.args[3] is fill)
+
 
 def _small(e) -> bool:
     """Whether ``e`` has at most :data:`SELECT_FAST_PATH_NODES` nodes (counted without
@@ -484,14 +503,19 @@ class _ExprEmitter:
 
         def masked():
             old = self.mask
+            fill = self._load_fill(e)
             try:
-                self.mask = self.and_mask(c)
+                self.mask = m = self.and_mask(c)
+                self.fill = fill
                 t = self.expr(e.true_value)
+                self.fill = None
+                if fill is not None and _filled_load(t.v, m, fill):
+                    return t
                 self.mask = old
                 self.mask = self.and_mask(b.xor(c, self.all_true()))
                 f = self.expr(e.false_value)
             finally:
-                self.mask = old
+                self.mask, self.fill = old, None
             return Val(v=b.select(c, self.vec(t), self.vec(f)))
 
         if self.mask is not None or not (_small(e.true_value) and _small(e.false_value)):
@@ -507,6 +531,20 @@ class _ExprEmitter:
         return self.if_value(all_true, lambda: self.expr(e.true_value), lambda: self.if_value(
             none_true, lambda: self.expr(e.false_value), masked, name="sel.none"),
             name="sel.all")
+
+    def _load_fill(self, e: Select):
+        """The constant vector that the masked load of ``e``'s true side fills its
+        masked-off lanes with in place of the select (:data:`FILL_MASKED_LOADS`): ``e``'s
+        false side, a constant, where the true side is a load of a float buffer whose
+        indices load nothing and no outer mask is set; else None."""
+        t, f = e.true_value, e.false_value
+        if (not FILL_MASKED_LOADS or self.mask is not None or not isinstance(t, BufferLoad)
+                or not isinstance(f, Const) or t.dtype not in ("float32", "float64")
+                or f.dtype != t.dtype
+                or any(collect(i, lambda n: isinstance(n, BufferLoad)) for i in t.indices)):
+            return None
+        v = self.vec(self.expr(f))
+        return v if isinstance(v, ir.Constant) else None
 
     #: each compare's negation (an ordered compare's is unordered, ``!=``'s ordered)
     _NEGATED = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}

@@ -597,7 +597,8 @@ class _MemoryEmitter:
             f = self.mb.intrinsic("llvm.masked.gather", vty,
                                   [pty, _I32, self.vtype(_I1), vty], [vty, pty])
             m = self.mask if self.mask is not None else self.all_true()
-            x = self._tag(b.call(f, [ptrs, ir.Constant(_I32, align), m, _splat(vty, 0)]), bi)
+            x = self._tag(b.call(f, [ptrs, ir.Constant(_I32, align), m,
+                                     self._fill_of(vty)]), bi)
         return Val(v=conv(x, dtype))
 
     def _vector_load(self, p, vty, align: int, bi: _Buf):
@@ -764,6 +765,13 @@ class _MemoryEmitter:
             return None
         return self.iadd(base.s, ir.Constant(_I64, lo)), offsets
 
+    def _fill_of(self, vty):
+        """The pass-through of a masked load or gather of ``vty``: the select's constant
+        that the emitter set for it (``self.fill``, ``emit_expr.FILL_MASKED_LOADS``),
+        else zeros."""
+        fill = self.fill
+        return fill if fill is not None and fill.type == vty else _splat(vty, 0)
+
     def masked_load(self, p, vty, align: int, mask, bi: _Buf):
         """``llvm.masked.load`` of ``vty`` at ``p`` (zero where ``mask`` is false), as
         register-wide pieces where ``vty`` is wider than a register
@@ -777,7 +785,8 @@ class _MemoryEmitter:
         if n <= per:
             f = self.mb.intrinsic("llvm.masked.load", vty,
                                   [_PTR, _I32, ir.VectorType(_I1, n), vty], [vty, _PTR])
-            return self._tag(b.call(f, [p, ir.Constant(_I32, align), mask, _splat(vty, 0)]), bi)
+            return self._tag(b.call(f, [p, ir.Constant(_I32, align), mask,
+                                        self._fill_of(vty)]), bi)
         pty = ir.VectorType(et, per)
         pieces = []
         for start in range(0, n, per):

@@ -260,6 +260,9 @@ class _FnEmitter(_MemoryEmitter, _ControlEmitter, _ExprEmitter, _MathEmitter,
         self.bufs: Dict[Buffer, _Buf] = {}
         self.lanes = 1
         self.mask = None
+        #: the pass-through of the masked load a select's true side makes
+        #: (``emit_expr.FILL_MASKED_LOADS``), while it is emitted; else None
+        self.fill = None
         self.heap_slots: List[object] = []
         #: the bytes of the frame the Allocates took so far, and which buffers go to the
         #: workspace for the frame's budget (:func:`frame_overflow`; set by the caller)
