@@ -839,6 +839,41 @@ def test_separable_windows(case, monkeypatch):
         np.testing.assert_allclose(got, before, rtol=1e-5, atol=1e-6)
 
 
+
+@pytest.mark.parametrize("name,build,tfn", [
+    ("max2d", lambda X: nn.max_pool2d(X, 3, 2, 1), lambda t: F.max_pool2d(t, 3, 2, 1)),
+    ("avg2d_ceil", lambda X: nn.avg_pool2d(X, 3, 2, 1, ceil_mode=True),
+     lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True)),
+])
+def test_strided_row_from_registers(name, build, tfn, monkeypatch):
+    """Overlapping windows at a stride of 2 in two steps, the data and output in the
+    cache (``STRIDED_ROW_IN_REGISTERS``): the output row's vectors unrolled (their taps
+    from the local row's registers); from memory (the model's ``stream_output_bytes``
+    under them), or with the switch off, a loop over them.  PyTorch's values (exact for
+    max, NaN and infinities in the windows)."""
+    from dataclasses import replace
+
+    L = tc.target.cpu_model().lanes
+    shape = (1, 2, 9, 4 * L + 3)   # (rows of 2L + 2 outputs: a partial vector)
+    X = tc.placeholder(shape, name="X")
+    Y = build(X)
+    info = tc.target.cpu_model("llvm -mcpu=znver4")
+    small = replace(info, stream_output_bytes=64)
+    loop = re.compile(r"for \(i3\.outer, 0, \d+\)")
+    s = _template_for(Y, info)
+    text = str(tc.lower(s, [X, Y]))
+    assert ".sep[" in text and not loop.search(text) and "unrolled (i3.outer, 0," in text, text
+    assert loop.search(str(tc.lower(_template_for(Y, small), [X, Y])))
+    monkeypatch.setattr(pool, "STRIDED_ROW_IN_REGISTERS", False)
+    assert loop.search(str(tc.lower(_template_for(Y, info), [X, Y])))
+    x = _pool_data(name, shape)
+    got = run([X], Y, [x], schedule=s)
+    want = tfn(torch.from_numpy(x)).numpy()
+    if name.startswith("max"):
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
 def _pairs_cases():
     """1-d pooling, channels first: windows side by side along a row of whole vectors
     of outputs, of an even kernel of 4 or more (the pairs first), and some that are

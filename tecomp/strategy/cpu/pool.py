@@ -102,6 +102,18 @@ SEPARATE_PARTITION = True
 #: strides of 2 and up only, as before (an A/B switch; benchmarks/DECISIONS.md,
 #: "Stride-1 pooling windows in two steps")
 STRIDE1_SEPARABLE = True
+#: ... a stride of 2 or more, where the data and output stay in the cache (at most half
+#: the last-level cache and the model's ``stream_output_bytes``, :func:`_from_memory`):
+#: the output row's vectors unrolled as at a stride of 1, so that each output vector's
+#: strided taps are shuffled from the registers the local row was stored in, not loaded
+#: from the stack across two of its stores (a store-forwarding stall each).  Zen 4, one
+#: thread, CPU time, under load: max_pool2d 3x3/2 p1 over 1x64x112x112 1.71x, over
+#: 2x64x112x112 1.73x, avg_pool2d 3x3/2 p1 over 2x64x112x112 1.88x; from memory it lost
+#: (8x64x112x112 0.92-0.93x, 16x64x112x112 0.85x; 0.65-0.74x in sessions 26-27), so not
+#: taken there.  False: the row's vectors a loop, as before (an A/B switch;
+#: benchmarks/DECISIONS.md, "Pooling: a strided output row from the registers where the
+#: data stay in the cache")
+STRIDED_ROW_IN_REGISTERS = True
 #: ... 3-d: the window's planes first (``Schedule.separate`` of its first axis, then of
 #: its last, :func:`_planes_first`): each task reduces every data plane it reads, in
 #: turn, to that plane's 2-d windows (a local block of the task's planes of windows,
@@ -386,6 +398,13 @@ def _next_row_from_memory(s: Schedule, pool, out, info: CpuModel) -> bool:
     first = pool.attrs.get("layout", "NC")[1] == "C"
     if not PREFETCH_NEXT_ROW or (_stride(pool, -2 if first else -3) or 0) < 2:
         return False
+    return _from_memory(s, pool, out, info)
+
+
+def _from_memory(s: Schedule, pool, out, info: CpuModel) -> bool:
+    """Whether the data that ``pool`` reads and its output ``out`` take more than half
+    the last-level cache or the model's ``stream_output_bytes``: they come from memory
+    call after call."""
     sizes = [_bytes(t) for t in _reads_through_inline(s, pool) + [out]]
     return _outgrows_llc(None if None in sizes else sum(sizes), info,
                          limit=info.stream_output_bytes)
@@ -633,8 +652,11 @@ def _separated(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     if SEPARATE_PARTITION:
         for ax in outer:
             st.pragma(ax, "partition")
+    step = _stride(red.op)
     _windows_from_the_row(s, out, red, st, [rows] + outer, at, L,
-                          unroll=STRIDE1_SEPARABLE and _stride(red.op) == 1)
+                          unroll=(STRIDE1_SEPARABLE and step == 1) or (
+                              STRIDED_ROW_IN_REGISTERS and (step or 0) > 1
+                              and not _from_memory(s, red.op, out, info)))
 
 
 def _pairs(pool, small: bool, last, lanes: int) -> bool:
@@ -705,11 +727,7 @@ def _planes_fit(s: Schedule, pool, out, info: CpuModel) -> bool:
     call after call; from the cache the planes ran 0.93x as fast), and a task's planes
     of 2-d windows (the data's planes along the window's first axis, each the output's
     plane: constant sizes) take at most half the machine model's L2."""
-    if not PLANES_FIRST or len(pool.reduce_axis) != 3:
-        return False
-    sizes = [_bytes(t) for t in _reads_through_inline(s, pool) + [out]]
-    if not _outgrows_llc(None if None in sizes else sum(sizes), info,
-                         limit=info.stream_output_bytes):
+    if not PLANES_FIRST or len(pool.reduce_axis) != 3 or not _from_memory(s, pool, out, info):
         return False
     src = _loads(pool.body.source)[0].producer
     d = _cint(src.shape[-3])
