@@ -43,7 +43,7 @@ stream" for a pass that reads and writes (on the Zen 4, 1 thread: the through-th
 move of a 4-to-1 pass at 73% of the read stream, the streamed one at 99%).
 
     python3 benchmarks/pooling.py [--threads 2] [--rounds 7] [--only max2d_nchw,...] [--ab]
-        [--ab SEPARABLE] [--threads 1 --cpu-time]
+        [--ab SEPARABLE] [--threads 1 --cpu-time] [--threads 2 --held]
 
 ``--ab``: each row also built with the template's switches of :data:`BEFORE` (the
 template before this session's changes), timed in the same turns ("before", and the
@@ -51,9 +51,13 @@ speed-up over it); ``--ab NAME[,NAME...]``: only those switches off (their value
 :data:`BEFORE`, else False: ``--ab SEPARABLE`` the windows in one step, as before
 2026-12-02's session 24; a switch of ``tecomp.lower.schedule_ops`` too: ``--ab
 SEED_FIRST_TAP`` max pooling's windows from the identity, not their first tap; and of
-``tecomp.codegen.llvm.emit_memory``: ``--ab FLAT_FUSED_OFFSETS``).
+``tecomp.codegen.llvm.emit_memory`` and ``emit_expr``: ``--ab FLAT_FUSED_OFFSETS``,
+``--ab FILL_MASKED_LOADS``).
 ``--cpu-time`` (one thread): each call timed by the process's CPU
-time, which leaves out the time other processes run on a loaded machine.
+time, which leaves out the time other processes run on a loaded machine.  ``--held``
+(wall time, more threads): count only the calls in which every thread held its core
+throughout (``common.interleaved_turns``' ``held``; a row none of whose calls did prints
+``nan``).
 """
 from __future__ import annotations
 
@@ -85,6 +89,9 @@ def workloads(nn):
         "max2d_nchw 3x3/2 p1": ((8, 64, 112, 112), "NCHW",
                                 lambda X: nn.max_pool2d(X, 3, 2, 1),
                                 lambda x: F().max_pool2d(x, 3, 2, 1)),
+        "max2d_nchw 3x3/2 p1 b1": ((1, 64, 112, 112), "NCHW",   # (from the cache)
+                                   lambda X: nn.max_pool2d(X, 3, 2, 1),
+                                   lambda x: F().max_pool2d(x, 3, 2, 1)),
         "max2d_nhwc 3x3/2 p1": ((8, 64, 112, 112), "NHWC",
                                 lambda X: nn.max_pool2d(X, 3, 2, 1, layout="NHWC"),
                                 lambda x: F().max_pool2d(x, 3, 2, 1)),
@@ -138,17 +145,23 @@ def main() -> None:
                     "named, off")
     ap.add_argument("--cpu-time", action="store_true",
                     help="time by the process's CPU time (with --threads 1)")
+    ap.add_argument("--held", action="store_true",
+                    help="(wall time) count only the calls in which every thread held "
+                    "its core throughout")
     args = ap.parse_args()
     if args.cpu_time and args.threads != 1:
         ap.error("--cpu-time times one thread's calls: use it with --threads 1")
-    clock = {"clock": time.process_time} if args.cpu_time else {}
+    if args.cpu_time and args.held:
+        ap.error("--held counts wall-time calls: use it without --cpu-time")
+    clock = ({"clock": time.process_time} if args.cpu_time
+             else {"held": args.threads} if args.held else {})
     pin_threads(args.threads)
     import numpy as np
 
     import tecomp as tc
     from tecomp import nn
     from tecomp.lower import schedule_ops
-    from tecomp.codegen.llvm import emit_memory
+    from tecomp.codegen.llvm import emit_expr, emit_memory
     from tecomp.strategy.cpu import pool as pool_template
     from tecomp.viz.peaks import move_kernel, read_kernel
 
@@ -163,11 +176,12 @@ def main() -> None:
           f"L3 {l3} MiB, DRAM read stream {dram:.1f} GB/s")
     if args.ab is not None:
         names = [n for n in args.ab.split(",") if n]
-        mods = (pool_template, schedule_ops, emit_memory)
+        mods = (pool_template, schedule_ops, emit_memory, emit_expr)
         unknown = [n for n in names if not any(hasattr(m, n) for m in mods)]
         if unknown:
             ap.error(f"--ab: no switch {unknown[0]!r} in tecomp.strategy.cpu.pool, "
-                     "tecomp.lower.schedule_ops or tecomp.codegen.llvm.emit_memory")
+                     "tecomp.lower.schedule_ops or tecomp.codegen.llvm.emit_memory / "
+                     "emit_expr")
         off = {n: BEFORE.get(n, False) for n in names} if names else dict(BEFORE)
         owner = {n: next(m for m in mods if hasattr(m, n)) for n in off}
     picked = [p for p in args.only.split(",") if p]
