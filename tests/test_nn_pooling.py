@@ -849,7 +849,8 @@ def test_strided_row_from_registers(name, build, tfn, monkeypatch):
     """Overlapping windows at a stride of 2 in two steps, the data and output in the
     cache (``STRIDED_ROW_IN_REGISTERS``): the output row's vectors unrolled (their taps
     from the local row's registers); from memory (the model's ``stream_output_bytes``
-    under them), or with the switch off, a loop over them.  PyTorch's values (exact for
+    under them; unrolled there too with ``STRIDED_ROW_LOOP_FROM_MEMORY`` off), or with
+    the switch off, a loop over them.  PyTorch's values (exact for
     max, NaN and infinities in the windows)."""
     from dataclasses import replace
 
@@ -864,6 +865,9 @@ def test_strided_row_from_registers(name, build, tfn, monkeypatch):
     text = str(tc.lower(s, [X, Y]))
     assert ".sep[" in text and not loop.search(text) and "unrolled (i3.outer, 0," in text, text
     assert loop.search(str(tc.lower(_template_for(Y, small), [X, Y])))
+    monkeypatch.setattr(pool, "STRIDED_ROW_LOOP_FROM_MEMORY", False)
+    assert not loop.search(str(tc.lower(_template_for(Y, small), [X, Y])))
+    monkeypatch.setattr(pool, "STRIDED_ROW_LOOP_FROM_MEMORY", True)
     monkeypatch.setattr(pool, "STRIDED_ROW_IN_REGISTERS", False)
     assert loop.search(str(tc.lower(_template_for(Y, info), [X, Y])))
     x = _pool_data(name, shape)

@@ -114,6 +114,10 @@ STRIDE1_SEPARABLE = True
 #: benchmarks/DECISIONS.md, "Pooling: a strided output row from the registers where the
 #: data stay in the cache")
 STRIDED_ROW_IN_REGISTERS = True
+#: ... but from memory the loop, as before; False: unrolled there too (the switch for a
+#: quiet two-thread A/B, ``pooling.py --ab STRIDED_ROW_LOOP_FROM_MEMORY``: there
+#: max_pool2d over 8x64x112x112 stays in the L3 and is compute-bound)
+STRIDED_ROW_LOOP_FROM_MEMORY = True
 #: ... 3-d: the window's planes first (``Schedule.separate`` of its first axis, then of
 #: its last, :func:`_planes_first`): each task reduces every data plane it reads, in
 #: turn, to that plane's 2-d windows (a local block of the task's planes of windows,
@@ -656,7 +660,8 @@ def _separated(s: Schedule, out, red, info: CpuModel, small: bool) -> None:
     _windows_from_the_row(s, out, red, st, [rows] + outer, at, L,
                           unroll=(STRIDE1_SEPARABLE and step == 1) or (
                               STRIDED_ROW_IN_REGISTERS and (step or 0) > 1
-                              and not _from_memory(s, red.op, out, info)))
+                              and not (STRIDED_ROW_LOOP_FROM_MEMORY
+                                       and _from_memory(s, red.op, out, info))))
 
 
 def _pairs(pool, small: bool, last, lanes: int) -> bool:
