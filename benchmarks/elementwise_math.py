@@ -45,7 +45,9 @@ their table of 16, ``emit_math.LOG_TABLE`` off; ``tecomp log_s28`` ...); ``--mat
 for session 30's (exp, sigmoid and softplus with exp's degree-5 polynomial,
 ``emit_math.EXP_SHORT_POLY`` off, sigmoid with ``x`` negated first, ``EXP_NEG_FOLDED``
 off; expm1 with two scalings and a select of tiny ``x``,
-``EXPM1_FMA_SIGN`` off; ``tecomp exp_s29`` ...);
+``EXPM1_FMA_SIGN`` off; ``tecomp exp_s29`` ...); ``--math31-ab`` for session 31's (tan
+with Knuth's TwoSum on every lane, ``emit_math_f32.TAN_FMA_RESIDUAL`` off; ``tecomp
+tan_s30``);
 ``--cpu-time``
 (with ``--threads 1``) times each call by the process's CPU time (a shared machine).
 
@@ -54,7 +56,7 @@ off; expm1 with two scalings and a select of tiny ``x``,
                                            [--math20-ab] [--math21-ab] [--math23-ab]
                                            [--math24-ab] [--math25-ab] [--math26-ab]
                                            [--math27-ab] [--math28-ab] [--math29-ab]
-                                           [--math30-ab]
+                                           [--math30-ab] [--math31-ab]
                                            [--cpu-time]
 """
 from __future__ import annotations
@@ -97,11 +99,14 @@ MATH30 = {"exp": ("emit_math", ("EXP_SHORT_POLY",)),
           "sigmoid": ("emit_math", ("EXP_SHORT_POLY", "EXP_NEG_FOLDED")),
           "softplus": ("emit_math", ("EXP_SHORT_POLY",)),
           "expm1": ("emit_math", ("EXPM1_FMA_SIGN",))}
+#: session 31's (``--math31-ab``)
+MATH31 = {"tan": ("emit_math_f32", ("TAN_FMA_RESIDUAL",))}
 #: each session's switches, the tag of its A/B column and its flag's name
 AB = ((MATH20, "s19", "math20_ab"), (MATH21, "s20", "math21_ab"), (MATH23, "s22", "math23_ab"),
       (MATH24, "s23", "math24_ab"), (MATH25, "s24", "math25_ab"),
       (MATH26, "s25", "math26_ab"), (MATH27, "s26", "math27_ab"), (MATH28, "s27", "math28_ab"),
-      (MATH29, "s28", "math29_ab"), (MATH30, "s29", "math30_ab"))
+      (MATH29, "s28", "math29_ab"), (MATH30, "s29", "math30_ab"),
+      (MATH31, "s30", "math31_ab"))
 
 
 def main() -> None:

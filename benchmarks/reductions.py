@@ -41,7 +41,8 @@ interleaved_turns``); each row says how many of tecomp's calls counted.
         [--new-off] [--select-off] [--seed-off] [--steps-off]
         [--minmax-off] [--rowblock-off] [--prefetch-off] [--pairs-off] [--colpf-off]
         [--steps16-on] [--regs-off] [--match-off] [--match-ints-off] [--vbytes-off] [--stream-off]
-        [--math-off] [--math20-off] [--silu-off] [--math30-off] [--fresh-inputs]
+        [--math-off] [--math20-off] [--silu-off] [--math30-off] [--math31-off]
+        [--fresh-inputs]
 """
 from __future__ import annotations
 
@@ -399,6 +400,14 @@ def math30_off(tc, sig, ins):
                                     (emit_math, "EXPM1_FMA_SIGN")])
 
 
+def math31_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` built without session 31's math changes: float32
+    ``tan`` with Knuth's TwoSum in its reduction on every lane
+    (``tecomp.codegen.llvm.emit_math_f32.TAN_FMA_RESIDUAL`` False)."""
+    from tecomp.codegen.llvm import emit_math_f32
+    return flags_off(tc, sig, ins, [(emit_math_f32, "TAN_FMA_RESIDUAL")])
+
+
 #: the A/B switches: (the option's dest and the row's key, the family it applies to, the
 #: builder of the kernel with the switch off, the column's label)
 _AB = [("rules_off", "reduce", rules_off, "rules off"),
@@ -420,7 +429,8 @@ _AB = [("rules_off", "reduce", rules_off, "rules off"),
        ("math_off", "elem", math_off, "math off"),
        ("math20_off", "elem", math20_off, "math20 off"),
        ("silu_off", "elem", silu_off, "silu off"),
-       ("math30_off", "elem", math30_off, "math30 off")]
+       ("math30_off", "elem", math30_off, "math30 off"),
+       ("math31_off", "elem", math31_off, "math31 off")]
 
 
 def _input(np, rng, shape, kind):
@@ -511,6 +521,9 @@ def main() -> None:
                     "operator built without session 30's math changes (exp's degree-5 "
                     "polynomial, exp(-x) of the negated x, expm1's two scalings and "
                     "select), in the same turns")
+    ap.add_argument("--math31-off", action="store_true", help="also time each elementwise "
+                    "operator built without session 31's math changes (tan's TwoSum on "
+                    "every lane), in the same turns")
     ap.add_argument("--fresh-inputs", action="store_true", help="each row's input a fresh "
                     "aligned numpy array (tc.aligned), as before session 28, not the huge-page "
                     "pool's buffer of its size (the stream's arrays stay in the pool)")

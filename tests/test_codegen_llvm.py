@@ -2305,10 +2305,61 @@ def test_tan_float32_reduced_in_float32(exp_variant):
     such input: 1.254 and 1.45 ulp, docs/numerics.md)."""
     limit = 65536.0 if _has_fma(exp_variant) else 125.0
     x = _dense_inputs(np.pi / 4, np.pi / 2, np.pi, 1e-4, 3 * np.pi / 4, 581.19464, 0.5,
-                      3 * np.pi / 2, 1e4, 32884.62, 2.3612592, 89.536377, limit)
+                      3 * np.pi / 2, 1e4, 32884.62, 2.3612592, 2.3781295, 89.536377, 1024.0,
+                      limit)
     x = x[np.abs(x) <= limit]
     _check_float32_function("tan", x, np.tan, 1.3 if _has_fma(exp_variant) else 1.5,
                             [0.0, -0.0], [0, -0.0], exp_variant, key=("tan", limit))
+
+
+@pytest.mark.parametrize("variant", ["avx512", "fma"])
+def test_tan_reduction_error_by_one_fma(variant, monkeypatch):
+    """float32 tan with FMA takes the rounding error of its reduction's second step as
+    ``fma(q, -b, r1 - rh)`` (``emit_math_f32.TAN_FMA_RESIDUAL``): fewer additions before
+    the branch in the IR than Knuth's TwoSum (the flag off); the lanes where that
+    difference need not be exact (``|r| < 2^-13``: near the multiples of pi/2 and 0) or
+    ``|x|`` is above 1024 take the branch to TwoSum, and give the flag-off bits there;
+    within 1.3 ulp of float64 tan elsewhere; vectorized (16 or 8 lanes) and serial the
+    same bits (where the host runs the target)."""
+    import tecomp as tc
+    from tecomp.codegen.llvm import emit_math_f32
+
+    lanes = 16 if variant == "avx512" else 8
+    target = _MATH_TARGETS[variant]
+    run = variant != "avx512" or tc.Target("llvm").has_feature("avx512f")
+    edges = [k * np.pi / 2 for k in (0.5, 1, 2, 3, 7, 100, 651, 652)] + [1024.0, 3000.0]
+    bits = [np.arange(0, 1 << 31, 4093, dtype=np.uint32)]
+    for e in edges:
+        b = int(np.float32(e).view(np.uint32))
+        bits.append(np.arange(b - 4096, b + 4096, dtype=np.uint32))
+    x = np.concatenate(bits).view(np.float32)
+    x = np.concatenate([x, -x, np.float32([0.0, -0.0, 1e-45, -1e-45, np.inf, np.nan])])
+    x = x[: x.size // lanes * lanes]
+
+    def build(on, n):
+        monkeypatch.setattr(emit_math_f32, "TAN_FMA_RESIDUAL", on)
+        f, out = _unary_by_lanes(tc.tan, x, target, n, run)
+        src = f.get_source("llvm-unopt")
+        return src.split("tan.twosum:" if on else "tan.wide:")[0], out
+
+    new_ir, new = build(True, lanes)
+    _, serial = build(True, 1)
+    old_ir, old = build(False, lanes)
+    adds = lambda src: src.count(" fsub ") + src.count(" fadd ")   # noqa: E731
+    assert adds(new_ir) <= adds(old_ir) - 5, (adds(new_ir), adds(old_ir))
+    if not run:
+        return
+    np.testing.assert_array_equal(serial.view(np.uint32), new.view(np.uint32))
+    with np.errstate(invalid="ignore"):
+        x64 = x.astype(np.float64)
+        r = x64 - np.round(x64 * (2 / np.pi)) * (np.pi / 2)
+        branch = ~(np.abs(x) <= 1024) | (np.abs(r) < 2.0 ** -13 * 0.99)
+        rest = ~branch & (np.abs(r) > 2.0 ** -13 * 1.01)
+    np.testing.assert_array_equal(new[branch].view(np.uint32), old[branch].view(np.uint32))
+    exact = np.tan(x64[rest])
+    err = np.abs(new[rest] - exact) / np.spacing(np.abs(exact).astype(np.float32))
+    assert err.max() <= 1.3, (x[rest][err.argmax()], err.max())
+    assert (new != old).any()   # (the two forms differ by an ulp on some inputs)
 
 
 def _scipy_special():

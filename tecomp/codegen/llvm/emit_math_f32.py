@@ -75,6 +75,17 @@ POW_TABLE32 = True
 #: of ``benchmarks/elementwise_math.py --math26-ab``, with :data:`POW_TABLE32`)
 POW_LN16 = True
 
+#: whether float32 ``tan`` with FMA keeps the rounding error of its reduction's second
+#: step as ``fma(q, -pi2_b, r1 - rh)`` (``r1 - rh`` exact where ``|x| <=``
+#: :data:`TAN_FMA_RESIDUAL_LIMIT` and ``|r| >= 2^-13``; the other lanes take a branch to
+#: the TwoSum form) and ``c`` as ``z (rh P(z) + rl) + rl``
+#: (:meth:`_F32MathEmitter.tan_f32`); off: Knuth's TwoSum and ``c = rh z P(z) + rl (1 +
+#: z)`` on every lane, as in session 30 (the A/B switch of
+#: ``benchmarks/elementwise_math.py --math31-ab``)
+TAN_FMA_RESIDUAL = True
+#: the largest ``|x|`` :data:`TAN_FMA_RESIDUAL`'s common lanes take
+TAN_FMA_RESIDUAL_LIMIT = 1024.0
+
 
 class _PowPlan(NamedTuple):
     """The tables and polynomials of :meth:`_F32MathEmitter._pow_f32_ln` for one table
@@ -109,14 +120,61 @@ class _F32MathEmitter:
         ``x`` (``+-0`` included).  Where a lane has ``|x|`` above the reduction's limit
         (65536 with FMA, 125 without), inf or NaN, the vector takes a branch that
         computes such lanes in float64 (:meth:`tan_f64_lanes`, 0.5 ulp; libm's ``tanf``
-        beyond 2^20)."""
+        beyond 2^20).
+
+        With FMA and :data:`TAN_FMA_RESIDUAL`, the common lanes (``|x| <= 1024``, ``|r| >=
+        2^-13``) take ``r1 = fma(q, -a, x)`` (exact), ``rh = fma(q, -b, r1)`` and ``rl =
+        fma(q, -b, r1 - rh)`` (``r1 - rh`` exact there: the third part of pi/2 is below
+        2^-36 of ``r``), and ``c = z (rh P(z) + rl) + rl``: three FMAs and one
+        subtraction where TwoSum takes four FMAs and seven additions, one FMA fewer for
+        ``c``; the other lanes take a branch to the TwoSum form (benchmarks/DECISIONS.md,
+        "tan: the reduction's rounding error by one FMA")."""
         b, ty, ity, C, I, madd = self._kit(x)
         parts, limit = self._PIO2_FMA if self.policy.has_fma else self._PIO2_NOFMA
+        ax = b.call(self._fn1("llvm.fabs", ty), [x])
+        if self.policy.has_fma and TAN_FMA_RESIDUAL:
+            res, z = self._tan_f32_common(x, ax, residual=True)
+            # r1 - rh is exact where |rh| >= |q b| (Sterbenz): below the limit,
+            # |q b| <= (limit 2/pi + 1/2) |b| < k / 2, and q c (c the third part, left
+            # out) is below 2^-36 |rh|; the other lanes (tiny r, |x| above the limit, inf,
+            # NaN) take TwoSum's branch
+            k = 2.0 ** -13
+            assert 2 * (TAN_FMA_RESIDUAL_LIMIT * 0.63661977236758134 + 0.5) * abs(parts[1]) < k
+            redo = b.or_(b.fcmp_unordered(">", ax, C(TAN_FMA_RESIDUAL_LIMIT)),
+                         b.fcmp_ordered("<", z, C(k * k)))
+            return self._slow_where(redo, "tan.twosum", self._tan_f32_twosum, x, res)
+        res, _ = self._tan_f32_common(x, ax, residual=False)
+        big = b.fcmp_unordered(">", ax, C(limit))
+        return self._slow_where(big, "tan.wide", self.tan_f64_lanes, x, res)
+
+    def _tan_f32_twosum(self, x):
+        """:meth:`tan_f32` with the TwoSum reduction on every lane (the branch of the lanes
+        above :data:`TAN_FMA_RESIDUAL_LIMIT`)."""
+        b, ty = self.b, x.type
+        ax = b.call(self._fn1("llvm.fabs", ty), [x])
+        res, _ = self._tan_f32_common(x, ax, residual=False)
+        big = b.fcmp_unordered(">", ax, self._kit(x)[3](self._PIO2_FMA[1]))
+        return self._slow_where(big, "tan.wide", self.tan_f64_lanes, x, res)
+
+    def _tan_f32_common(self, x, ax, residual: bool):
+        """tan(x) for the lanes the float32 reduction covers (see :meth:`tan_f32`); with
+        ``residual`` (FMA only): ``rh = fma(q, -b, r1)`` and ``rl = fma(q, -c, fma(q, -b,
+        r1 - rh))``, ``r1 = fma(q, -a, x)`` (``a + b + c = pi/2``)."""
+        b, ty, ity, C, I, madd = self._kit(x)
+        parts = (self._PIO2_FMA if self.policy.has_fma else self._PIO2_NOFMA)[0]
         q, kq = self._quadrant(x)
-        rh, rl = self._reduce_by_parts(x, q, parts, C, madd)
+        if residual:
+            r1 = madd(q, C(-parts[0]), x)
+            rh = madd(q, C(-parts[1]), r1)
+            rl = madd(q, C(-parts[1]), b.fsub(r1, rh))
+        else:
+            rh, rl = self._reduce_by_parts(x, q, parts, C, madd)
         z = b.fmul(rh, rh)
         # tan(rh + rl) = rh + c, c = rh z P(z) + rl (1 + z) (tan' = 1 + tan^2)
-        c = madd(b.fmul(rh, z), self._horner(self._TAN32_P, z, madd), madd(rl, z, rl))
+        if residual:    # as z (rh P(z) + rl) + rl: two FMAs, not a product and two
+            c = madd(z, madd(rh, self._horner(self._TAN32_P, z, madd), rl), rl)
+        else:
+            c = madd(b.fmul(rh, z), self._horner(self._TAN32_P, z, madd), madd(rl, z, rl))
         t = b.fadd(rh, c)
         # odd q: -1/(rh + c), the quotient y of the rounded t corrected by one Newton step
         # on the unrounded sum: y + y (1 + y rh + y c)
@@ -124,10 +182,9 @@ class _F32MathEmitter:
         y = madd(y, madd(y, c, madd(y, rh, C(1.0))), y)
         odd = b.icmp_unsigned("!=", b.and_(kq, I(1)), I(0))
         res = b.select(odd, y, t)
-        ax = b.call(self._fn1("llvm.fabs", ty), [x])
-        res = b.select(b.fcmp_ordered("<", ax, C(2.0 ** -12)), x, res)
-        big = b.fcmp_unordered(">", ax, C(limit))
-        return self._slow_where(big, "tan.wide", self.tan_f64_lanes, x, res)
+        if residual:    # |x| < 2^-12 < k: TwoSum's branch (x = -0 would give +0 here)
+            return res, z
+        return b.select(b.fcmp_ordered("<", ax, C(2.0 ** -12)), x, res), z
 
     def _reduce_by_parts(self, x, q, parts, C, madd):
         """``r = x - q (parts[0] + parts[1] + ...)`` (Cody and Waite; ``q`` integral, of
