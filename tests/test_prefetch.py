@@ -490,3 +490,25 @@ def test_few_lines_of_one_row_unrolled(backend, monkeypatch):
     monkeypatch.setattr(pf, "UNROLL_FEW_LINES", False)
     s, A, B = strip()
     assert "for (A.pf1, 0, 4) {" in str(tc.lower(s, [A, B]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_carry_along_an_outer_loop(backend):
+    """``along=`` and ``carry=`` together: blocks ``k.outer`` of 16 steps, each step
+    prefetching its row of the next block; the last block's steps prefetch the first
+    block of the next ``t`` (loop partitioning parts that block off), and in ``t``'s
+    last iteration the clamp."""
+    A = tc.placeholder((4, 64, 16), name="A")
+    B = tc.compute((4, 64, 16), lambda t, k, j: A[t, k, j] + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    t, k, j = B.op.axis
+    ko, ki = s[B].split(k, factor=16)
+    s[B].prefetch(A, ki, 1, along=ko, carry=t)
+    lines = [ln for ln in _prefetch_lines(tc.lower(s, [A, B])) if ln.startswith("prefetch")]
+    assert lines == ["prefetch A[t, k.outer*16 + k.inner + 16, min(A.pf2*16, 15)]",
+                     "prefetch A[t + 1, k.inner, min(A.pf2_1*16, 15)]",
+                     "prefetch A[3, min(k.outer + 1, 3)*16 + k.inner, min(A.pf2*16, 15)]"], lines
+    a = np.random.default_rng(6).random((4, 64, 16), dtype="float64").astype("float32")
+    b = np.full_like(a, np.nan)
+    run(s, [A, B], [a, b], backend)
+    np.testing.assert_array_equal(b, a + np.float32(1))
