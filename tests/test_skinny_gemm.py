@@ -425,8 +425,9 @@ def test_a_at_w_strips_prefetch_the_next_tiles_rows():
     first rows (``skinny.strip_carry``, on by default: ``STRIP_CARRY``; loop partitioning
     parts the steps, no clamp left in the first 4032), off through the knob (clamped at
     the strip's last row); numpy's results with tails (K shorter than the distance, and
-    not a multiple of it; N not a multiple of the tile), 2-d and batched; not offered
-    in blocks of rows (16 rows)."""
+    not a multiple of it; N not a multiple of the tile), 2-d and batched; in blocks of
+    rows (16 rows) off by default (``STRIP_CARRY_BLOCKS``), through the knob the last
+    block's steps prefetch the next tile's first block (numpy's results)."""
     zen4 = _zen4()
     args = _plain(12, 11008, 4096, "w")
     s, chosen = _chosen(args, zen4)
@@ -450,7 +451,15 @@ def test_a_at_w_strips_prefetch_the_next_tiles_rows():
     c = np.full((3, 6, 83), np.nan, "float32")
     tc.build(s, [A, W, C])(a, w, c)
     np.testing.assert_allclose(c, a @ w, rtol=1e-4, atol=1e-4)
-    assert "skinny.strip_carry" not in _chosen(_plain(16, 11008, 4096, "w"), zen4)[1]
+    args = _plain(16, 11008, 4096, "w")
+    assert _chosen(args, zen4)[1]["skinny.strip_carry"] is False
+    ir = str(tc.lower(_chosen(args, zen4, {"skinny.strip_carry": True})[0], args))
+    assert re.search(r"prefetch \(L2\) W\[k\.outer\*64 \+ k\.inner \+ 64, ", ir), ir
+    assert re.search(r"prefetch \(L2\) W\[k\.inner, .* \+ 48\]", ir), ir
+    for N, K in ((83, 45), (83, 300)):
+        args = _plain(16, N, K, "w")
+        c, want = _run(_chosen(args, zen4, {"skinny.strip_carry": True})[0], args, "w")
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
 
 
 def test_a_at_w_strips_in_smaller_blocks_of_rows():

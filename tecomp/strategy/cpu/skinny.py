@@ -267,10 +267,15 @@ TILES_AHEAD = 3
 #: row again (False: each strip started with no row of it prefetched).  (4096 x 11008, 1
 #: thread, Zen 4, CPU time, under load, three runs: 5 to 12 rows 1.01-1.08x faster in
 #: every one of 19 comparisons, 12 rows 1.07-1.08x; benchmarks/DECISIONS.md, "Skinny
-#: GEMM: A @ W's strips prefetch the next tile's first rows (Zen 4)".)  The strips in
-#: blocks of rows (14 and 16 rows) prefetch along the block loop, which ``carry=`` does
-#: not take: they still start cold.
+#: GEMM: A @ W's strips prefetch the next tile's first rows (Zen 4)".)
 STRIP_CARRY = True
+
+#: ``W[k, j]``, column strips in blocks of rows (:data:`STRIP_ROW_BLOCKS`: 14 and 16 rows
+#: on Zen 4): the A/B switch of :data:`STRIP_CARRY` there (the last block's steps
+#: prefetch the next tile's first block, ``prefetch(along=, carry=)``): False, the knob
+#: only (1 thread, Zen 4, under load, two runs: 14 rows 0.82-0.85x, 16 rows 0.73-0.75x
+#: as fast; the asm spills accumulators to the stack in the step loop)
+STRIP_CARRY_BLOCKS = False
 
 #: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
 #: of W are read as streams this many tiles long), fewer where the threads would get
@@ -579,10 +584,11 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
         # (W[k, j], strips in blocks of rows: the rows of W in a block, 0 for strip_ahead)
         block = knobs.choose("skinny.strip_block", [0, 8, 16, 32], block)
     strip_carry = plan.strip_carry
-    if strip and mb == plan.M:
-        # (W[k, j], strips of one block of all the rows: whether the last steps prefetch
-        # the next tile's first rows)
-        strip_carry = knobs.choose("skinny.strip_carry", [False, True], STRIP_CARRY)
+    if strip:
+        # (W[k, j], strips: whether the last steps prefetch the next tile's first rows;
+        # in blocks of rows, by default with STRIP_CARRY_BLOCKS)
+        strip_carry = knobs.choose("skinny.strip_carry", [False, True], STRIP_CARRY and (
+            mb == plan.M or STRIP_CARRY_BLOCKS))
     return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf,
                                stream=stream, rows_in_lanes=lanes, stream_level=level,
                                stream_bytes=ahead, w_each_use=each, task_tiles=task,
@@ -648,8 +654,8 @@ def _schedule_strips(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -
     columns, into ``stream_level``'s cache).  W is read a few lines of each row at a
     time, down the rows; the hardware prefetchers do not follow that, the prefetches
     do; in a strip's last ``strip_ahead`` steps, the next tile's first rows
-    (:data:`STRIP_CARRY`, knob ``skinny.strip_carry``; one register block of all the
-    rows).  By default where the machine model has a ``strip_prefetch_rows`` (the distance)
+    (:data:`STRIP_CARRY`, knob ``skinny.strip_carry``; in blocks of rows only through
+    the knob, :data:`STRIP_CARRY_BLOCKS`).  By default where the machine model has a ``strip_prefetch_rows`` (the distance)
     from :data:`STRIP_MIN_ROWS` to :data:`STRIP_MAX_ROWS` rows (past 8 rows with 32
     registers, one block of all the rows by fewer vectors: :func:`strip_tile`; past
     :data:`STRIP_MAX_ROWS`, where :func:`skinny_tile`'s blocks of rows are equal, the
@@ -706,13 +712,13 @@ def _schedule_strips(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -
     cs.vectorize(cvi)
     cs.pragma(step, "fp_contract")
     cs.pragma(step, "unroll_count", 4)
+    # (strip_carry: the strip's last steps prefetch the next tile's first rows)
+    carry = jt if plan.strip_carry else None
     if plan.mb < plan.M:
         cs.prefetch(W, step, max(1, plan.strip_ahead // block), along=cko,
-                    level=plan.stream_level)
+                    level=plan.stream_level, carry=carry)
     else:
-        # (strip_carry: the strip's last steps prefetch the next tile's first rows)
-        cs.prefetch(W, ck, plan.strip_ahead, level=plan.stream_level,
-                    carry=jt if plan.strip_carry else None)
+        cs.prefetch(W, ck, plan.strip_ahead, level=plan.stream_level, carry=carry)
 
 
 def _task_tiles(plan: SkinnyPlan, tiles: int, info: CpuModel) -> int:
