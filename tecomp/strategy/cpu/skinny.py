@@ -265,8 +265,8 @@ TILES_AHEAD = 3
 #: ``skinny.strip_carry``, ``prefetch(carry=)``; loop partitioning parts those steps
 #: from the rest, whose prefetch index loses its clamp) rather than the strip's own last
 #: row again (False: each strip started with no row of it prefetched).  (4096 x 11008, 1
-#: thread, Zen 4, CPU time, under load, three runs: 5 to 12 rows 1.01-1.08x faster in
-#: every one of 19 comparisons, 12 rows 1.07-1.08x; benchmarks/DECISIONS.md, "Skinny
+#: thread, Zen 4, CPU time, under load, four runs: 5 to 12 rows 1.01-1.12x faster in
+#: every one of 22 comparisons, 12 rows 1.07-1.08x; benchmarks/DECISIONS.md, "Skinny
 #: GEMM: A @ W's strips prefetch the next tile's first rows (Zen 4)".)
 STRIP_CARRY = True
 
