@@ -1,6 +1,7 @@
 """``s[T].prefetch(tensor, axis, offset)``: the printed IR, the numbers (unchanged, through
 LLVM and the interpreter, every pass checked), the instructions in the assembly, symbolic
 shapes, strided arrays and the CUDA C no-op.  No timing here: benchmarks measure speed."""
+import importlib
 import re
 
 import numpy as np
@@ -452,3 +453,62 @@ def test_carry_with_a_symbolic_carry_loop():
         b = np.full_like(a, np.nan)
         f(a, b)
         np.testing.assert_array_equal(b, a * np.float32(2))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_few_lines_of_one_row_unrolled(backend, monkeypatch):
+    """A region of one row and a few lines that is not a stream (48 float32 of a row a
+    step, down the rows: a skinny GEMM's column strip of W): its ``ceil(47 / 16) + 1``
+    points unrolled (``UNROLL_FEW_LINES``), each clamped into the clipped region (the
+    partial tile: 4 columns); the tile past the array's end (under a condition)
+    prefetches nothing (the interpreter checks every prefetched element); the flag off
+    (the default): a loop."""
+    pf = importlib.import_module("tecomp.lower.prefetch")  # (tc.lower is the function)
+    monkeypatch.setattr(pf, "UNROLL_FEW_LINES", True)
+
+    def strip():
+        A = tc.placeholder((32, 100), name="A")
+        B = tc.compute((32, 192), lambda i, j: tc.if_then_else(j < 100, A[i, j], 0.0),
+                       name="B")
+        s = tc.create_schedule(B.op)
+        i, j = B.op.axis
+        jo, ji = s[B].split(j, factor=48)
+        s[B].reorder(jo, i, ji)
+        s[B].prefetch(A, i, 4)
+        return s, A, B
+
+    s, A, B = strip()
+    text = str(tc.lower(s, [A, B]))
+    assert _prefetch_lines(tc.lower(s, [A, B])) == [
+        "prefetch A[min(i + 4, 31), j.outer*48 + min(A.pf1*16, 47)]",
+        "prefetch A[min(i + 4, 31), min(A.pf1*16, 3) + 96]"], text
+    assert text.count("unrolled (A.pf1, 0, 4) {") == 2, text
+    a = np.random.default_rng(5).random((32, 100), dtype="float64").astype("float32")
+    b = np.full((32, 192), np.nan, "float32")
+    run(s, [A, B], [a, b], backend)
+    np.testing.assert_array_equal(b, np.concatenate([a, np.zeros((32, 92), "float32")], 1))
+    monkeypatch.setattr(pf, "UNROLL_FEW_LINES", False)
+    s, A, B = strip()
+    assert "for (A.pf1, 0, 4) {" in str(tc.lower(s, [A, B]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_carry_along_an_outer_loop(backend):
+    """``along=`` and ``carry=`` together: blocks ``k.outer`` of 16 steps, each step
+    prefetching its row of the next block; the last block's steps prefetch the first
+    block of the next ``t`` (loop partitioning parts that block off), and in ``t``'s
+    last iteration the clamp."""
+    A = tc.placeholder((4, 64, 16), name="A")
+    B = tc.compute((4, 64, 16), lambda t, k, j: A[t, k, j] + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    t, k, j = B.op.axis
+    ko, ki = s[B].split(k, factor=16)
+    s[B].prefetch(A, ki, 1, along=ko, carry=t)
+    lines = [ln for ln in _prefetch_lines(tc.lower(s, [A, B])) if ln.startswith("prefetch")]
+    assert lines == ["prefetch A[t, k.outer*16 + k.inner + 16, min(A.pf2*16, 15)]",
+                     "prefetch A[t + 1, k.inner, min(A.pf2_1*16, 15)]",
+                     "prefetch A[3, min(k.outer + 1, 3)*16 + k.inner, min(A.pf2*16, 15)]"], lines
+    a = np.random.default_rng(6).random((4, 64, 16), dtype="float64").astype("float32")
+    b = np.full_like(a, np.nan)
+    run(s, [A, B], [a, b], backend)
+    np.testing.assert_array_equal(b, a + np.float32(1))

@@ -35,6 +35,15 @@ def _plain(M, N, K, layout):
     return A, W, C
 
 
+def _zen4(threads=2):
+    """The ``-mcpu=znver4`` machine model (AMD Zen 4: a ``strip_prefetch_rows``, FMAs half
+    a register wide) with ``threads`` threads, whatever the host."""
+    import dataclasses
+
+    return dataclasses.replace(tc.Target("llvm -mcpu=znver4 -num-cores=2").machine,
+                               threads=threads)
+
+
 def _run(s, args, layout, bias=None):
     A, W, C = args[0], args[1], args[-1]
     a = RNG.standard_normal([int(d) for d in A.shape]).astype("float32")
@@ -224,8 +233,7 @@ def test_a_at_w_copy_of_a_where_its_rows_fill_a_set():
 
     from tecomp.strategy.cpu import skinny
 
-    zen4 = dataclasses.replace(tc.Target("llvm -mcpu=znver4 -num-cores=2").machine,
-                               threads=2)
+    zen4 = _zen4()
     assert zen4.l1_bytes == 32 * 1024
     for M, K, want in ((12, 4096, True), (8, 4096, True), (15, 4096, True),
                        (6, 4096, False), (14, 4096, False), (12, 4100, False)):
@@ -329,8 +337,7 @@ def test_a_at_w_column_strips_by_the_machine_model(monkeypatch):
     from tecomp.strategy.cpu import skinny
     from tecomp.strategy.cpu.skinny import STRIP_MIN_ROWS
 
-    zen4 = dataclasses.replace(tc.Target("llvm -mcpu=znver4 -num-cores=2").machine,
-                               threads=2)
+    zen4 = _zen4()
     zen5 = dataclasses.replace(tc.Target("llvm -mcpu=znver5 -num-cores=2").machine,
                                threads=2)
     assert zen4.strip_prefetch_rows == 64 and zen5.strip_prefetch_rows == 0
@@ -371,12 +378,9 @@ def test_a_at_w_column_strips_in_blocks_of_rows(M, monkeypatch):
     of 7 and 6) not by default, but through the knob ``skinny.strip_ahead`` (numpy's
     results); with ``STRIP_ROW_BLOCKS`` off, the blocks of rows over the whole width (no
     local buffer)."""
-    import dataclasses
-
     from tecomp.strategy.cpu import skinny
 
-    zen4 = dataclasses.replace(tc.Target("llvm -mcpu=znver4 -num-cores=2").machine,
-                               threads=2)
+    zen4 = _zen4()
     mb = -(-M // 2)
     args = _plain(M, 11008, 4096, "w")
     knobs = Knobs()
@@ -406,6 +410,78 @@ def test_a_at_w_column_strips_in_blocks_of_rows(M, monkeypatch):
     monkeypatch.setattr(skinny, "STRIP_ROW_BLOCKS", False)
     args = _plain(M, 11008, 4096, "w")
     assert "C.local" not in str(tc.lower(apply_rules(args, Knobs(), zen4), args))
+
+
+def _chosen(args, model, given=None):
+    """The skinny rules' schedule of ``args`` on ``model`` with the knob values
+    ``given`` (a dict, or none: the defaults), and the values the knobs took."""
+    knobs = Knobs(given)
+    return apply_rules(args, knobs, model), knobs.values
+
+
+def test_a_at_w_strips_prefetch_the_next_tiles_rows():
+    """Column strips of one register block of all the rows (12 rows on
+    ``-mcpu=znver4``, 64 rows ahead): a strip's last 64 steps prefetch the next tile's
+    first rows (``skinny.strip_carry``, on by default: ``STRIP_CARRY``; loop partitioning
+    parts the steps, no clamp left in the first 4032), off through the knob (clamped at
+    the strip's last row); numpy's results with tails (K shorter than the distance, and
+    not a multiple of it; N not a multiple of the tile), 2-d and batched; in blocks of
+    rows (16 rows) off by default (``STRIP_CARRY_BLOCKS``), through the knob the last
+    block's steps prefetch the next tile's first block (numpy's results)."""
+    zen4 = _zen4()
+    args = _plain(12, 11008, 4096, "w")
+    s, chosen = _chosen(args, zen4)
+    assert chosen["skinny.strip_carry"] is True
+    ir = str(tc.lower(s, args))
+    assert re.search(r"prefetch \(L2\) W\[k \+ 64, ", ir), ir
+    assert re.search(r"prefetch \(L2\) W\[k - 4032, .* \+ 32\]", ir), ir
+    ir = str(tc.lower(_chosen(args, zen4, {"skinny.strip_carry": False})[0], args))
+    assert "W[k - 4032" not in ir and "W[min(k + 64, 4095), " in ir, ir
+    for M, N, K in ((5, 83, 45), (12, 83, 300), (8, 100, 64)):
+        args = _plain(M, N, K, "w")
+        s, chosen = _chosen(args, zen4)
+        assert chosen["skinny.strip_carry"] is True
+        c, want = _run(s, args, "w")
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+    A, W, C = _batched_a_at_w(3, 6, 300, 83)
+    s, chosen = _chosen([A, W, C], zen4)
+    assert chosen["skinny.strip_carry"] is True
+    a = RNG.standard_normal((3, 6, 300)).astype("float32")
+    w = RNG.standard_normal((3, 300, 83)).astype("float32")
+    c = np.full((3, 6, 83), np.nan, "float32")
+    tc.build(s, [A, W, C])(a, w, c)
+    np.testing.assert_allclose(c, a @ w, rtol=1e-4, atol=1e-4)
+    args = _plain(16, 11008, 4096, "w")
+    assert _chosen(args, zen4)[1]["skinny.strip_carry"] is False
+    ir = str(tc.lower(_chosen(args, zen4, {"skinny.strip_carry": True})[0], args))
+    assert re.search(r"prefetch \(L2\) W\[k\.outer\*64 \+ k\.inner \+ 64, ", ir), ir
+    assert re.search(r"prefetch \(L2\) W\[k\.inner, .* \+ 48\]", ir), ir
+    for N, K in ((83, 45), (83, 300)):
+        args = _plain(16, N, K, "w")
+        c, want = _run(_chosen(args, zen4, {"skinny.strip_carry": True})[0], args, "w")
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_at_w_strips_in_smaller_blocks_of_rows():
+    """The knob ``skinny.strip_block`` (strips in blocks of rows, 16 rows on
+    ``-mcpu=znver4``): 0 by default (blocks of ``strip_ahead``'s 64 rows, a block
+    ahead), 16: the reduction in blocks of 16 rows of W, still prefetched 64 rows (four
+    blocks) ahead; W in place; numpy's results with tails (K shorter than the prefetch
+    distance, not a multiple of the block); not offered where one register block holds
+    all the rows."""
+    zen4 = _zen4()
+    args = _plain(16, 11008, 4096, "w")
+    assert _chosen(args, zen4)[1]["skinny.strip_block"] == 0
+    s, chosen = _chosen(args, zen4, {"skinny.strip_block": 16})
+    assert chosen["skinny.strip_block"] == 16
+    ir = _no_copy_of(s, args, args[1], 16 * 4112 + 1)
+    assert re.search(r"prefetch \(L2\) W\[min\(k\.outer \+ 4, 255\)\*16 \+ k\.inner, ", ir), ir
+    for N, K in ((83, 45), (83, 300)):
+        args = _plain(16, N, K, "w")
+        c, want = _run(_chosen(args, zen4, {"skinny.strip_block": 16})[0], args, "w")
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+    chosen = _chosen(_plain(12, 11008, 4096, "w"), zen4, {"skinny.strip_block": 16})[1]
+    assert "skinny.strip_block" not in chosen
 
 
 def test_nn_dense_and_matmul_get_the_skinny_schedule():
@@ -603,8 +679,7 @@ def test_a_at_w_row_block_by_prefetch_burst_lines():
 
     from tecomp.strategy.cpu.skinny import K_BLOCK, row_block
 
-    zen4 = dataclasses.replace(tc.Target("llvm -mcpu=znver4 -num-cores=2").machine,
-                               threads=1)
+    zen4 = _zen4(threads=1)
     zen5 = tc.Target("llvm -mcpu=znver5 -num-cores=2").machine
     assert zen4.prefetch_burst_lines == 48 and zen5.prefetch_burst_lines == 0
     want = {1: 4, 2: 4, 3: 8, 4: 8, 5: 16, 6: 16, 8: 16, 12: 16, 16: 16}
@@ -642,12 +717,9 @@ def test_a_at_w_prefetches_blocks_tiles_ahead():
     (3) tiles on, clamped at the thread task's last tile; the knob
     ``skinny.tiles_ahead`` sets it (1: the next tile's); numpy's results with the
     distance past the task's tiles (N = 203, two tiles); not drawn for the strips."""
-    import dataclasses
-
     from tecomp.strategy.cpu.skinny import TILES_AHEAD
 
-    zen4 = dataclasses.replace(tc.Target("llvm -mcpu=znver4 -num-cores=2").machine,
-                               threads=2)
+    zen4 = _zen4()
     assert TILES_AHEAD == 3
     args = _plain(4, 11008, 4096, "w")
     for knobs, ahead in ((Knobs(), 3), (Knobs({"skinny.tiles_ahead": 1}), 1)):

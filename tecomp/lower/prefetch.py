@@ -24,7 +24,8 @@ replaces each by a small loop nest at the start of that body:
    one, one ``Prefetch`` per cache line: ``L = 64 // itemsize`` elements apart, at
    ``lo + min(p*L, hi - lo)`` for ``p`` in ``[0, ceil((hi - lo) / L) + 1)`` (none when
    ``hi < lo``).  The last point is ``hi`` itself, so every line of ``[lo, hi]`` gets one
-   whatever the array's alignment (at most one prefetch more than the number of lines).
+   whatever the array's alignment (at most one prefetch more than the number of lines;
+   a loop unrolled where those points are a constant few: :data:`UNROLL_FEW_LINES`).
    A *stream* -- an innermost region narrower than a line (before the clip) whose start
    moves on by at most a line (at least one element) each iteration of a loop that runs
    :data:`MIN_STREAM_STEPS` times or more -- gets one prefetch, at ``lo`` (none where
@@ -74,6 +75,18 @@ MIN_STREAM_STEPS = 4
 #: its width each iteration: four vectors a step along a row) gets one prefetch per line,
 #: unrolled (else the ``ceil(span / L) + 1`` of a region of unknown alignment, in a loop)
 WIDE_STREAMS = True
+
+#: whether a region of one row and a constant few lines (fewer points than
+#: :data:`MAX_UNROLLED_ROWS`) that is neither a stream nor a wide stream -- a skinny
+#: GEMM's column strip of W, two to five vectors of one row a step, down the rows -- gets
+#: its ``ceil(span / L) + 1``
+#: prefetches unrolled, each at a constant offset, rather than a loop of a compare, a
+#: select and a branch per line at every step (an A/B switch, off: the skinny GEMM's
+#: column strips, 1 thread, Zen 4, under load, ran 1.00-1.03x faster with W in L2 but
+#: 0.85-0.94x as fast at 5 to 8 rows of a 180 MB W, in three runs of four;
+#: benchmarks/DECISIONS.md, "Skinny GEMM: A @ W's strips prefetch the next tile's first
+#: rows (Zen 4)")
+UNROLL_FEW_LINES = False
 
 #: a stream's prefetches (one line in each of a few rows, see ``_streams``) are unrolled
 #: up to this many rows (a skinny GEMM's tile of rows of W, ``strategy.cpu.skinny``)
@@ -294,6 +307,7 @@ class _Expand(Mutator):
         indices: List[Expr] = []
         loops = []
         clipped: List[Expr] = []   # the unrolled rows' counts after the clip
+        guards: List[Expr] = []    # conditions for the nest (a region left non-empty)
         for d in range(ndim):
             q = Var(f"{buf.name}.pf{d}" if ndim > 1 else f"{buf.name}.pf", "int32")
             lo, hi = los[d], his[d]
@@ -331,12 +345,35 @@ class _Expand(Mutator):
                 span = _op.sub(hi, lo)
                 count = _op.minimum(_op.floordiv(_op.add(span, Const(2 * L - 1, "int32")), Lc),
                                     _op.add(span, one))
-                loops.append((q, count, "serial"))
+                # (a region of one row, or of a few rows unrolled: straight-line code)
+                few = (_few_lines(spans[d], L) if UNROLL_FEW_LINES
+                       and all(kind == "unrolled" for *_, kind in loops) else 0)
+                if few:
+                    # the points of the region before the clip, unrolled (each clamped to
+                    # the clipped end; none where the clip empties the region)
+                    loops.append((q, Const(few, "int32"), "unrolled"))
+                    guards.append(_op.compare(GE, hi, lo))
+                else:
+                    loops.append((q, count, "serial"))
                 indices.append(_op.add(lo, _op.minimum(_op.mul(q, Lc), _op.sub(hi, lo))))
         stmt = Prefetch(buf, tuple(indices), stores, level)
         for q, ext, kind in reversed(loops):
             stmt = For(q, zero, ext, kind, stmt)
+        for cond in guards:
+            cond = simplify(cond, outer)
+            if not (isinstance(cond, Const) and cond.value):
+                stmt = IfThenElse(cond, stmt)
         return stmt
+
+
+def _few_lines(span: Expr, L: int) -> int:
+    """The ``ceil(span / L) + 1`` prefetch points of a region ``span + 1`` elements wide
+    (before the clip) where ``span`` is a constant and they are fewer than
+    :data:`MAX_UNROLLED_ROWS` (:data:`UNROLL_FEW_LINES`), else 0."""
+    if not isinstance(span, Const) or span.value < 0:
+        return 0
+    n = min((int(span.value) + 2 * L - 1) // L, int(span.value) + 1)
+    return n if n < MAX_UNROLLED_ROWS else 0
 
 
 def _streams(lo: Expr, hi: Expr, loop: For, L: int, outer) -> bool:

@@ -2014,6 +2014,16 @@ class LowerContext:
                         f"{name}={x.name} is not a loop around {iv.name} (the loops around "
                         f"it are {', '.join(v.name for v in around) or 'none'}); pass one of "
                         f"those, or leave {name} out {else_}")
+            if along is not None and carry is not None:
+                # (carry must be around along: the loops around iv, outermost first)
+                nest = [x for grp in reversed(self._loops_by_stage(st, iv)) for x in grp]
+                if nest.index(carry) > nest.index(along):
+                    outside = ", ".join(x.name for x in nest[:nest.index(along)]) or "none"
+                    raise ScheduleError(
+                        f"prefetch of {tensor.name} on stage {st.name}, axis {iv.name}: "
+                        f"carry={carry.name} is inside along={along.name}; carry must be a "
+                        f"loop around {along.name} (the loops around it are {outside}): "
+                        "pass one of those, or leave carry out to clamp")
             req = PrefetchRequest(buf, iv.var, offset, st.name, iv.name, tensor.name,
                                   along.var if along is not None else None,
                                   along.name if along is not None else "", level,
@@ -2037,6 +2047,18 @@ class LowerContext:
                 f"{what}: {t.name} is inlined (compute_inline), so it has no buffer in memory; "
                 f"prefetch the tensors it reads, or s[{t.name}].compute_root() it")
         return self.info[pst].buffers[t.value_index]
+
+    def _loops_by_stage(self, st: Stage, iv: IterVar):
+        """The IterVars of the loops around ``st``'s loop over ``iv``, a list for each
+        stage (outermost first within it), ``st``'s own first."""
+        leaves = st.leaf_iter_vars
+        groups, last = [], None
+        for x, v in self._loops_around(st, leaves[:leaves.index(iv)]):
+            if x is not last:
+                groups.append([])
+                last = x
+            groups[-1].append(v)
+        return groups
 
     def _enclosing_ivars(self, st: Stage, iv: IterVar):
         """The IterVars of the loops around ``st``'s loop over ``iv``."""

@@ -636,14 +636,16 @@ class Stage(TracedStage):
         loaded, without holding L1's line buffers while they are on their way) or 3 (the
         last level, ``prefetcht2``).
 
-        ``carry`` (an IterVar of a loop around ``axis``, as ``along``; with a positive
-        ``offset`` and no ``along``): an iteration past the end of ``axis``'s loop is
-        taken from the next iteration of ``carry`` instead of being clamped, as if the
-        two loops were one: ``axis + offset - extent`` of ``carry + 1`` (clamped as
-        above in ``carry``'s last iteration).  E.g. a tile loop ``T`` around a step
-        loop ``k`` that walks the tile's rows: ``prefetch(W, k, 32, carry=T)``, in the
-        tile's last 32 steps, prefetches the start of the next tile's rows rather than
-        the end of its own again."""
+        ``carry`` (an IterVar of a loop around ``axis``, as ``along``, and around
+        ``along`` where that is given; with a positive ``offset``): an iteration past
+        the end of ``axis``'s loop (``along``'s) is taken from the next iteration of
+        ``carry`` instead of being clamped, as if the two loops were one: ``axis +
+        offset - extent`` of ``carry + 1`` (clamped as above in ``carry``'s last
+        iteration).  E.g. a tile loop ``T`` around a step loop ``k`` that walks the
+        tile's rows: ``prefetch(W, k, 32, carry=T)``, in the tile's last 32 steps,
+        prefetches the start of the next tile's rows rather than the end of its own
+        again; with blocks ``ko`` of those steps, ``prefetch(W, ki, 1, along=ko,
+        carry=T)``, the last block's steps the next tile's first block."""
         if not isinstance(tensor, Tensor):
             where = f", axis {axis.name}" if isinstance(axis, IterVar) else ""
             raise ScheduleError(
@@ -675,13 +677,17 @@ class Stage(TracedStage):
             raise ScheduleError(
                 f"{what}: carry must be the IterVar of a loop around {iv.name} (e.g. the "
                 f"tile loop whose next iteration continues the prefetch), got {carry!r:.60}")
-        if carry is not None and (along is not None or offset <= 0):
+        if carry is not None and offset <= 0:
             raise ScheduleError(
-                f"{what}: carry continues the prefetch past the end of {iv.name}'s loop into "
-                f"the next iteration of {carry.name}, so it needs a positive offset and no "
-                f"along= (got offset={offset}, along="
-                f"{along.name if along is not None else None}); drop carry, or give a "
-                "positive offset without along")
+                f"{what}: carry continues the prefetch past the end of "
+                f"{(along or iv).name}'s loop into the next iteration of {carry.name}, so it "
+                f"needs a positive offset (got offset={offset}); drop carry, or give a "
+                "positive offset")
+        if carry is not None and carry is along:
+            raise ScheduleError(
+                f"{what}: carry={carry.name} is along= itself; carry must be a loop around "
+                f"{along.name}, whose next iteration continues the prefetch past the end of "
+                f"{along.name}'s loop: pass that loop, or leave carry out to clamp")
         if isinstance(level, bool) or not isinstance(level, int) or level not in (1, 2, 3):
             raise ScheduleError(
                 f"{what}: level must be the cache level to prefetch into, 1 (L1), 2 (L2) or 3 "

@@ -1880,8 +1880,8 @@ def test_prefetch_carry_not_an_enclosing_itervar():
         tc.lower(s, [A, B])
 
 
-@pytest.mark.parametrize("offset, along", [(0, False), (-1, False), (1, True)])
-def test_prefetch_carry_needs_a_positive_offset_without_along(offset, along):
+@pytest.mark.parametrize("offset", [0, -1])
+def test_prefetch_carry_needs_a_positive_offset(offset):
     A = tc.placeholder((8, 64), name="A")
     B = tc.compute((8, 64), lambda i, j: A[i, j] + 1.0, name="B")
     s = tc.create_schedule(B.op)
@@ -1890,8 +1890,26 @@ def test_prefetch_carry_needs_a_positive_offset_without_along(offset, along):
     with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage B, axis j.outer: carry "
                                                r"continues the prefetch past the end of "
                                                r"j.outer's loop into the next iteration of i, so "
-                                               r"it needs a positive offset and no along="):
-        s[B].prefetch(A, jo, offset, along=i if along else None, carry=i)
+                                               r"it needs a positive offset \(got offset="):
+        s[B].prefetch(A, jo, offset, carry=i)
+
+
+def test_prefetch_carry_around_along():
+    A = tc.placeholder((4, 64, 16), name="A")
+    B = tc.compute((4, 64, 16), lambda t, k, j: A[t, k, j] + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    t, k, j = B.op.axis
+    ko, ki = s[B].split(k, factor=16)
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage B, axis k.inner: "
+                                               r"carry=k.outer is along= itself; carry must be "
+                                               r"a loop around k.outer"):
+        s[B].prefetch(A, ki, 1, along=ko, carry=ko)
+    s[B].prefetch(A, ki, 1, along=t, carry=ko)  # ko is inside t: found at lowering
+    with pytest.raises(tc.ScheduleError, match=r"prefetch of A on stage B, axis k.inner: "
+                                               r"carry=k.outer is inside along=t; carry must be "
+                                               r"a loop around t \(the loops around it are "
+                                               r"none\)"):
+        tc.lower(s, [A, B])
 
 
 def test_separate_errors():

@@ -108,7 +108,7 @@ schedule, whether written in plain TE or with ``tecomp.nn``, its decisions as kn
 ``skinny.stream_carry``, ``skinny.rows_in_lanes`` (also where the rows fill the FMAs'
 fewer lanes, :func:`fma_lanes_rows`), ``skinny.k_lanes``, ``skinny.lanes_rows``,
 ``skinny.w_each_use``, ``skinny.task_tiles``, ``skinny.strip_ahead``,
-``skinny.tiles_ahead``).
+``skinny.strip_carry``, ``skinny.strip_block``, ``skinny.tiles_ahead``).
 """
 from __future__ import annotations
 
@@ -260,6 +260,23 @@ COPY_A_KFIRST = True
 #: "Skinny GEMM: A @ W's tiles prefetch a block three tiles ahead")
 TILES_AHEAD = 3
 
+#: ``W[k, j]``, column strips of one register block of all the rows: the A/B switch of
+#: a strip's last ``strip_ahead`` steps prefetching the next tile's first rows (knob
+#: ``skinny.strip_carry``, ``prefetch(carry=)``; loop partitioning parts those steps
+#: from the rest, whose prefetch index loses its clamp) rather than the strip's own last
+#: row again (False: each strip started with no row of it prefetched).  (4096 x 11008, 1
+#: thread, Zen 4, CPU time, under load, four runs: 5 to 12 rows 1.01-1.12x faster in
+#: every one of 22 comparisons, 12 rows 1.07-1.08x; benchmarks/DECISIONS.md, "Skinny
+#: GEMM: A @ W's strips prefetch the next tile's first rows (Zen 4)".)
+STRIP_CARRY = True
+
+#: ``W[k, j]``, column strips in blocks of rows (:data:`STRIP_ROW_BLOCKS`: 14 and 16 rows
+#: on Zen 4): the A/B switch of :data:`STRIP_CARRY` there (the last block's steps
+#: prefetch the next tile's first block, ``prefetch(along=, carry=)``): False, the knob
+#: only (1 thread, Zen 4, under load, two runs: 14 rows 0.82-0.85x, 16 rows 0.73-0.75x
+#: as fast; the asm spills accumulators to the stack in the step loop)
+STRIP_CARRY_BLOCKS = False
+
 #: ``W[k, j]``: at most this many tiles of columns in one thread task (the task's rows
 #: of W are read as streams this many tiles long), fewer where the threads would get
 #: fewer than two tasks each
@@ -315,6 +332,12 @@ class SkinnyPlan:
     #                       model's strip_prefetch_rows from STRIP_MIN_ROWS to
     #                       STRIP_MAX_ROWS rows: strip_tile; past them, in equal blocks
     #                       of rows: STRIP_ROW_BLOCKS)
+    strip_carry: bool = False  # W[k, j], strips of one block of all the rows: the
+    #                            strip's last steps prefetch the next tile's first rows
+    #                            (prefetch carry=), not its own last row again
+    strip_block: int = 0  # W[k, j], strips in blocks of rows: 0, or the rows of W in a
+    #                       block of the reduction (else strip_ahead's; still prefetched
+    #                       strip_ahead rows ahead, a whole number of blocks)
 
 
 def skinny_plan(op, info: CpuModel) -> Optional[SkinnyPlan]:
@@ -556,11 +579,22 @@ def skinny_knobs(plan: SkinnyPlan, knobs: Knobs, info: CpuModel) -> SkinnyPlan:
     if not plan.rows_of_w and stream == "tile" and not strip:
         # (W[k, j] in blocks of rows: the tile whose block each tile prefetches)
         ahead_tiles = knobs.choose("skinny.tiles_ahead", [1, 2, 3, 4, 6], ahead_tiles)
+    block = plan.strip_block
+    if strip and mb < plan.M:
+        # (W[k, j], strips in blocks of rows: the rows of W in a block, 0 for strip_ahead)
+        block = knobs.choose("skinny.strip_block", [0, 8, 16, 32], block)
+    strip_carry = plan.strip_carry
+    if strip:
+        # (W[k, j], strips: whether the last steps prefetch the next tile's first rows;
+        # in blocks of rows, by default with STRIP_CARRY_BLOCKS)
+        strip_carry = knobs.choose("skinny.strip_carry", [False, True], STRIP_CARRY and (
+            mb == plan.M or STRIP_CARRY_BLOCKS))
     return dataclasses.replace(plan, mb=mb, nb=nb, kb=kb, copy_a=copy_a, prefetch=pf,
                                stream=stream, rows_in_lanes=lanes, stream_level=level,
                                stream_bytes=ahead, w_each_use=each, task_tiles=task,
                                stream_carry=carry, strip_ahead=strip,
-                               tiles_ahead=ahead_tiles,
+                               tiles_ahead=ahead_tiles, strip_block=block,
+                               strip_carry=strip_carry,
                                rows_in_fma_lanes=plan.rows_in_fma_lanes and lanes,
                                k_lanes=q)
 
@@ -619,13 +653,21 @@ def _schedule_strips(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -
     place), and at every step prefetches the rows of W ``strip_ahead`` steps ahead (its
     columns, into ``stream_level``'s cache).  W is read a few lines of each row at a
     time, down the rows; the hardware prefetchers do not follow that, the prefetches
-    do.  By default where the machine model has a ``strip_prefetch_rows`` (the distance)
+    do; in a strip's last ``strip_ahead`` steps, the next tile's first rows
+    (:data:`STRIP_CARRY`, knob ``skinny.strip_carry``; in blocks of rows only through
+    the knob, :data:`STRIP_CARRY_BLOCKS`).  By default where the machine model has a ``strip_prefetch_rows`` (the distance)
     from :data:`STRIP_MIN_ROWS` to :data:`STRIP_MAX_ROWS` rows (past 8 rows with 32
     registers, one block of all the rows by fewer vectors: :func:`strip_tile`; past
     :data:`STRIP_MAX_ROWS`, where :func:`skinny_tile`'s blocks of rows are equal, the
     tile's accumulators are reached a block of ``plan.mb`` rows at a time, the reduction
     in blocks of ``strip_ahead`` rows of W, each block of rows of A accumulating over one
-    in turn and W prefetched a block ahead: :data:`STRIP_ROW_BLOCKS`).  (W 4096 x 11008, 1 thread, Zen 4, under load,
+    in turn and W prefetched a block ahead: :data:`STRIP_ROW_BLOCKS`; the knob
+    ``skinny.strip_block`` makes the blocks smaller, W still prefetched ``strip_ahead``
+    rows ahead: with N = 11008 a block of 64 rows of 3 lines falls into 12 sets of L1,
+    more lines than they hold, which the next block of rows of A re-reads; 16 and 32 rows
+    ran no faster, 1 thread, Zen 4, under load: benchmarks/DECISIONS.md, "Skinny GEMM:
+    A @ W's strips prefetch the next tile's first rows (Zen 4)").  (W 4096 x 11008, 1
+    thread, Zen 4, under load,
     against the blocks of rows: 8 rows 1.20x and 1.51x 64 rows ahead, 6 rows 1.32x, 4
     rows a tie, 2 and 3 rows 0.61x and 0.86x; 16 rows x 1 vector, 17 loads per 16 FMAs,
     1.7x slower: benchmarks/DECISIONS.md, "Skinny GEMM: A @ W as column strips
@@ -656,7 +698,10 @@ def _schedule_strips(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -
         # blocks of rows (STRIP_ROW_BLOCKS): the reduction in blocks of strip_ahead rows
         # of W, each block of mb rows of A accumulating over one in registers in turn
         # (the block's lines re-read from L1), W prefetched a block ahead at every step
-        cko, step = cs.split(ck, factor=plan.strip_ahead)
+        # (in blocks of strip_block rows where that is set, still prefetched strip_ahead
+        # rows ahead: a whole number of blocks)
+        block = plan.strip_block or plan.strip_ahead
+        cko, step = cs.split(ck, factor=block)
         cio, rows = cs.split(ci, factor=plan.mb)
         cs.reorder(cko, cio, step, rows, cvo, cvi)
     else:
@@ -667,10 +712,13 @@ def _schedule_strips(s: Schedule, C: Tensor, info: CpuModel, plan: SkinnyPlan) -
     cs.vectorize(cvi)
     cs.pragma(step, "fp_contract")
     cs.pragma(step, "unroll_count", 4)
+    # (strip_carry: the strip's last steps prefetch the next tile's first rows)
+    carry = jt if plan.strip_carry else None
     if plan.mb < plan.M:
-        cs.prefetch(W, step, 1, along=cko, level=plan.stream_level)
+        cs.prefetch(W, step, max(1, plan.strip_ahead // block), along=cko,
+                    level=plan.stream_level, carry=carry)
     else:
-        cs.prefetch(W, ck, plan.strip_ahead, level=plan.stream_level)
+        cs.prefetch(W, ck, plan.strip_ahead, level=plan.stream_level, carry=carry)
 
 
 def _task_tiles(plan: SkinnyPlan, tiles: int, info: CpuModel) -> int:
