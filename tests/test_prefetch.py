@@ -335,6 +335,37 @@ def test_along_an_outer_axis_of_the_same_stage():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_along_an_enclosing_loop_at_a_loop_of_one_iteration(backend, monkeypatch):
+    """A request ``along=`` an enclosing loop at a loop of one iteration (which simplify
+    removes): that loop's iteration ahead, where the removed loop was (a column
+    reduction's tile one step of vectors wide); rows of whole lines from a line: one
+    prefetch per line.  Without ``along=`` (or with ALONG_AT_ONE_ITERATION off): none."""
+    from tecomp.lower import prefetch as pf
+    A = tc.placeholder((4, 6, 128), name="A")
+    k = tc.reduce_axis((0, 4), name="k")
+    B = tc.compute((6, 128), lambda i, j: tc.sum(A[k, i, j], axis=k), name="B")
+
+    def sched(along):
+        s = tc.create_schedule(B.op)
+        jo, ji = s[B].split(B.op.axis[1], factor=128)   # (jo: one iteration)
+        s[B].reorder(k, B.op.axis[0], jo, ji)
+        s[B].vectorize(ji)
+        s[B].prefetch(A, jo, 1, along=k if along else None)
+        return s
+
+    text = str(tc.lower(sched(True), [A, B]))
+    assert _prefetch_lines(text) == ["prefetch A[min(k + 1, 3), i, A.pf2*16]"], text
+    assert "unrolled (A.pf2, 0, 8) {" in text, text   # (128 floats: 8 lines)
+    assert _prefetch_lines(tc.lower(sched(False), [A, B])) == []
+    a = np.random.default_rng(7).random((4, 6, 128), dtype="float64").astype("float32")
+    b = np.full((6, 128), np.nan, "float32")
+    run(sched(True), [A, B], [a, b], backend)
+    np.testing.assert_allclose(b, a.sum(0), rtol=1e-6)
+    monkeypatch.setattr(pf, "ALONG_AT_ONE_ITERATION", False)
+    assert _prefetch_lines(tc.lower(sched(True), [A, B])) == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_stream_past_the_edge_prefetches_inside_or_nothing(backend):
     """A stream (4 elements a step, under a condition that reads past the array's end):
     one prefetch per step at the next step's start while that is inside the array, none
