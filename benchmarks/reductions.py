@@ -40,7 +40,8 @@ interleaved_turns``); each row says how many of tecomp's calls counted.
         [--threads 1 --cpu-time | --held] [--rules-off]
         [--new-off] [--select-off] [--seed-off] [--steps-off]
         [--minmax-off] [--rowblock-off] [--prefetch-off] [--pairs-off] [--colpf-off]
-        [--steps16-on] [--regs-off] [--along1-off] [--match-off] [--match-ints-off] [--vbytes-off] [--stream-off]
+        [--steps16-on] [--regs-off] [--along1-off] [--match-off] [--match-ints-off]
+        [--vbytes-off] [--stream-off]
         [--math-off] [--math20-off] [--silu-off] [--math30-off] [--fresh-inputs]
 """
 from __future__ import annotations

@@ -176,6 +176,7 @@ def _itemsize(dtype: str) -> int:
 class _Expand(Mutator):
     def __init__(self, func: PrimFunc):
         self.outer: Dict[Var, Range] = dict(shape_var_ranges(func))
+        self.lanes = 0   # (the vectorized or GPU-thread loops around: no prefetch there)
 
     def visit_For(self, s: For):
         body = s.body
@@ -185,6 +186,8 @@ class _Expand(Mutator):
             body = body.body
         old = self.outer.get(s.var)
         self.outer[s.var] = Range(s.min, s.extent)
+        lanes = s.kind == "vectorized" or bool(s.thread_tag)
+        self.lanes += lanes
         try:
             new_body = self.visit(body)
             # (a request along an enclosing loop of one iteration, which simplify
@@ -193,6 +196,7 @@ class _Expand(Mutator):
                      if r.along is None or r.along in self.outer]
             nests += self._of_one_iteration(gone, body, s)
         finally:
+            self.lanes -= lanes
             if old is None:
                 del self.outer[s.var]
             else:
@@ -214,13 +218,14 @@ class _Expand(Mutator):
         """The prefetches of requests not in the body of their loop: that loop had one
         iteration and simplify put its body (``body``) in its place.  Without ``along=``
         there is no other iteration to prefetch for: none.  Along an enclosing loop
-        (:data:`ALONG_AT_ONE_ITERATION`), that loop's iteration ahead, here; where the
+        (:data:`ALONG_AT_ONE_ITERATION`), that loop's iteration ahead, here (not inside a
+        vectorized or GPU-thread loop, where a statement runs per lane); where the
         place is the start of the body of loop ``around``, the region's lines are counted
         as its iterations walk them (a stream: see ``_streams``, ``_wide_stream``)."""
         return [self._expand(around if around is not None else For(
             r.loop_var, Const(0, r.loop_var.dtype), Const(1, r.loop_var.dtype), "serial",
             body), r, body, whole_lines=True)
-            for r in reqs if ALONG_AT_ONE_ITERATION and r.along in self.outer]
+            for r in reqs if ALONG_AT_ONE_ITERATION and r.along in self.outer and not self.lanes]
 
     def _expand(self, loop: For, req: PrefetchRequest, body, whole_lines: bool = False):
         """The prefetches of ``req`` at the start of ``loop``'s body (``body``: without
