@@ -366,6 +366,25 @@ def test_along_an_enclosing_loop_at_a_loop_of_one_iteration(backend, monkeypatch
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_one_row_past_the_edge_clamped_into_the_array(backend):
+    """A region of one row whose row runs past the array's end (a read under a condition
+    that keeps it inside; the next iteration's row): the row clamped to the last one, as
+    a wider region's rows are (the interpreter checks every prefetched address; fuzz
+    stream 57 found it, seed 40)."""
+    A = tc.placeholder((2, 5), name="A")
+    B = tc.compute((5,), lambda i: tc.if_then_else(i < 2, A[i, i], tc.const(0.0, "float32")),
+                   name="B")
+    s = tc.create_schedule(B.op)
+    s[B].prefetch(A, B.op.axis[0], 1)
+    assert _prefetch_lines(tc.lower(s, [A, B])) == ["prefetch A[1, i + 1]",
+                                                    "prefetch A[1, min(i + 1, 4)]"]
+    a = np.arange(10, dtype="float32").reshape(2, 5)
+    b = np.full(5, np.nan, "float32")
+    run(s, [A, B], [a, b], backend)
+    np.testing.assert_array_equal(b, [0, 6, 0, 0, 0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_stream_past_the_edge_prefetches_inside_or_nothing(backend):
     """A stream (4 elements a step, under a condition that reads past the array's end):
     one prefetch per step at the next step's start while that is inside the array, none

@@ -332,7 +332,9 @@ class _Expand(Mutator):
             q = Var(f"{buf.name}.pf{d}" if ndim > 1 else f"{buf.name}.pf", "int32")
             lo, hi = los[d], his[d]
             if d < ndim - 1 and isinstance(spans[d], Const) and spans[d].value == 0:
-                indices.append(lo)      # one row
+                # one row, clamped into the buffer (a row past its end: accesses under a
+                # condition, or the iteration ahead of a loop longer than the buffer)
+                indices.append(simplify(_op.minimum(lo, _op.sub(buf.shape[d], one)), outer))
             elif d < ndim - 1 and stream and isinstance(spans[d], Const) \
                     and spans[d].value < MAX_UNROLLED_ROWS:
                 # a few rows: unrolled over the region's extent before the clip, each
