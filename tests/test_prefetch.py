@@ -365,6 +365,24 @@ def test_along_an_enclosing_loop_at_a_loop_of_one_iteration(backend, monkeypatch
     assert _prefetch_lines(tc.lower(sched(True), [A, B])) == []
 
 
+def test_one_iteration_loop_inside_a_vectorized_loop_prefetches_nothing():
+    """A loop of one iteration inside a vectorized one (reordered under it): its request
+    ``along=`` the row loop is dropped, not put in the vectorized loop's body, where a
+    statement runs per lane (Stage.prefetch refuses a vectorized axis for that reason)."""
+    A = tc.placeholder((4, 16), name="A")
+    B = tc.compute((4, 16), lambda i, j: A[i, j] + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    jo, ji = s[B].split(B.op.axis[1], factor=16)   # (jo: one iteration)
+    s[B].reorder(B.op.axis[0], ji, jo)
+    s[B].vectorize(ji)
+    s[B].prefetch(A, jo, 1, along=B.op.axis[0])
+    assert _prefetch_lines(tc.lower(s, [A, B])) == []
+    a = np.random.default_rng(8).random((4, 16), dtype="float64").astype("float32")
+    b = np.full_like(a, np.nan)
+    run(s, [A, B], [a, b], "llvm")
+    np.testing.assert_array_equal(b, a + np.float32(1))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_one_row_past_the_edge_clamped_into_the_array(backend):
     """A region of one row whose row runs past the array's end (a read under a condition
