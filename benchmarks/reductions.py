@@ -40,7 +40,8 @@ interleaved_turns``); each row says how many of tecomp's calls counted.
         [--threads 1 --cpu-time | --held] [--rules-off]
         [--new-off] [--select-off] [--seed-off] [--steps-off]
         [--minmax-off] [--rowblock-off] [--prefetch-off] [--pairs-off] [--colpf-off]
-        [--steps16-on] [--regs-off] [--match-off] [--match-ints-off] [--vbytes-off] [--stream-off]
+        [--steps16-on] [--regs-off] [--along1-off] [--match-off] [--match-ints-off]
+        [--vbytes-off] [--stream-off]
         [--math-off] [--math20-off] [--silu-off] [--math30-off] [--math31-off]
         [--fresh-inputs]
 """
@@ -317,6 +318,15 @@ def colpf_off(tc, sig, ins):
     return flags_off(tc, sig, ins, [(rules, "COLUMN_PREFETCH")])
 
 
+def along1_off(tc, sig, ins):
+    """A call of the kernel of ``sig`` built with a prefetch along an enclosing loop
+    (``along=``) at a loop of one iteration dropped, as before session 31 (a column
+    reduction of bools over 128x256 planes: its passes ahead not prefetched;
+    ``tecomp.lower.prefetch.ALONG_AT_ONE_ITERATION`` False)."""
+    from tecomp.lower import prefetch
+    return flags_off(tc, sig, ins, [(prefetch, "ALONG_AT_ONE_ITERATION")])
+
+
 def regs_off(tc, sig, ins):
     """A call of the kernel of ``sig`` built with a column argmax's (argmin's) unrolled run
     of rows storing its accumulator pair at every step and loading it back at the next,
@@ -422,6 +432,7 @@ _AB = [("rules_off", "reduce", rules_off, "rules off"),
        ("colpf_off", "reduce", colpf_off, "colpf off"),
        ("steps16_on", "reduce", steps16_on, "steps16 on"),
        ("regs_off", "reduce", regs_off, "regs off"),
+       ("along1_off", "reduce", along1_off, "along1 off"),
        ("match_off", "reduce", match_off, "match off"),
        ("match_ints_off", "reduce", match_ints_off, "match ints off"),
        ("vbytes_off", "reduce", vbytes_off, "vbytes off"),
@@ -494,6 +505,10 @@ def main() -> None:
                     "built with a column argmax's accumulator pair stored and reloaded at "
                     "every step of its run of rows (not held in registers), in the same "
                     "turns")
+    ap.add_argument("--along1-off", action="store_true", help="also time each reduction "
+                    "built with a prefetch along an enclosing loop at a loop of one "
+                    "iteration dropped (a bool column reduction over the middle axis: no "
+                    "passes ahead prefetched), in the same turns")
     ap.add_argument("--match-off", action="store_true", help="also time each reduction "
                     "built with an argmax's (argmin's) lanes combined as a tree of its full "
                     "condition (not by matching the lanes' max), in the same turns")

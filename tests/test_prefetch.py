@@ -336,6 +336,74 @@ def test_along_an_outer_axis_of_the_same_stage():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_along_an_enclosing_loop_at_a_loop_of_one_iteration(backend, monkeypatch):
+    """A request ``along=`` an enclosing loop at a loop of one iteration (which simplify
+    removes): that loop's iteration ahead, where the removed loop was (a column
+    reduction's tile one step of vectors wide); rows of whole lines from a line: one
+    prefetch per line.  Without ``along=`` (or with ALONG_AT_ONE_ITERATION off): none."""
+    from tecomp.lower import prefetch as pf
+    A = tc.placeholder((4, 6, 128), name="A")
+    k = tc.reduce_axis((0, 4), name="k")
+    B = tc.compute((6, 128), lambda i, j: tc.sum(A[k, i, j], axis=k), name="B")
+
+    def sched(along):
+        s = tc.create_schedule(B.op)
+        jo, ji = s[B].split(B.op.axis[1], factor=128)   # (jo: one iteration)
+        s[B].reorder(k, B.op.axis[0], jo, ji)
+        s[B].vectorize(ji)
+        s[B].prefetch(A, jo, 1, along=k if along else None)
+        return s
+
+    text = str(tc.lower(sched(True), [A, B]))
+    assert _prefetch_lines(text) == ["prefetch A[min(k + 1, 3), i, A.pf2*16]"], text
+    assert "unrolled (A.pf2, 0, 8) {" in text, text   # (128 floats: 8 lines)
+    assert _prefetch_lines(tc.lower(sched(False), [A, B])) == []
+    a = np.random.default_rng(7).random((4, 6, 128), dtype="float64").astype("float32")
+    b = np.full((6, 128), np.nan, "float32")
+    run(sched(True), [A, B], [a, b], backend)
+    np.testing.assert_allclose(b, a.sum(0), rtol=1e-6)
+    monkeypatch.setattr(pf, "ALONG_AT_ONE_ITERATION", False)
+    assert _prefetch_lines(tc.lower(sched(True), [A, B])) == []
+
+
+def test_one_iteration_loop_inside_a_vectorized_loop_prefetches_nothing():
+    """A loop of one iteration inside a vectorized one (reordered under it): its request
+    ``along=`` the row loop is dropped, not put in the vectorized loop's body, where a
+    statement runs per lane (Stage.prefetch refuses a vectorized axis for that reason)."""
+    A = tc.placeholder((4, 16), name="A")
+    B = tc.compute((4, 16), lambda i, j: A[i, j] + 1.0, name="B")
+    s = tc.create_schedule(B.op)
+    jo, ji = s[B].split(B.op.axis[1], factor=16)   # (jo: one iteration)
+    s[B].reorder(B.op.axis[0], ji, jo)
+    s[B].vectorize(ji)
+    s[B].prefetch(A, jo, 1, along=B.op.axis[0])
+    assert _prefetch_lines(tc.lower(s, [A, B])) == []
+    a = np.random.default_rng(8).random((4, 16), dtype="float64").astype("float32")
+    b = np.full_like(a, np.nan)
+    run(s, [A, B], [a, b], "llvm")
+    np.testing.assert_array_equal(b, a + np.float32(1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_row_past_the_edge_clamped_into_the_array(backend):
+    """A region of one row whose row runs past the array's end (a read under a condition
+    that keeps it inside; the next iteration's row): the row clamped to the last one, as
+    a wider region's rows are (the interpreter checks every prefetched address; fuzz
+    stream 57 found it, seed 40)."""
+    A = tc.placeholder((2, 5), name="A")
+    B = tc.compute((5,), lambda i: tc.if_then_else(i < 2, A[i, i], tc.const(0.0, "float32")),
+                   name="B")
+    s = tc.create_schedule(B.op)
+    s[B].prefetch(A, B.op.axis[0], 1)
+    assert _prefetch_lines(tc.lower(s, [A, B])) == ["prefetch A[1, i + 1]",
+                                                    "prefetch A[1, min(i + 1, 4)]"]
+    a = np.arange(10, dtype="float32").reshape(2, 5)
+    b = np.full(5, np.nan, "float32")
+    run(s, [A, B], [a, b], backend)
+    np.testing.assert_array_equal(b, [0, 6, 0, 0, 0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_stream_past_the_edge_prefetches_inside_or_nothing(backend):
     """A stream (4 elements a step, under a condition that reads past the array's end):
     one prefetch per step at the next step's start while that is inside the array, none

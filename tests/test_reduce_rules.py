@@ -1261,13 +1261,15 @@ def _column_model(prefetch_bytes=131072):
     ("sum", (1000, 1000), 0, False), ("max", (1000, 1000), 0, True),
     ("min", (999, 260), 0, False), ("argmax", (1000, 1000), 0, False),
     ("argmin", (6, 200, 72), 1, True), ("mean", (3, 96, 200), 1, False),
-    ("sum", (40, 8, 1000), 0, True)])
+    ("sum", (40, 8, 1000), 0, True), ("sum", (8, 64, 64), 1, False)])
 def test_column_reductions_prefetch_their_passes_ahead(op, shape, axis, keepdims):
     """A column reduction whose input is larger than L2, its tile's rows shorter than the
     model's ``column_prefetch_bytes``, prefetches into L2 the rows of the passes ahead
     (``prefetch (L2)`` in its pass loop) and reads 8 rows a pass where they divide the
     axis; odd extents (a vector tail, rows that no step count divides), keepdims, NaNs
-    (max, min and argmax propagate the first NaN as numpy does) and ties all as numpy's."""
+    (max, min and argmax propagate the first NaN as numpy does) and ties all as numpy's;
+    a tile one step of vectors wide (rows of 64 floats) too (its loop of one iteration
+    gone, the prefetch along the passes stays)."""
     x = data(shape, "float32", op)
     flat = x.reshape(-1)
     flat[rng.choice(flat.size, 7, replace=False)] = np.nan

@@ -88,6 +88,15 @@ WIDE_STREAMS = True
 #: rows (Zen 4)")
 UNROLL_FEW_LINES = False
 
+#: whether a request along an enclosing loop (``along=``) at a loop of one iteration,
+#: which simplify removed, is expanded where that loop was (each iteration of the
+#: enclosing loops prefetches the region of its ``along`` loop's iteration ahead), not
+#: dropped: a column reduction whose tile's vectors are one step (``any`` over the middle
+#: axis of 32x64x128x256 bools) asked for its passes ahead and got none; with them 1.10-1.14x
+#: (Zen 4, under load: benchmarks/DECISIONS.md, "Column reductions: a prefetch along the
+#: passes at a loop of one iteration kept"; ``reductions.py --along1-off``)
+ALONG_AT_ONE_ITERATION = True
+
 #: a stream's prefetches (one line in each of a few rows, see ``_streams``) are unrolled
 #: up to this many rows (a skinny GEMM's tile of rows of W, ``strategy.cpu.skinny``)
 MAX_UNROLLED_ROWS = 8
@@ -180,39 +189,62 @@ def _itemsize(dtype: str) -> int:
 class _Expand(Mutator):
     def __init__(self, func: PrimFunc):
         self.outer: Dict[Var, Range] = dict(shape_var_ranges(func))
+        self.lanes = 0   # (the vectorized or GPU-thread loops around: no prefetch there)
 
     def visit_For(self, s: For):
         body = s.body
-        reqs = []
+        reqs, gone = [], []   # (gone: the requests of a loop of one iteration, below)
         while isinstance(body, AttrStmt) and body.key == PREFETCH_ATTR:
-            if body.value.loop_var is s.var:
-                reqs.append(body.value)
+            (reqs if body.value.loop_var is s.var else gone).append(body.value)
             body = body.body
         old = self.outer.get(s.var)
         self.outer[s.var] = Range(s.min, s.extent)
+        lanes = s.kind == "vectorized" or bool(s.thread_tag)
+        self.lanes += lanes
         try:
             new_body = self.visit(body)
             # (a request along an enclosing loop of one iteration, which simplify
             # removed, has no other iteration to prefetch for: dropped)
             nests = [self._expand(s, r, body) for r in reqs
                      if r.along is None or r.along in self.outer]
+            nests += self._of_one_iteration(gone, body, s)
         finally:
+            self.lanes -= lanes
             if old is None:
                 del self.outer[s.var]
             else:
                 self.outer[s.var] = old
-        if not reqs and new_body is s.body:
+        if not reqs and not gone and new_body is s.body:
             return s
         return For(s.var, s.min, s.extent, s.kind, seq(*nests, new_body), s.thread_tag)
 
     def visit_AttrStmt(self, s: AttrStmt):
         if s.key == PREFETCH_ATTR:
-            # not in the body of its loop: that loop had one iteration and simplify put
-            # its body in its place; there is no other iteration to prefetch for
-            return self.visit(s.body)
+            gone, body = [], s
+            while isinstance(body, AttrStmt) and body.key == PREFETCH_ATTR:
+                gone.append(body.value)
+                body = body.body
+            return seq(*self._of_one_iteration(gone, body), self.visit(body))
         return self.generic_visit(s)
 
-    def _expand(self, loop: For, req: PrefetchRequest, body):
+    def _of_one_iteration(self, reqs, body, around: Optional[For] = None) -> list:
+        """The prefetches of requests not in the body of their loop: that loop had one
+        iteration and simplify put its body (``body``) in its place.  Without ``along=``
+        there is no other iteration to prefetch for: none.  Along an enclosing loop
+        (:data:`ALONG_AT_ONE_ITERATION`), that loop's iteration ahead, here (not inside a
+        vectorized or GPU-thread loop, where a statement runs per lane); where the
+        place is the start of the body of loop ``around``, the region's lines are counted
+        as its iterations walk them (a stream: see ``_streams``, ``_wide_stream``)."""
+        return [self._expand(around if around is not None else For(
+            r.loop_var, Const(0, r.loop_var.dtype), Const(1, r.loop_var.dtype), "serial",
+            body), r, body, whole_lines=True)
+            for r in reqs if ALONG_AT_ONE_ITERATION and r.along in self.outer and not self.lanes]
+
+    def _expand(self, loop: For, req: PrefetchRequest, body, whole_lines: bool = False):
+        """The prefetches of ``req`` at the start of ``loop``'s body (``body``: without
+        the requests).  ``whole_lines``: an innermost region whole lines wide, starting
+        on a line of rows a whole number of lines long, gets one prefetch per line (a
+        request of a loop of one iteration: :meth:`_of_one_iteration`)."""
         buf = req.buffer
         acc = _Accesses(buf)
         acc.visit(body)
@@ -288,6 +320,8 @@ class _Expand(Mutator):
         L = max(1, CACHE_LINE_BYTES // _itemsize(buf.dtype))
         stream = _streams(*raw, loop, L, outer)   # (the innermost, before the clip)
         lines = 0 if stream or not WIDE_STREAMS else _wide_stream(*raw, loop, L, outer)
+        if whole_lines and not stream and not lines:
+            lines = _whole_lines(*raw, buf.shape[-1], L, outer)
         stmt = self._nest(buf, {v: target}, los, his, spans, stream, lines, L, outer,
                           acc.stores, req.level)
         if carried is not None:
@@ -312,7 +346,9 @@ class _Expand(Mutator):
             q = Var(f"{buf.name}.pf{d}" if ndim > 1 else f"{buf.name}.pf", "int32")
             lo, hi = los[d], his[d]
             if d < ndim - 1 and isinstance(spans[d], Const) and spans[d].value == 0:
-                indices.append(lo)      # one row
+                # one row, clamped into the buffer (a row past its end: accesses under a
+                # condition, or the iteration ahead of a loop longer than the buffer)
+                indices.append(simplify(_op.minimum(lo, _op.sub(buf.shape[d], one)), outer))
             elif d < ndim - 1 and stream and isinstance(spans[d], Const) \
                     and spans[d].value < MAX_UNROLLED_ROWS:
                 # a few rows: unrolled over the region's extent before the clip, each
@@ -389,6 +425,20 @@ def _streams(lo: Expr, hi: Expr, loop: For, L: int, outer) -> bool:
     step = simplify(_op.sub(substitute(lo, {v: _op.add(v, Const(1, v.dtype))}), lo), outer)
     return (isinstance(span, Const) and 0 <= span.value < L
             and isinstance(step, Const) and 0 < step.value <= L)
+
+
+def _whole_lines(lo: Expr, hi: Expr, row: Expr, L: int, outer) -> int:
+    """The lines of the innermost region ``[lo, hi]`` where it is a whole number of lines
+    wide, starts on a multiple of ``L`` and the rows (``row`` elements) are a whole
+    number of lines long: from a line-aligned buffer, exactly its lines; else 0."""
+    span = simplify(_op.sub(hi, lo), outer)
+    if not (isinstance(span, Const) and isinstance(row, Const)) or row.value % L:
+        return 0
+    width = int(span.value) + 1
+    start = simplify(_op.floormod(lo, Const(L, lo.dtype)), outer)
+    if width % L or not (isinstance(start, Const) and start.value == 0):
+        return 0
+    return width // L
 
 
 def _wide_stream(lo: Expr, hi: Expr, loop: For, L: int, outer) -> int:

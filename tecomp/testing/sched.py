@@ -22,7 +22,11 @@ What "legal" means here (docs/schedule.md):
   schedules (a stream of its own: the other draws stay the seed's) pragma nontemporal or
   masked_wide_loads, which change the generated code but never the values: any leaf;
 * align_bounds (last, at most one): a stage computed at a loop, kept only where lowering
-  accepts it (its reads provably inside their memory).
+  accepts it (its reads provably inside their memory);
+* prefetch (after it, in 20% of the schedules, a stream of its own: offset 57): a
+  tensor a stage reads, at a leaf that is not vectorized, 0-2 iterations ahead or one
+  back, ``along=`` an outer leaf in half, cache level 1-3; kept only where lowering
+  accepts it (the interpreter then checks every prefetched address is in its array).
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ from ..errors import ScheduleError
 from ..ir.expr import Const, ProducerLoad
 from ..ir.functor import collect
 from ..lower.schedule_ops import LowerContext
-from ..schedule.schedule import Fuse
+from ..schedule.schedule import Fuse, prefetch_kind_problem
 from .draw import RandomDraw
 
 FACTORS = (4, 2, 3, 5, 8, 16, 1)
@@ -142,6 +146,10 @@ class Replay:
             st.tensorize(leaves[pos], tc.tensor_intrin(name))
         elif k == "double_buffer":
             st.double_buffer(**({"stages": step[2]} if len(step) > 2 else {}))
+        elif k == "prefetch":
+            _, _, pos, ti, off, ap, level = step
+            st.prefetch(st.op.input_tensors[ti], leaves[pos], off,
+                        along=None if ap is None else leaves[ap], level=level)
         else:
             raise ValueError(f"unknown step {step!r}")
 
@@ -206,6 +214,11 @@ def steps_source(steps) -> str:
         elif k == "double_buffer":
             n = f"stages={step[2]}" if len(step) > 2 else ""
             L.append(f"s[{step[1]}].double_buffer({n})")
+        elif k == "prefetch":
+            _, h, pos, ti, off, ap, level = step
+            along = "None" if ap is None else f"{lv(h)}[{ap}]"
+            L.append(f"s[{h}].prefetch(s[{h}].op.input_tensors[{ti}], {lv(h)}[{pos}], {off}, "
+                     f"along={along}, level={level})")
     return "\n".join(L)
 
 
@@ -496,6 +509,7 @@ def gen_schedule(d, prog=None, *, max_steps: int = 6, allow_cache: bool = True,
             h = d.choice(at)
             _try_align(r, steps, h, d.int(0, len(r.stage(h).op.axis) - 1),
                        d.choice((1, 2, 4, 8, 16)))
+        _draw_prefetch(d, r, steps)
     return steps
 
 
@@ -524,6 +538,56 @@ def _draw_codegen_pragma(d, r: Replay, steps: list) -> None:
     h = side.choice(live)
     _try(r, steps, ("pragma", h, side.int(0, len(r.stage(h).leaf_iter_vars) - 1),
                     side.choice(CODEGEN_PRAGMAS)))
+
+
+#: the share of CPU schedules that also get a prefetch (:func:`_draw_prefetch`)
+PREFETCH_P = 0.2
+
+
+def _draw_prefetch(d, r: Replay, steps: list) -> None:
+    """Maybe one step ``prefetch`` (last): of a tensor a computed stage reads, at one of
+    its serial, parallel or unrolled leaves, 0-2 iterations ahead or one back, in half of
+    them ``along=`` a leaf outside it, into cache level 1-3 (a loop of one iteration
+    among them: a split by 1 or into 1 part, the request then kept only with ``along=``).
+    A stream of its own (``RandomDraw(h * 7919 + 57)``, ``h`` from ``d``'s state, which it
+    leaves as it is: every other draw stays the seed's).  The generator lowers once and
+    keeps the step only if lowering accepted it (a region that cannot be bounded, a tensor
+    computed inside the loop: documented ScheduleErrors of ``prefetch of ...``)."""
+    state = getattr(getattr(d, "r", None), "getstate", None)
+    if state is None:
+        return
+    side = RandomDraw((hash(state()[1]) * 7919 + 57) & 0xFFFFFFFF)
+    if not side.bool(PREFETCH_P):
+        return
+    live = _handles(r, lambda st: st.attach_type != "inline" and st.op.input_tensors)
+    if not live:
+        return
+    h = side.choice(live)
+    st = r.stage(h)
+    leaves = st.leaf_iter_vars
+    cands = [p for p, iv in enumerate(leaves)
+             if prefetch_kind_problem(st.name, iv, st.iter_attrs.get(iv),
+                                      st.op.input_tensors[0]) is None]
+    if not cands:
+        return
+    pos = side.choice(cands)
+    ap = side.choice(range(pos)) if pos and side.bool(0.5) else None
+    step = ("prefetch", h, pos, side.int(0, len(st.op.input_tensors) - 1),
+            side.choice((1, 1, 2, 0, -1)), ap, side.int(1, 3))
+    iv = leaves[pos]
+    before = st.iter_attrs[iv].prefetches if iv in st.iter_attrs else None
+    r.apply(step)
+    try:
+        tc.lower(r.s, r.args)
+    except ScheduleError as e:
+        if not str(e).startswith("prefetch of "):
+            raise
+        if before is None:
+            del st.iter_attrs[iv]
+        else:
+            st.iter_attrs[iv].prefetches = before
+        return
+    steps.append(step)
 
 
 # ---------------------------------------------------------------------------------
