@@ -75,7 +75,7 @@ from ..runtime.libfiles import (FileRefused, cache_root, digest_bytes, dlopen_fd
 from ..runtime.cuda import CudaSourceModule, stream_handle
 from ..lower.tma_pipeline import map_spec
 from ..target import tma
-from ..threads import number_from_env
+from ..threads import choice_from_env, number_from_env
 from .cuda import TENSOR_MAP
 
 ABI_VERSION = 3
@@ -115,10 +115,8 @@ def cache_dir() -> Path:
 
 
 def default_mode() -> str:
-    mode = os.environ.get("TECOMP_CUDA_EMU_MODE") or "threads"   # empty: unset
-    if mode not in MODES:
-        raise ArgumentError(f"TECOMP_CUDA_EMU_MODE={mode!r}; use one of {', '.join(MODES)}")
-    return mode
+    return choice_from_env("TECOMP_CUDA_EMU_MODE", tuple(MODES), "threads",
+                           "how the CUDA emulation runs a block's threads", ArgumentError)
 
 
 def _check_mode(mode: Optional[str]) -> str:
