@@ -248,7 +248,14 @@ Session 21's family, in a slot of its own (:func:`in_session21_slot`):
     ``true``/``false``, ``yes``/``no``, ``on``/``off``, any case), or, for any other
     word, its default with a warning naming the variable (before session 30
     ``TECOMP_DUMP_IR=off`` was on, ``TECOMP_PY_BINDER=off`` and ``TECOMP_SHARED_POOL=yes``
-    their other value, silently).
+    their other value, silently).  A fifth of the others (session 31, a stream of their
+    own, ``RandomDraw(seed * 7919 + 64)``) set a variable that takes a word
+    (:data:`WORD_VARIABLES`: ``TECOMP_CUDA_EMU_MODE``, ``TECOMP_COST_MODEL``) to one of
+    :data:`WORD_VALUES` (a word in another case, with blanks around, a near miss, two
+    words): it must read as its word, blank as the default, anything else as the
+    variable's error, or the default with a warning naming it (before session 31
+    ``TECOMP_COST_MODEL=XGBoost`` kept the trees silently and ``TECOMP_CUDA_EMU_MODE="
+    serial"`` was an error).
 
 The ``foreign_target`` family also draws (one case in five, after its other draws) a
 triple of another system or ABI (``aarch64-apple-darwin``, ``x86_64-linux-gnux32``): a
@@ -287,7 +294,8 @@ from ..codegen.llvm import jit as _jit
 from ..lower import pipeline as _pipeline
 from ..runtime import llvm as _rt_llvm
 from ..threads import FLAG_WORDS
-from ..autoschedule import records
+from ..autoschedule import cost_model as _cost_model, records
+from ..codegen import cuda_emu as _cuda_emu
 from ..ir import interp
 from ..ir.expr import Buffer, Const
 from ..ir.dtype import numpy_dtype
@@ -355,6 +363,23 @@ SWITCHES = {"TECOMP_SHARED_POOL": False, "TECOMP_PY_BINDER": True, "TECOMP_DUMP_
             "TECOMP_LLVM_OPT_WORKER": True}
 SWITCH_VALUES = ("1", "0", "true", "False", " ON ", "off", "yes", "No", "abc", "2", "enable",
                  "-1", "t", "disabled")
+
+#: (session 31) the environment family's variables that take a word: (the words, the
+#: default, the error another word is, or None: ignored with a warning) and the values a
+#: fifth of its cases that set no switch (a stream of their own, 64) set one to: words in
+#: other cases, with blanks around, near misses, lists, blank
+WORD_VARIABLES = {
+    "TECOMP_CUDA_EMU_MODE": (("threads", "serial", "reverse", "last_block_first"), "threads",
+                             "ArgumentError"),
+    "TECOMP_COST_MODEL": (("trees", "xgboost"), "trees", None),
+}
+WORD_VALUES = {
+    "TECOMP_CUDA_EMU_MODE": ("serial", " serial", "Serial ", "REVERSE", "\tthreads",
+                             "last_block_first\n", "Last_Block_First", "bogus", "thread",
+                             "serial,reverse", "serial reverse", " "),
+    "TECOMP_COST_MODEL": ("xgboost", "XGBoost", " xgboost", "xgboost\n", "Trees", "xgb",
+                          "xgbost", "gbdt", "xgboost trees", "  "),
+}
 
 #: the settings the optimiser worker reads (errors only where it runs)
 _WORKER_SETTINGS = ("TECOMP_LLVM_OPT_TIMEOUT", "TECOMP_LLVM_WORKER_MAX_MB")
@@ -686,6 +711,11 @@ def draw_edge_case(seed: int) -> EdgeCase:
         if switch.bool(0.25):
             twist = {"var": switch.choice(tuple(SWITCHES)), "value": switch.choice(SWITCH_VALUES),
                      "switch": True}
+        else:
+            word = RandomDraw(seed * 7919 + 64)   # (session 31: the others keep theirs)
+            if word.bool(0.2):
+                var = word.choice(tuple(WORD_VARIABLES))
+                twist = {"var": var, "value": word.choice(WORD_VALUES[var]), "word": True}
     return EdgeCase(prog, steps, base.n, base.seed, target, f"edge seed {seed} ({family})",
                     family=family, twist=twist, fuzz_seed=seed)
 
@@ -3041,7 +3071,7 @@ def _environment_expects(tw: dict, env: dict) -> Optional[str]:
     """The exception the environment case ``tw`` must raise (its class's name), or None
     where it must compute the values."""
     var = tw.get("var")
-    if var is None or tw.get("switch"):
+    if var is None or tw.get("switch") or tw.get("word"):
         return None
     legal, hostile, error = ENV_VALUES[var]
     if tw["value"] in legal or error is None:
@@ -3092,11 +3122,12 @@ def environment_child(seed: int) -> dict:
         warnings.simplefilter("always")      # (a setting ignored with a warning)
         try:
             out = run_case(base)
-            read = _read_switch(ec.twist["var"]) if ec.twist.get("switch") else None
+            read = (_read_switch(ec.twist["var"]) if ec.twist.get("switch") else
+                    _read_word(ec.twist["var"]) if ec.twist.get("word") else None)
         except Exception as e:  # noqa: BLE001  (run_case never raises for a finding)
             return {"kind": "crash", "stage": "run", "detail": _exc_text(e)}
     got = {"kind": out.kind, "stage": out.stage, "detail": out.detail or ""}
-    if ec.twist.get("switch"):
+    if ec.twist.get("switch") or ec.twist.get("word"):
         got["read"] = read
         got["warned"] = any(str(w.message).startswith(ec.twist["var"] + "=") for w in caught)
     return got
@@ -3134,6 +3165,29 @@ def _read_switch(var: str):
     if var == "TECOMP_DUMP_IR":
         return _pipeline._dump_ir()
     return _threads.shared_pool_from_env()
+
+
+def _read_word(var: str) -> str:
+    """In the child, after the case ran: the word variable ``var`` as tecomp reads it, or
+    ``!`` and the class of the exception its reader raised."""
+    try:
+        if var == "TECOMP_CUDA_EMU_MODE":
+            return _cuda_emu.default_mode()
+        return _cost_model.model_from_env()
+    except Exception as e:  # noqa: BLE001  (the class is the answer)
+        return "!" + type(e).__name__
+
+
+def word_expected(var: str, value: str):
+    """What the word variable ``var`` set to ``value`` must read as (its word, the
+    default, or ``!`` and the error's class) and whether a warning must name it."""
+    words, default, error = WORD_VARIABLES[var]
+    word = value.strip().lower()
+    if not word:
+        return default, False
+    if word in words:
+        return word, False
+    return ("!" + error, False) if error else (default, True)
 
 
 def _run_environment(ec: EdgeCase, prelude: str = "",
@@ -3174,6 +3228,14 @@ def _run_environment(ec: EdgeCase, prelude: str = "",
         if got["warned"] != (word is None):
             return Outcome("mismatch", ec, "switch", f"{what}: " + (
                 "no warning naming the variable" if word is None else "a warning"))
+    if tw.get("word") and got["kind"] == "ok":
+        want, warn = word_expected(tw["var"], tw["value"])
+        if got["read"] != want:
+            return Outcome("mismatch", ec, "word", f"{what}: read as {got['read']!r}, "
+                           f"expected {want!r}")
+        if got["warned"] != warn:
+            return Outcome("mismatch", ec, "word", f"{what}: " + (
+                "no warning naming the variable" if warn else "a warning"))
     if expect is not None:
         if got["kind"] == "crash" and f"tecomp.errors.{expect}: {tw['var']}=" in got["detail"]:
             return Outcome("refused", ec, got["stage"], f"{what}: {expect}")
