@@ -1044,3 +1044,30 @@ def test_word_variables_expected_reading(monkeypatch):
                 except tc.TecompError as e:
                     got = "!" + type(e).__name__
             assert (got, bool(caught)) == (want, warn), (var, value)
+
+
+#: (session 31) big_split seeds whose factors are numpy integers (stream 65): np.int64
+#: 2**31 (split), np.int32 2 (a drawn split of the schedule)
+NUMPY_FACTOR_SEEDS = (1, 37)
+
+
+def test_big_split_family_gives_numpy_factors_and_replays_their_trace(monkeypatch):
+    """The factors as numpy integers compute the same values and leave a replayable
+    trace; with the trace's encoding before session 31 (numpy integers had no name in a
+    trace) both seeds are mismatches."""
+    from tecomp.schedule import trace as _trace
+
+    cases = [draw_edge_case(s) for s in NUMPY_FACTOR_SEEDS]
+    assert all(ec.family == "big_split" and ec.twist.get("numpy") for ec in cases)
+    assert [o.kind for o in map(run_edge_case, cases)] == ["ok", "ok"]
+    enc = _trace.Trace._enc
+
+    def old_enc(self, x):
+        if isinstance(x, np.integer):
+            raise _trace._Unnamed(f"{type(x).__name__} {x!r:.60} has no name in a trace")
+        return enc(self, x)
+
+    monkeypatch.setattr(_trace.Trace, "_enc", old_enc)
+    outs = [run_edge_case(ec) for ec in cases]
+    assert [o.kind for o in outs] == ["mismatch", "mismatch"], [o.report() for o in outs]
+    assert "has no name in a trace" in outs[0].detail

@@ -28,6 +28,7 @@ import functools
 import json
 import keyword
 import math
+import numbers
 import re
 from typing import Any, Dict, List, Optional
 
@@ -136,12 +137,12 @@ class Trace:
         s = self._sched
         if x is None or isinstance(x, (bool, str)):
             return x
-        if isinstance(x, int):
-            return int(x)
+        if isinstance(x, numbers.Integral):    # (numpy's integers too: the primitive took
+            return int(x)                      # them as their value, and so does a replay)
         if isinstance(x, float):
             if x != x or x in (float("inf"), float("-inf")):
                 raise _Unnamed(f"the value {x!r} has no JSON form")
-            return x
+            return float(x)
         if isinstance(x, (list, tuple)):
             return [self._enc(v) for v in x]
         if isinstance(x, TracedStage):

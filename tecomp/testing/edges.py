@@ -12,7 +12,10 @@ read the docs, or one who wants to crash the caller, would:
     a split or tile factor (or nparts) far past the axis' extent: ``extent + 1``,
     ``2**31 - 1``, ``2**31``, ``2**32 + 1``, ``2**40``: the same values, or a
     ``ScheduleError`` where the factor makes an annotated loop impossible (a vectorize of
-    a loop that runs the whole symbolic axis, an unroll of 2**31 copies).
+    a loop that runs the whole symbolic axis, an unroll of 2**31 copies).  Three cases
+    in ten (session 31, a stream of their own, ``RandomDraw(seed * 7919 + 65)``) give
+    every factor a numpy integer type (:data:`NUMPY_FACTOR_TYPES`): the same values, and
+    the schedule's trace replayable (``np.int64(8)`` once had "no name in a trace").
 ``layouts``
     the same kernel called with inputs as stride-0 broadcasts, reversed and overlapping
     views (the result must not change), and with an output that overlaps an input or
@@ -530,6 +533,10 @@ def draw_edge_case(seed: int) -> EdgeCase:
         twist["rewritten"] = "conditions through | ~ != == (De Morgan)"
     elif family == "big_split":
         steps, twist = _big_split(steps, prog, d)
+        num = RandomDraw(seed * 7919 + 65)   # (session 31: the others keep theirs)
+        if num.bool(0.3):
+            steps = _numpy_factors(steps, num.choice(NUMPY_FACTOR_TYPES))
+            twist["numpy"] = True
     elif family == "foreign_target":
         target = d.choice(FOREIGN_TARGETS)
         twist = {"target": target, "aot": d.bool(0.5)}
@@ -792,6 +799,26 @@ def _rewrite_conditions(prog, d):
     return _map_conditions(prog, f)
 
 
+#: (session 31) the numpy integer types the big_split family gives its split and tile
+#: factors in three cases in ten (a value a type cannot hold: int64)
+NUMPY_FACTOR_TYPES = ("int64", "uint64", "int32", "int16", "uint8")
+
+
+def _numpy_factors(steps, ty: str):
+    """``steps`` with every split/tile factor (or nparts) of numpy type ``ty``."""
+    def conv(v):
+        if not isinstance(v, int) or isinstance(v, bool):
+            return v
+        t = np.dtype(ty)
+        return (np.int64 if not np.iinfo(t).min <= v <= np.iinfo(t).max else t.type)(v)
+    out = []
+    for st in steps:
+        if st[0] in ("split", "tile"):
+            st = tuple(st[:4]) + tuple(conv(v) for v in st[4:])
+        out.append(st)
+    return out
+
+
 def _big_split(steps, prog, d):
     """``steps`` with one split/tile factor (or nparts) past any extent."""
     big = d.choice(BIG_FACTORS)
@@ -901,6 +928,8 @@ def run_edge_case(ec: EdgeCase) -> Outcome:
         if out.kind == "crash" and out.stage == "lower" and \
                 "tecomp.errors.ScheduleError" in out.detail:
             return Outcome("refused", ec, out.stage, out.reason, out.ir)
+        if out.kind == "ok" and ec.twist.get("numpy"):
+            return _check_numpy_trace(ec, out)
         return out
     if ec.family == "big_extent" and ec.twist["variant"] == "int64_n":
         return run_case(ec)
@@ -915,6 +944,21 @@ def run_edge_case(ec: EdgeCase) -> Outcome:
               "flash_config": _run_flash_config, "guarded_select": _run_guarded_select,
               "environment": _run_environment}
     return runner[ec.family](ec)
+
+
+def _check_numpy_trace(ec: EdgeCase, out: Outcome) -> Outcome:
+    """A big_split case whose factors are numpy integers: its schedule's trace must be
+    replayable, its JSON of plain ints (before session 31, ``np.int64(8)`` had "no name
+    in a trace")."""
+    s, _, _ = schedule_case(ec)
+    if not s.trace.replayable:
+        return Outcome("mismatch", ec, "trace", f"numpy factors: the trace is not "
+                       f"replayable ({s.trace.problem})")
+    steps = json.loads(json.dumps(s.trace.to_json()))
+    if steps != s.trace.to_json():
+        return Outcome("mismatch", ec, "trace", "numpy factors: the trace's JSON changed "
+                       "its values")
+    return out
 
 
 def _run_device_array(ec: EdgeCase) -> Outcome:
