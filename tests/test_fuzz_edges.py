@@ -1071,3 +1071,27 @@ def test_big_split_family_gives_numpy_factors_and_replays_their_trace(monkeypatc
     outs = [run_edge_case(ec) for ec in cases]
     assert [o.kind for o in outs] == ["mismatch", "mismatch"], [o.report() for o in outs]
     assert "has no name in a trace" in outs[0].detail
+
+
+#: (session 31) library_file seeds whose emulation-cache attack is a full disk (stream
+#: 64): the entry rebuilt under a file size limit of 10.1 and 6.9 KiB
+DISK_FULL_SEEDS = (293, 374)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which(os.environ.get("CXX") or "g++") is None, reason="needs g++")
+def test_library_family_builds_the_emulation_entry_on_a_full_disk(monkeypatch):
+    """(Four builds of the emulation library: under the slow marker.)  Refused with a BuildError naming the cache directory, then right; with the
+    compiler's messages of a full disk unknown (as before session 31: its death
+    reported as "likely a tecomp bug") both seeds are mismatches."""
+    from tecomp.codegen import cuda_emu
+
+    cases = [draw_edge_case(s) for s in DISK_FULL_SEEDS]
+    assert [ec.twist["emu_entry"]["attack"] for ec in cases] == ["disk_full"] * 2
+    for ec in cases:
+        assert edges._check_emu_entry(ec, ec.twist["emu_entry"]) is None
+    monkeypatch.setattr(cuda_emu, "_WRITE_FAILURES", ())
+    for ec in cases:
+        out = edges._check_emu_entry(ec, ec.twist["emu_entry"])
+        assert out is not None and out.kind == "mismatch" and "likely a tecomp bug" in \
+            out.detail, out
