@@ -24,6 +24,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 import tecomp as tc
 from ..codegen.cuda import codegen_cuda
+from ..schedule.trace import MAX_STRING
 
 #: strings that have broken, or would break, a naive code generator; the first is the
 #: one of issue 20 (a placeholder name that ran a shell command at load time)
@@ -143,8 +144,10 @@ def _program(names: Dict[str, str], gpu: bool):
 
 def _names(name: str) -> Dict[str, str]:
     # (a function name must be an identifier: tc.lower/tc.build reject any other)
-    return {"A": name, "B": name + "b", "C": name + "c", "k": name + "k", "value": name,
-            "func": "f"}
+    # (a pragma's value is a string of at most trace.MAX_STRING characters: a longer one
+    # is a ScheduleError, HOSTILE_VALUES' case)
+    return {"A": name, "B": name + "b", "C": name + "c", "k": name + "k",
+            "value": name[:MAX_STRING], "func": "f"}
 
 
 _PLAIN = {"A": "A", "B": "B", "C": "C", "k": "k", "value": "v", "func": "f"}
