@@ -59,7 +59,7 @@ from .strategy.rules import Knobs
 from .target import as_target, machine as _machine
 from .te import compute, placeholder, reduce_axis, sum as te_sum
 from .te.tensor_intrin import transpose_intrin
-from .threads import get_num_threads, set_num_threads
+from .threads import choice_from_env, get_num_threads, set_num_threads
 from .viz.peaks import fma_peak
 
 __all__ = ["calibrate", "cache_path", "MODES"]
@@ -123,14 +123,13 @@ def _finite(v) -> bool:
 
 
 def mode() -> str:
-    """``TECOMP_CALIBRATE`` (``auto`` when unset or empty); a :class:`TargetError` for any
-    other value."""
-    m = os.environ.get("TECOMP_CALIBRATE", "").strip().lower() or "auto"
-    if m not in MODES:
-        raise TargetError(f"TECOMP_CALIBRATE={m!r} is not one of {', '.join(MODES)}: set it to "
-                          "auto (measure the machine model's costs at first use), 0/off "
-                          "(never) or force (measure even CPUs tecomp has a table entry for)")
-    return m
+    """``TECOMP_CALIBRATE`` (``auto`` when unset or blank; any case, blanks around
+    ignored: :func:`~tecomp.threads.choice_from_env`); a :class:`TargetError` for any other
+    value."""
+    return choice_from_env("TECOMP_CALIBRATE", MODES, "auto",
+                           "when tecomp measures the host CPU's costs: auto (at first use), "
+                           "0/off (never) or force (even CPUs tecomp has a table entry for)",
+                           TargetError)
 
 
 def cache_path(target) -> Path:

@@ -328,6 +328,28 @@ def flag_from_env(name: str, default: bool, use: str) -> bool:
     return v
 
 
+def choice_from_env(name: str, choices: tuple, default: str, use: str,
+                    error: Optional[type] = None) -> str:
+    """The word in the environment variable ``name``, one of ``choices`` (lower case; the
+    variable's word in any case, blanks around ignored), ``default`` when it is unset or
+    blank.  Anything else is ``error`` (a :class:`TecompError` subclass) where given, else
+    ignored with a warning; either names the variable, what it sets (``use``) and the
+    legal words.  (Once ``TECOMP_COST_MODEL=XGBoost`` silently kept tecomp's trees and
+    ``TECOMP_CUDA_EMU_MODE=" serial"`` was refused, where every other variable strips
+    blanks.)"""
+    env = os.environ.get(name)
+    if env is None or not env.strip():
+        return default
+    word = env.strip().lower()
+    if word in choices:
+        return word
+    what = f"{name}={env[:40]!r} is not one of {', '.join(choices)}: it sets {use}"
+    if error is not None:
+        raise error(f"{what}; set it to one of them or unset it (default: {default})")
+    warnings.warn(f"{what}; ignored (default: {default})", RuntimeWarning, stacklevel=3)
+    return default
+
+
 def shared_pool_from_env() -> bool:
     """Whether the pools of a process share the first one's threads (see
     :func:`register`): where ``TECOMP_SHARED_POOL`` is on (:func:`flag_from_env`)."""

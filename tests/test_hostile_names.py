@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tecomp.ir.names import comment, display, identifier
-from tecomp.testing.hostile import HOSTILE, check
+from tecomp.testing.hostile import HOSTILE, HOSTILE_VALUES, check, check_value
 
 HAVE_CXX = shutil.which("g++") is not None
 
@@ -21,6 +21,16 @@ HAVE_CXX = shutil.which("g++") is not None
 @pytest.mark.parametrize("name", HOSTILE, ids=range(len(HOSTILE)))
 def test_hostile_name_leaves_the_code_alone(name, backend):
     ok, why = check(name, backend, run=backend == "llvm")
+    assert ok, why
+
+
+@pytest.mark.parametrize("backend", ["ir", "cuda"])
+@pytest.mark.parametrize("value", HOSTILE_VALUES, ids=range(len(HOSTILE_VALUES)))
+def test_hostile_pragma_value_leaves_the_code_alone(value, backend):
+    """A pragma value that is no plain string (a str or float subclass whose repr spans
+    lines, an object, a list, NaN...) is shown as its plain value or refused; once each
+    was taken, and a multi-line repr broke the printed IR over lines."""
+    ok, why = check_value(value, backend)
     assert ok, why
 
 

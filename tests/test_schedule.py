@@ -421,6 +421,35 @@ def test_pragma_unroll_explicit(backend):
     np.testing.assert_allclose(b, a * 3, rtol=1e-6)
 
 
+def test_pragma_values_print_on_one_line():
+    """A pragma's value is one line of the printed IR whatever it holds: a newline in a
+    string escaped, a str subclass shown as the string (its own ``__repr__`` spanned
+    lines), a float subclass as the float; the trace replays to the same IR."""
+    class Str(str):
+        def __repr__(self):
+            return "s\n}\nB[0] = 1"
+
+    class Float(float):
+        def __str__(self):
+            return "2.5\nB[0] = 1"
+
+    A = tc.placeholder((4,), name="A")
+    B = tc.compute((4,), lambda i: A[i] * 3, name="B")
+    s = tc.create_schedule(B.op)
+    s[B].pragma(B.op.axis[0], "note", "x\ny")
+    s[B].pragma(B.op.axis[0], "sub", Str("ab"))
+    s[B].pragma(B.op.axis[0], "num", Float(2.5))
+    text = str(tc.lower(s, [A, B]))
+    lines = [ln.strip() for ln in text.splitlines() if "attr pragma" in ln]
+    assert lines == ["// attr pragma_note = 'x<U+005C>ny'", "// attr pragma_sub = 'ab'",
+                     "// attr pragma_num = 2.5"], text
+    assert "B[0] = 1" not in text
+    from tecomp.schedule.trace import replay
+
+    s2 = replay(s.trace.to_json(), [B])
+    assert str(tc.lower(s2, [A, B])) == text
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_symbolic_extent_split(backend):
     n = tc.var("n")

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import warnings
 
+import numpy as np
 import pytest
 
 import tecomp as tc
@@ -192,6 +193,74 @@ def test_a_switch_reads_every_spelling_of_on_and_off(monkeypatch, name):
                                                 r"true/false, yes/no, on/off\): it sets .*; "
                                                 rf"ignored \(default: {'on' if default else 'off'}\)"):
             assert read() is default
+
+
+#: (session 31) the variables that take a word, a reader of each through the code that
+#: reads it, their words and default, and what another word is (an error class or None:
+#: ignored with a warning)
+WORD_VARIABLES = {
+    "TECOMP_CUDA_EMU_MODE": (lambda: __import__("tecomp.codegen.cuda_emu",
+                                                fromlist=["x"]).default_mode(),
+                             ("threads", "serial", "reverse", "last_block_first"), "threads",
+                             tc.ArgumentError),
+    "TECOMP_CALIBRATE": (lambda: __import__("tecomp.calibration", fromlist=["x"]).mode(),
+                         ("auto", "0", "off", "force"), "auto", tc.TargetError),
+    "TECOMP_COST_MODEL": (lambda: __import__("tecomp.autoschedule.cost_model",
+                                             fromlist=["x"]).model_from_env(),
+                          ("trees", "xgboost"), "trees", None),
+}
+
+
+@pytest.mark.parametrize("name", list(WORD_VARIABLES))
+def test_a_word_variable_reads_every_spelling(monkeypatch, name):
+    """Each takes its words in any case with blanks around: once
+    ``TECOMP_COST_MODEL=XGBoost`` kept tecomp's trees silently and
+    ``TECOMP_CUDA_EMU_MODE=" serial"`` was an error."""
+    read, words, default, error = WORD_VARIABLES[name]
+    for w in words:
+        for value in (w, f" {w}", f"{w.upper()} ", f"\t{w.capitalize()}\n"):
+            monkeypatch.setenv(name, value)
+            assert read() == w, (name, value)
+    for value in ("", "  "):
+        monkeypatch.setenv(name, value)
+        assert read() == default
+    monkeypatch.delenv(name)
+    assert read() == default
+    for value in ("abc", words[1] + "s", words[1] + "," + words[0]):
+        monkeypatch.setenv(name, value)
+        pattern = rf"{name}='{value}' is not one of {', '.join(words)}: it sets "
+        if error is None:
+            with pytest.warns(RuntimeWarning, match=pattern + r".*; ignored \(default: "):
+                assert read() == default
+        else:
+            with pytest.raises(error, match=pattern):
+                read()
+
+
+def test_xgboost_spelled_otherwise_is_xgboost(monkeypatch):
+    """``TECOMP_COST_MODEL=" XGBoost"`` fits xgboost's model (through the search's own
+    reader; a stand-in module for xgboost, whose import takes seconds)."""
+    import types
+
+    from tecomp.autoschedule import cost_model
+
+    class XGBRegressor:
+        def __init__(self, **kw):
+            pass
+
+        def fit(self, X, y):
+            return self
+
+    monkeypatch.setitem(sys.modules, "xgboost", types.SimpleNamespace(XGBRegressor=XGBRegressor))
+    monkeypatch.setenv("TECOMP_COST_MODEL", " XGBoost")
+    m = cost_model.CostModel(seed=0)
+    m.update([np.array([float(i), 1.0]) for i in range(8)], [1e-3 * (i + 1) for i in range(8)])
+    assert isinstance(m.model, XGBRegressor)
+    monkeypatch.setitem(sys.modules, "xgboost", None)     # (cannot be imported)
+    with pytest.warns(RuntimeWarning, match=r"TECOMP_COST_MODEL=xgboost, but xgboost cannot "
+                                            r"be imported: the auto-scheduler uses tecomp's"):
+        m.update([np.array([9.0, 1.0])], [1e-2])
+    assert isinstance(m.model, cost_model.GBDT)
 
 
 def test_dump_ir_off_prints_nothing(monkeypatch, capfd):

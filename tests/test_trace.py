@@ -157,6 +157,21 @@ def test_symbolic_factor_makes_the_trace_not_replayable():
     np.testing.assert_allclose(b, a * 2)
 
 
+def test_numpy_integer_factors_replay():
+    """split and tile take numpy's integers (a factor computed from an array's shape) as
+    their value; the trace stores them as ints (once ``np.int64(8)`` made the trace not
+    replayable: "has no name in a trace"), and its printed Python runs."""
+    A, B, E, C, D = _gemm_epilogue()
+    s = tc.create_schedule(D.op)
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], np.int64(8), np.int32(16))
+    s[D].split(D.op.axis[1], nparts=np.uint8(5))
+    assert s.trace.replayable, s.trace.problem
+    steps = json.loads(json.dumps(s.trace.to_json()))
+    text = str(tc.lower(s, [A, B, D]))
+    assert str(tc.lower(replay(steps, [D]), [A, B, D])) == text
+    assert "8, 16)" in s.trace.python() and "nparts=5" in s.trace.python()
+
+
 def test_a_failing_primitive_records_nothing():
     A, B, E, C, D = _gemm_epilogue()
     s = tc.create_schedule(D.op)

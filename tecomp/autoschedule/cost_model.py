@@ -6,15 +6,28 @@ time) and ranks new candidates: a higher score means predicted faster.  The tree
 :class:`GBDT` (squared loss, depth-limited trees grown greedily on quantile thresholds,
 shrinkage and row subsampling), so no dependency is needed; with
 ``TECOMP_COST_MODEL=xgboost`` and xgboost installed, ``xgboost.XGBRegressor`` is used
-instead.
+instead (:func:`model_from_env`).
 """
 from __future__ import annotations
 
 import math
-import os
+import warnings
 from typing import List, Optional, Sequence
 
 import numpy as np
+
+from ..threads import choice_from_env
+
+
+#: the values of ``TECOMP_COST_MODEL``: tecomp's own boosted trees (the default) or xgboost's
+COST_MODELS = ("trees", "xgboost")
+
+
+def model_from_env() -> str:
+    """``TECOMP_COST_MODEL`` as the search reads it (:data:`COST_MODELS`; any case, blanks
+    around ignored; unset, blank or another value: ``trees``, the last with a warning)."""
+    return choice_from_env("TECOMP_COST_MODEL", COST_MODELS, "trees",
+                           "the auto-scheduler's cost model")
 
 
 class _Tree:
@@ -170,16 +183,18 @@ class CostModel:
                            for t in self.y])
         target -= target.mean()
         X = np.stack(self.X)
-        if os.environ.get("TECOMP_COST_MODEL") == "xgboost":
+        if model_from_env() == "xgboost":
             try:
                 import xgboost
-
+            except ImportError:
+                warnings.warn("TECOMP_COST_MODEL=xgboost, but xgboost cannot be imported: "
+                              "the auto-scheduler uses tecomp's own trees (pip install "
+                              "xgboost, or unset the variable)", RuntimeWarning, stacklevel=2)
+            else:
                 self.model = xgboost.XGBRegressor(n_estimators=60, max_depth=4,
                                                   learning_rate=0.15, subsample=0.8,
                                                   random_state=self.seed).fit(X, target)
                 return
-            except ImportError:
-                pass
         self.model = GBDT(seed=self.seed).fit(X, target)
 
     def predict(self, features: Sequence[np.ndarray]) -> np.ndarray:

@@ -48,10 +48,12 @@ compiler, flags and header into a precompiled header there too (``header-<hash>/
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -75,7 +77,7 @@ from ..runtime.libfiles import (FileRefused, cache_root, digest_bytes, dlopen_fd
 from ..runtime.cuda import CudaSourceModule, stream_handle
 from ..lower.tma_pipeline import map_spec
 from ..target import tma
-from ..threads import number_from_env
+from ..threads import choice_from_env, number_from_env
 from .cuda import TENSOR_MAP
 
 ABI_VERSION = 3
@@ -115,10 +117,8 @@ def cache_dir() -> Path:
 
 
 def default_mode() -> str:
-    mode = os.environ.get("TECOMP_CUDA_EMU_MODE") or "threads"   # empty: unset
-    if mode not in MODES:
-        raise ArgumentError(f"TECOMP_CUDA_EMU_MODE={mode!r}; use one of {', '.join(MODES)}")
-    return mode
+    return choice_from_env("TECOMP_CUDA_EMU_MODE", tuple(MODES), "threads",
+                           "how the CUDA emulation runs a block's threads", ArgumentError)
 
 
 def _check_mode(mode: Optional[str]) -> str:
@@ -402,8 +402,9 @@ def _pch_dir(cxx: str, header: str, d: Path) -> Optional[str]:
             return None
         if gch.is_file():    # asked each time: a test's cache directory comes and goes
             return str(final)
-        tmp = tempfile.mkdtemp(prefix="build-header-", dir=str(d))
+        tmp = None
         try:
+            tmp = tempfile.mkdtemp(prefix="build-header-", dir=str(d))
             with open(os.path.join(tmp, HEADER_NAME), "w") as f:
                 f.write(header)
             flags = [f for f in CXX_FLAGS if f != "-shared"]
@@ -421,62 +422,101 @@ def _pch_dir(cxx: str, header: str, d: Path) -> Optional[str]:
             except OSError:
                 pass
             return str(final) if gch.is_file() else None
+        except OSError as e:     # (a full disk: the library's own build says so)
+            _log.debug("cuda-emu: no precompiled header (%s)", e)
+            return None
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
+#: what a compiler prints when it cannot write its output (a full disk, a quota, a limit)
+_WRITE_FAILURES = ("No space left on device", "File too large", "Disk quota exceeded",
+                   "File size limit exceeded")
+
+
+def _signal_name(n: int) -> str:
+    try:
+        return f"{n} ({signal.Signals(n).name})"
+    except ValueError:
+        return str(n)
+
+
+def _cannot_write(d: Path, why: str) -> BuildError:
+    return BuildError(f"cannot write the CUDA emulation library's build files in {d} "
+                      f"({why}): free space there (or raise the quota or the process's file "
+                      f"size limit), or point TECOMP_CACHE_DIR at another directory")
+
+
 def _build(cxx: str, header: str, launcher: str, source: str, d: Path, final: Path,
            load: bool = True, key: str = "") -> Optional[ctypes.CDLL]:
     pch = _pch_dir(cxx, header, d)
-    tmp = tempfile.mkdtemp(prefix="build-", dir=str(d))
     try:
-        files = {"cuda_fp16.h": f'#include "{HEADER_NAME}"\n',
-                 "mma.h": f'#include "{HEADER_NAME}"\n',
-                 "cuda_bf16.h": f'#include "{HEADER_NAME}"\n',
-                 "kernel.cu": source,
-                 "launcher.cc": f'{launcher}\nextern "C" __attribute__((used, section('
-                                f'"{KEY_SECTION}"))) const char tecomp_emu_key[] = "{key}";\n'}
-        if pch is None:
-            files[HEADER_NAME] = header
-        # (with the precompiled header the build directory has no copy of the header: a
-        # quoted #include looks beside launcher.cc first, and the header found there would
-        # be parsed instead of the .gch of the directory named by -I)
-        for name, text in files.items():
-            with open(os.path.join(tmp, name), "w") as f:
-                f.write(text)
-        out = os.path.join(tmp, "lib.so")
-        inc = ["-I", pch] if pch is not None else []
-        cmd = [cxx, *CXX_FLAGS, *inc, "-I", tmp, "-o", out, os.path.join(tmp, "launcher.cc")]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise BuildError(
-                "compiling the CUDA emulation library failed (this is likely a tecomp bug; "
-                f"please report it with the generated source):\n{' '.join(cmd)}\n"
-                f"{(proc.stderr or proc.stdout).strip()[:8000]}")
-        # the file is read once: the sidecar seals the bytes that were loaded
-        fd = open_regular(out, MAX_ENTRY_BYTES, follow=False)
-        try:
-            digest = digest_bytes(read_fd(fd, MAX_ENTRY_BYTES))
-            lib = _dlopen_checked(fd, out, key) if load else None
-        finally:
-            os.close(fd)
-        if load and lib is None:
-            raise BuildError(f"the freshly built CUDA emulation library {out} does not load "
-                             f"(this is likely a tecomp bug; please report it)")
-        try:
-            os.replace(out, final)  # atomic: other processes see the old file or the new one
-            # the sidecar is written last: a reader that sees a new library with an old (or
-            # no) sidecar rebuilds, which is only wasted work
-            write_sidecar(final, digest)
-        except OSError as e:
-            raise BuildError(
-                f"cannot write the CUDA emulation cache entry {final} or its sidecar "
-                f"({e.strerror}): remove what is in their place, or point TECOMP_CACHE_DIR "
-                f"at another directory") from None
-        return lib
+        tmp = tempfile.mkdtemp(prefix="build-", dir=str(d))
+    except OSError as e:
+        raise _cannot_write(d, e.strerror or str(e)) from None
+    try:
+        return _build_in(cxx, header, launcher, source, d, tmp, pch, final, load, key)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            raise
+        raise _cannot_write(d, e.strerror) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _build_in(cxx: str, header: str, launcher: str, source: str, d: Path, tmp: str,
+              pch: Optional[str], final: Path, load: bool, key: str) -> Optional[ctypes.CDLL]:
+    """:func:`_build` in its build directory ``tmp`` (in the cache directory ``d``)."""
+    files = {"cuda_fp16.h": f'#include "{HEADER_NAME}"\n',
+             "mma.h": f'#include "{HEADER_NAME}"\n',
+             "cuda_bf16.h": f'#include "{HEADER_NAME}"\n',
+             "kernel.cu": source,
+             "launcher.cc": f'{launcher}\nextern "C" __attribute__((used, section('
+                            f'"{KEY_SECTION}"))) const char tecomp_emu_key[] = "{key}";\n'}
+    if pch is None:
+        files[HEADER_NAME] = header
+    # (with the precompiled header the build directory has no copy of the header: a
+    # quoted #include looks beside launcher.cc first, and the header found there would
+    # be parsed instead of the .gch of the directory named by -I)
+    for name, text in files.items():
+        with open(os.path.join(tmp, name), "w") as f:
+            f.write(text)
+    out = os.path.join(tmp, "lib.so")
+    inc = ["-I", pch] if pch is not None else []
+    cmd = [cxx, *CXX_FLAGS, *inc, "-I", tmp, "-o", out, os.path.join(tmp, "launcher.cc")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    err = (proc.stderr or proc.stdout).strip()
+    if proc.returncode < 0 or any(w in err for w in _WRITE_FAILURES):
+        # (killed: SIGXFSZ past a file size limit, SIGKILL out of memory)
+        raise _cannot_write(d, next((w for w in _WRITE_FAILURES if w in err),
+                                    f"the compiler {cxx} was ended by signal "
+                                    f"{_signal_name(-proc.returncode)}"))
+    if proc.returncode != 0:
+        raise BuildError(
+            "compiling the CUDA emulation library failed (this is likely a tecomp bug; "
+            f"please report it with the generated source):\n{' '.join(cmd)}\n{err[:8000]}")
+    # the file is read once: the sidecar seals the bytes that were loaded
+    fd = open_regular(out, MAX_ENTRY_BYTES, follow=False)
+    try:
+        digest = digest_bytes(read_fd(fd, MAX_ENTRY_BYTES))
+        lib = _dlopen_checked(fd, out, key) if load else None
+    finally:
+        os.close(fd)
+    if load and lib is None:
+        raise BuildError(f"the freshly built CUDA emulation library {out} does not load "
+                         f"(this is likely a tecomp bug; please report it)")
+    try:
+        os.replace(out, final)  # atomic: other processes see the old file or the new one
+        # the sidecar is written last: a reader that sees a new library with an old (or
+        # no) sidecar rebuilds, which is only wasted work
+        write_sidecar(final, digest)
+    except OSError as e:
+        raise BuildError(
+            f"cannot write the CUDA emulation cache entry {final} or its sidecar "
+            f"({e.strerror}): remove what is in their place, or point TECOMP_CACHE_DIR "
+            f"at another directory") from None
+    return lib
 
 
 # ---------------------------------------------------------------------------------

@@ -261,7 +261,7 @@ class Printer:
             return self.expr(v)
         if isinstance(v, tuple):
             return "(" + ", ".join(self._attr_value(x) for x in v) + ")"
-        return repr(v) if isinstance(v, str) else str(v)
+        return display(repr(v) if isinstance(v, str) else str(v))   # (one line, always)
 
     def func(self, f: PrimFunc) -> str:
         params = []

@@ -367,7 +367,9 @@ class Stage(TracedStage):
         :data:`MAX_MIN_BLOCKS_PER_SM`), on a loop outside a CUDA kernel's thread loops,
         asks ptxas to fit the kernel's registers to that many resident blocks per SM
         (``__launch_bounds__``' second number); any other name is kept as a
-        ``// attr pragma_<name>`` comment for the backends.  The pragmas of
+        ``// attr pragma_<name>`` comment for the backends.  A value is None, a bool,
+        an int32, a finite float or a string of at most 256 characters (the printed IR
+        shows it and the trace stores it; anything else is a ScheduleError).  The pragmas of
         :data:`FLAG_PRAGMAS` are on where set and take no value (or True): any other
         value is a ScheduleError (``False`` would read as off)."""
         iv = self._iv(axis, "pragma")
@@ -408,6 +410,16 @@ class Stage(TracedStage):
                     f"{display(iv.name)}: the value is the name of a tensor the stage reads "
                     f"(here {', '.join(map(repr, read)) or 'none'}), whose vectors the nest "
                     f"then loads at each use; got {value!r:.60}")
+        why = _trace.pragma_value_problem(value)
+        if why is not None:
+            raise ScheduleError(
+                f"pragma {name} on stage {display(self.name)}, axis {display(iv.name)}: the "
+                f"value {why} (the printed IR shows it and the schedule's trace stores it); "
+                f"got {type(value).__name__} {display(repr(value))[:60]}")
+        for base in (str, float, int):    # (a subclass's own __str__/__repr__ not kept)
+            if isinstance(value, base) and not isinstance(value, bool):
+                value = getattr(base, f"__{base.__name__}__")(value)
+                break
         if name == "causal_tiles":
             raise ScheduleError(
                 f"pragma causal_tiles on stage {display(self.name)}, axis {display(iv.name)}: "

@@ -28,6 +28,7 @@ import functools
 import json
 import keyword
 import math
+import numbers
 import re
 from typing import Any, Dict, List, Optional
 
@@ -136,12 +137,12 @@ class Trace:
         s = self._sched
         if x is None or isinstance(x, (bool, str)):
             return x
-        if isinstance(x, int):
-            return int(x)
+        if isinstance(x, numbers.Integral):    # (numpy's integers too: the primitive took
+            return int(x)                      # them as their value, and so does a replay)
         if isinstance(x, float):
             if x != x or x in (float("inf"), float("-inf")):
                 raise _Unnamed(f"the value {x!r} has no JSON form")
-            return x
+            return float(x)
         if isinstance(x, (list, tuple)):
             return [self._enc(v) for v in x]
         if isinstance(x, TracedStage):
@@ -309,6 +310,18 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def pragma_value_problem(v) -> Optional[str]:
+    """Why ``v`` cannot be a pragma's value (the printed IR shows it and a trace stores
+    it as JSON), or None: it must be None, a bool, an int32, a finite float or a string
+    of at most :data:`MAX_STRING` characters."""
+    if v is None or isinstance(v, bool) or (_is_int(v) and -INT32_MAX <= v <= INT32_MAX) \
+            or (isinstance(v, float) and math.isfinite(v)) \
+            or (isinstance(v, str) and len(v) <= MAX_STRING):
+        return None
+    return ("is not None, a bool, an int32, a finite float or a string of at most "
+            f"{MAX_STRING} characters")
+
+
 def _check_arg(kind: str, v) -> Optional[str]:
     """Why the decoded argument ``v`` is not a ``kind`` (see :data:`_ARGS`), or None."""
     if kind.endswith("?"):
@@ -345,13 +358,8 @@ def _check_arg(kind: str, v) -> Optional[str]:
     if kind == "string":
         return None if isinstance(v, str) and len(v) <= MAX_STRING else \
             f"is not a string of at most {MAX_STRING} characters"
-    if kind == "scalar":   # a pragma's value
-        if v is None or isinstance(v, bool) or (_is_int(v) and -INT32_MAX <= v <= INT32_MAX) \
-                or (isinstance(v, float) and math.isfinite(v)) \
-                or (isinstance(v, str) and len(v) <= MAX_STRING):
-            return None
-        return ("is not None, a bool, an int32, a finite float or a string of at most "
-                f"{MAX_STRING} characters")
+    if kind == "scalar":   # a pragma's value (Stage.pragma checks it the same way)
+        return pragma_value_problem(v)
     if kind == "number":
         ok = (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
         return None if ok else "is not a finite number"

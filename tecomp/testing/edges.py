@@ -12,7 +12,10 @@ read the docs, or one who wants to crash the caller, would:
     a split or tile factor (or nparts) far past the axis' extent: ``extent + 1``,
     ``2**31 - 1``, ``2**31``, ``2**32 + 1``, ``2**40``: the same values, or a
     ``ScheduleError`` where the factor makes an annotated loop impossible (a vectorize of
-    a loop that runs the whole symbolic axis, an unroll of 2**31 copies).
+    a loop that runs the whole symbolic axis, an unroll of 2**31 copies).  Three cases
+    in ten (session 31, a stream of their own, ``RandomDraw(seed * 7919 + 65)``) give
+    every factor a numpy integer type (:data:`NUMPY_FACTOR_TYPES`): the same values, and
+    the schedule's trace replayable (``np.int64(8)`` once had "no name in a trace").
 ``layouts``
     the same kernel called with inputs as stride-0 broadcasts, reversed and overlapping
     views (the result must not change), and with an output that overlaps an input or
@@ -98,7 +101,10 @@ read the docs, or one who wants to crash the caller, would:
     its load, truncated or key-flipped and resealed, links, FIFOs, a directory): compiled
     again with the right values and no code of another key run (a directory: a
     BuildError); before session 28 the other key's constructors ran, and a file renamed
-    onto the entry after its check was the one loaded.
+    onto the entry after its check was the one loaded.  Of those, 15 in a hundred
+    (session 31, ``RandomDraw(seed * 7919 + 64)``, the environment family's stream: no
+    seed draws both) rebuild the entry under a file size limit instead (``disk_full``:
+    a full disk's errors): a BuildError naming the cache directory, nothing left behind.
 
 Session 8's families, drawn for the edge seeds whose ``(seed // 9) % 8 == 7`` (every
 other seed draws what it drew before them; :func:`family_of`):
@@ -248,7 +254,14 @@ Session 21's family, in a slot of its own (:func:`in_session21_slot`):
     ``true``/``false``, ``yes``/``no``, ``on``/``off``, any case), or, for any other
     word, its default with a warning naming the variable (before session 30
     ``TECOMP_DUMP_IR=off`` was on, ``TECOMP_PY_BINDER=off`` and ``TECOMP_SHARED_POOL=yes``
-    their other value, silently).
+    their other value, silently).  A fifth of the others (session 31, a stream of their
+    own, ``RandomDraw(seed * 7919 + 64)``) set a variable that takes a word
+    (:data:`WORD_VARIABLES`: ``TECOMP_CUDA_EMU_MODE``, ``TECOMP_COST_MODEL``) to one of
+    :data:`WORD_VALUES` (a word in another case, with blanks around, a near miss, two
+    words): it must read as its word, blank as the default, anything else as the
+    variable's error, or the default with a warning naming it (before session 31
+    ``TECOMP_COST_MODEL=XGBoost`` kept the trees silently and ``TECOMP_CUDA_EMU_MODE="
+    serial"`` was an error).
 
 The ``foreign_target`` family also draws (one case in five, after its other draws) a
 triple of another system or ABI (``aarch64-apple-darwin``, ``x86_64-linux-gnux32``): a
@@ -287,7 +300,8 @@ from ..codegen.llvm import jit as _jit
 from ..lower import pipeline as _pipeline
 from ..runtime import llvm as _rt_llvm
 from ..threads import FLAG_WORDS
-from ..autoschedule import records
+from ..autoschedule import cost_model as _cost_model, records
+from ..codegen import cuda_emu as _cuda_emu
 from ..ir import interp
 from ..ir.expr import Buffer, Const
 from ..ir.dtype import numpy_dtype
@@ -355,6 +369,23 @@ SWITCHES = {"TECOMP_SHARED_POOL": False, "TECOMP_PY_BINDER": True, "TECOMP_DUMP_
             "TECOMP_LLVM_OPT_WORKER": True}
 SWITCH_VALUES = ("1", "0", "true", "False", " ON ", "off", "yes", "No", "abc", "2", "enable",
                  "-1", "t", "disabled")
+
+#: (session 31) the environment family's variables that take a word: (the words, the
+#: default, the error another word is, or None: ignored with a warning) and the values a
+#: fifth of its cases that set no switch (a stream of their own, 64) set one to: words in
+#: other cases, with blanks around, near misses, lists, blank
+WORD_VARIABLES = {
+    "TECOMP_CUDA_EMU_MODE": (("threads", "serial", "reverse", "last_block_first"), "threads",
+                             "ArgumentError"),
+    "TECOMP_COST_MODEL": (("trees", "xgboost"), "trees", None),
+}
+WORD_VALUES = {
+    "TECOMP_CUDA_EMU_MODE": ("serial", " serial", "Serial ", "REVERSE", "\tthreads",
+                             "last_block_first\n", "Last_Block_First", "bogus", "thread",
+                             "serial,reverse", "serial reverse", " "),
+    "TECOMP_COST_MODEL": ("xgboost", "XGBoost", " xgboost", "xgboost\n", "Trees", "xgb",
+                          "xgbost", "gbdt", "xgboost trees", "  "),
+}
 
 #: the settings the optimiser worker reads (errors only where it runs)
 _WORKER_SETTINGS = ("TECOMP_LLVM_OPT_TIMEOUT", "TECOMP_LLVM_WORKER_MAX_MB")
@@ -505,6 +536,10 @@ def draw_edge_case(seed: int) -> EdgeCase:
         twist["rewritten"] = "conditions through | ~ != == (De Morgan)"
     elif family == "big_split":
         steps, twist = _big_split(steps, prog, d)
+        num = RandomDraw(seed * 7919 + 65)   # (session 31: the others keep theirs)
+        if num.bool(0.3):
+            steps = _numpy_factors(steps, num.choice(NUMPY_FACTOR_TYPES))
+            twist["numpy"] = True
     elif family == "foreign_target":
         target = d.choice(FOREIGN_TARGETS)
         twist = {"target": target, "aot": d.bool(0.5)}
@@ -560,6 +595,9 @@ def draw_edge_case(seed: int) -> EdgeCase:
             twist["emu_entry"] = {"attack": emu.choice(EMU_ENTRY_ATTACKS), "n": emu.int(1, 300),
                                   "threads": emu.choice((1, 7, 32, 64, 128)),
                                   "k": emu.int(-50, 50), "cut": emu.int(1, 99)}
+            # (session 31: stream 64, the environment family's: no seed draws both)
+            if RandomDraw(seed * 7919 + 64).bool(0.15):
+                twist["emu_entry"]["attack"] = "disk_full"
     elif family == "big_extent":
         v = d.choice(("huge_strides", "huge_strides", "huge_strides", "int64_n", "int64_n",
                       "int64_n", "int64_n", "big_reduction"))
@@ -686,6 +724,11 @@ def draw_edge_case(seed: int) -> EdgeCase:
         if switch.bool(0.25):
             twist = {"var": switch.choice(tuple(SWITCHES)), "value": switch.choice(SWITCH_VALUES),
                      "switch": True}
+        else:
+            word = RandomDraw(seed * 7919 + 64)   # (session 31: the others keep theirs)
+            if word.bool(0.2):
+                var = word.choice(tuple(WORD_VARIABLES))
+                twist = {"var": var, "value": word.choice(WORD_VALUES[var]), "word": True}
     return EdgeCase(prog, steps, base.n, base.seed, target, f"edge seed {seed} ({family})",
                     family=family, twist=twist, fuzz_seed=seed)
 
@@ -760,6 +803,26 @@ def _rewrite_conditions(prog, d):
         return c
 
     return _map_conditions(prog, f)
+
+
+#: (session 31) the numpy integer types the big_split family gives its split and tile
+#: factors in three cases in ten (a value a type cannot hold: int64)
+NUMPY_FACTOR_TYPES = ("int64", "uint64", "int32", "int16", "uint8")
+
+
+def _numpy_factors(steps, ty: str):
+    """``steps`` with every split/tile factor (or nparts) of numpy type ``ty``."""
+    def conv(v):
+        if not isinstance(v, int) or isinstance(v, bool):
+            return v
+        t = np.dtype(ty)
+        return (np.int64 if not np.iinfo(t).min <= v <= np.iinfo(t).max else t.type)(v)
+    out = []
+    for st in steps:
+        if st[0] in ("split", "tile"):
+            st = tuple(st[:4]) + tuple(conv(v) for v in st[4:])
+        out.append(st)
+    return out
 
 
 def _big_split(steps, prog, d):
@@ -871,6 +934,8 @@ def run_edge_case(ec: EdgeCase) -> Outcome:
         if out.kind == "crash" and out.stage == "lower" and \
                 "tecomp.errors.ScheduleError" in out.detail:
             return Outcome("refused", ec, out.stage, out.reason, out.ir)
+        if out.kind == "ok" and ec.twist.get("numpy"):
+            return _check_numpy_trace(ec, out)
         return out
     if ec.family == "big_extent" and ec.twist["variant"] == "int64_n":
         return run_case(ec)
@@ -885,6 +950,21 @@ def run_edge_case(ec: EdgeCase) -> Outcome:
               "flash_config": _run_flash_config, "guarded_select": _run_guarded_select,
               "environment": _run_environment}
     return runner[ec.family](ec)
+
+
+def _check_numpy_trace(ec: EdgeCase, out: Outcome) -> Outcome:
+    """A big_split case whose factors are numpy integers: its schedule's trace must be
+    replayable, its JSON of plain ints (before session 31, ``np.int64(8)`` had "no name
+    in a trace")."""
+    s, _, _ = schedule_case(ec)
+    if not s.trace.replayable:
+        return Outcome("mismatch", ec, "trace", f"numpy factors: the trace is not "
+                       f"replayable ({s.trace.problem})")
+    steps = json.loads(json.dumps(s.trace.to_json()))
+    if steps != s.trace.to_json():
+        return Outcome("mismatch", ec, "trace", "numpy factors: the trace's JSON changed "
+                       "its values")
+    return out
 
 
 def _run_device_array(ec: EdgeCase) -> Outcome:
@@ -3041,7 +3121,7 @@ def _environment_expects(tw: dict, env: dict) -> Optional[str]:
     """The exception the environment case ``tw`` must raise (its class's name), or None
     where it must compute the values."""
     var = tw.get("var")
-    if var is None or tw.get("switch"):
+    if var is None or tw.get("switch") or tw.get("word"):
         return None
     legal, hostile, error = ENV_VALUES[var]
     if tw["value"] in legal or error is None:
@@ -3092,11 +3172,12 @@ def environment_child(seed: int) -> dict:
         warnings.simplefilter("always")      # (a setting ignored with a warning)
         try:
             out = run_case(base)
-            read = _read_switch(ec.twist["var"]) if ec.twist.get("switch") else None
+            read = (_read_switch(ec.twist["var"]) if ec.twist.get("switch") else
+                    _read_word(ec.twist["var"]) if ec.twist.get("word") else None)
         except Exception as e:  # noqa: BLE001  (run_case never raises for a finding)
             return {"kind": "crash", "stage": "run", "detail": _exc_text(e)}
     got = {"kind": out.kind, "stage": out.stage, "detail": out.detail or ""}
-    if ec.twist.get("switch"):
+    if ec.twist.get("switch") or ec.twist.get("word"):
         got["read"] = read
         got["warned"] = any(str(w.message).startswith(ec.twist["var"] + "=") for w in caught)
     return got
@@ -3134,6 +3215,29 @@ def _read_switch(var: str):
     if var == "TECOMP_DUMP_IR":
         return _pipeline._dump_ir()
     return _threads.shared_pool_from_env()
+
+
+def _read_word(var: str) -> str:
+    """In the child, after the case ran: the word variable ``var`` as tecomp reads it, or
+    ``!`` and the class of the exception its reader raised."""
+    try:
+        if var == "TECOMP_CUDA_EMU_MODE":
+            return _cuda_emu.default_mode()
+        return _cost_model.model_from_env()
+    except Exception as e:  # noqa: BLE001  (the class is the answer)
+        return "!" + type(e).__name__
+
+
+def word_expected(var: str, value: str):
+    """What the word variable ``var`` set to ``value`` must read as (its word, the
+    default, or ``!`` and the error's class) and whether a warning must name it."""
+    words, default, error = WORD_VARIABLES[var]
+    word = value.strip().lower()
+    if not word:
+        return default, False
+    if word in words:
+        return word, False
+    return ("!" + error, False) if error else (default, True)
 
 
 def _run_environment(ec: EdgeCase, prelude: str = "",
@@ -3174,6 +3278,14 @@ def _run_environment(ec: EdgeCase, prelude: str = "",
         if got["warned"] != (word is None):
             return Outcome("mismatch", ec, "switch", f"{what}: " + (
                 "no warning naming the variable" if word is None else "a warning"))
+    if tw.get("word") and got["kind"] == "ok":
+        want, warn = word_expected(tw["var"], tw["value"])
+        if got["read"] != want:
+            return Outcome("mismatch", ec, "word", f"{what}: read as {got['read']!r}, "
+                           f"expected {want!r}")
+        if got["warned"] != warn:
+            return Outcome("mismatch", ec, "word", f"{what}: " + (
+                "no warning naming the variable" if warn else "a warning"))
     if expect is not None:
         if got["kind"] == "crash" and f"tecomp.errors.{expect}: {tw['var']}=" in got["detail"]:
             return Outcome("refused", ec, got["stage"], f"{what}: {expect}")

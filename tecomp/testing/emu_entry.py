@@ -22,7 +22,12 @@ can write the cache would (:data:`ATTACKS`), and the kernel is compiled again an
     a symbolic link where the entry goes (to a genuine copy, to a FIFO), a FIFO there, a
     FIFO or a link to ``/dev/zero`` in the sidecar's place;
 ``directory``
-    a directory in the entry's place: a ``BuildError`` naming the entry.
+    a directory in the entry's place: a ``BuildError`` naming the entry;
+``disk_full`` (session 31, not in :data:`ATTACKS`: drawn apart)
+    the entry removed and compiled again under a file size limit of 4-10 KiB (the errors
+    of a full disk): a ``BuildError`` naming the cache directory, no build directory
+    left, then, the limit lifted, the kernel's values (before session 31 a raw
+    ``OSError``, or the compiler's death reported as "likely a tecomp bug").
 
 The answer must be the kernel's values (``A * 2 + k``: exact in float32, contracted or
 not), then again from the cache as the first call left it (as a new process would find
@@ -140,8 +145,37 @@ def _attack(how: str, entry: Path, d: Path, marker: Path, cut: int, other) -> No
     elif how == "directory":
         entry.unlink()
         entry.mkdir()
+    elif how == "disk_full":
+        entry.unlink()
+        side.unlink()
     elif how != "swap_after_check":
         raise ValueError(f"unknown attack {how!r}")
+
+
+def _build_past_a_file_size_limit(cs, limit: int) -> Optional[str]:
+    """Compile ``cs`` under a file size limit of ``limit`` bytes (a full disk's errors,
+    in this process: its writes fail with EFBIG, a compiler it starts dies of SIGXFSZ):
+    None where that is a BuildError naming the cache directory and leaves no build
+    directory; else what happened."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        cuda_emu.compile_emu_library(cs)
+        why = f"no BuildError under a file size limit of {limit} bytes"
+    except tc.BuildError as e:
+        why = None if "cannot write the CUDA emulation library's build files" in str(e) \
+            else f"another BuildError: {str(e)[:300]}"
+    except OSError as e:
+        why = f"{type(e).__name__}: {e}"
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        cuda_emu._LIBS = {}
+    left = [p.name for p in cuda_emu.cache_dir().iterdir() if p.name.startswith("build-")]
+    if why is None and left:
+        why = f"build directories left behind: {left}"
+    return why
 
 
 def run_attack(how: str, n: int = 100, threads: int = 64, k: int = 3,
@@ -179,6 +213,10 @@ def run_attack(how: str, n: int = 100, threads: int = 64, k: int = 3,
 
                 cuda_emu.entry_key = check_then_swap
             cuda_emu._LIBS = {}
+            if how == "disk_full":
+                why = _build_past_a_file_size_limit(cs, 4096 + cut * 64)
+                if why is not None:
+                    return "mismatch", f"the emulation library built on a full disk: {why}"
             try:
                 mod = cuda_emu.CudaEmuModule(cs, cuda_emu.compile_emu_library(cs))
             except tc.BuildError as e:

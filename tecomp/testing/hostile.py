@@ -10,6 +10,8 @@ with a string value) twice -- with plain names and with the hostile ones -- for 
 backend, and compares the *structure* of the generated text: the same lines, the same
 code once identifiers, comments and string constants are blanked out.  With
 ``run=True`` it also runs the LLVM or emulated build and compares the results.
+:func:`check_value` does the same for a pragma value that is no plain string
+(:data:`HOSTILE_VALUES`): shown as its plain value, or refused.
 
     python -m tecomp.testing.hostile          # every string on every backend, a summary
 """
@@ -22,6 +24,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 import tecomp as tc
 from ..codegen.cuda import codegen_cuda
+from ..schedule.trace import MAX_STRING
 
 #: strings that have broken, or would break, a naive code generator; the first is the
 #: one of issue 20 (a placeholder name that ran a shell command at load time)
@@ -53,6 +56,39 @@ HOSTILE: List[str] = [
     " ",                                     # a leading space read as indentation (hypothesis)
     "  A  ",
 ]
+
+
+
+class _ReprStr(str):
+    """A string whose own ``repr`` is the first hostile string."""
+    def __repr__(self):
+        return HOSTILE[0]
+
+
+class _StrFloat(float):
+    """A float whose ``str`` closes the loop nest in LLVM IR."""
+    def __str__(self):
+        return HOSTILE[6]
+
+    __repr__ = __str__
+
+
+class _Object:
+    def __repr__(self):
+        return HOSTILE[0]
+
+    __str__ = __repr__
+
+
+#: (session 31) pragma values that are not plain strings: a subclass of str or float
+#: whose own repr/str spans lines (shown as the plain value), an object with such a repr,
+#: an object whose repr is its address (a printed IR differing between processes), a
+#: list, NaN, past int32, bytes, a string too long for a trace (refused: a
+#: ScheduleError naming the pragma).  Before session 31 every one was taken, and the
+#: multi-line ones broke the printed IR over lines.
+HOSTILE_VALUES: List[object] = [_ReprStr("v"), _StrFloat(2.5), _Object(), object(),
+                                [HOSTILE[0]], float("nan"), 2**40, HOSTILE[0].encode(),
+                                "v" * 257]
 
 BACKENDS = ("ir", "llvm", "cuda", "cuda-emu")
 
@@ -108,8 +144,10 @@ def _program(names: Dict[str, str], gpu: bool):
 
 def _names(name: str) -> Dict[str, str]:
     # (a function name must be an identifier: tc.lower/tc.build reject any other)
-    return {"A": name, "B": name + "b", "C": name + "c", "k": name + "k", "value": name,
-            "func": "f"}
+    # (a pragma's value is a string of at most trace.MAX_STRING characters: a longer one
+    # is a ScheduleError, HOSTILE_VALUES' case)
+    return {"A": name, "B": name + "b", "C": name + "c", "k": name + "k",
+            "value": name[:MAX_STRING], "func": "f"}
 
 
 _PLAIN = {"A": "A", "B": "B", "C": "C", "k": "k", "value": "v", "func": "f"}
@@ -143,6 +181,24 @@ def check(name: str, backend: str, run: bool = False) -> Tuple[bool, str]:
     why)."""
     plain, _ = _sources(_PLAIN, backend, False)
     text, ok = _sources(_names(name), backend, run)
+    return _compare(plain, text, ok, backend)
+
+
+def check_value(value, backend: str, run: bool = False) -> Tuple[bool, str]:
+    """(True, "") when the pragma value ``value`` (:data:`HOSTILE_VALUES`) is refused
+    with a ScheduleError naming the pragma, or leaves the generated text's structure as
+    with a plain value; else (False, why)."""
+    plain, _ = _sources(_PLAIN, backend, False)
+    try:
+        text, ok = _sources(dict(_PLAIN, value=value), backend, run)
+    except tc.ScheduleError as e:
+        if str(e).startswith("pragma note on stage C") and "the value" in str(e):
+            return True, ""
+        return False, f"another ScheduleError: {str(e)[:200]}"
+    return _compare(plain, text, ok, backend)
+
+
+def _compare(plain: str, text: str, ok, backend: str) -> Tuple[bool, str]:
     if ok is False:
         return False, "wrong results"
     if backend == "ir":
@@ -173,8 +229,12 @@ def main(argv=None) -> int:
             if not ok:
                 fails.append((name, why))
         bad += len(fails)
-        print(f"{backend}: {len(HOSTILE)} hostile strings, {len(fails)} changed the generated "
-              "code")
+        for value in HOSTILE_VALUES:
+            ok, why = check_value(value, backend, run=backend in ("llvm", "cuda-emu"))
+            if not ok:
+                fails.append((value, why))
+        print(f"{backend}: {len(HOSTILE)} hostile strings and {len(HOSTILE_VALUES)} pragma "
+              f"values, {len(fails)} changed the generated code")
         for name, why in fails:
             print(f"  {name!r:.60}: {why}")
     return 1 if bad else 0

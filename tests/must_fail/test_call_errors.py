@@ -457,6 +457,36 @@ def test_cuda_emulation_cache_entry_taken_by_a_directory(tmp_path, monkeypatch):
         tc.build(s, [A, C], target="cuda-emu")
 
 
+@pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None, reason="needs g++")
+@pytest.mark.parametrize("limit", [8 << 10, 75 << 10])
+def test_cuda_emulation_build_on_a_full_disk(tmp_path, monkeypatch, limit):
+    """A disk that fills up (here: a file size limit, the same errors) while the library
+    is built: a BuildError naming the directory and what to do, nothing left behind.
+    8 KiB: the emulation header's copy cannot be written (a raw OSError from the build
+    before); 75 KiB: the compiler's output cannot (reported as "likely a tecomp bug")."""
+    import resource
+
+    from tecomp.codegen import cuda_emu
+
+    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cuda_emu, "_LIBS", {})
+    A = tc.placeholder((8,), name="A")
+    C = tc.compute((8,), lambda i: A[i] * 5.0, name="C")
+    s = tc.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], tc.thread_axis("threadIdx.x"))
+    func = tc.lower(s, [A, C], target="cuda-emu")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        with pytest.raises(tc.BuildError, match=r"cannot write the CUDA emulation library's "
+                                                r"build files in .*cuda_emu \((File too large|"
+                                                r"File size limit exceeded)\): free space there"):
+            tc.build(func, target="cuda-emu")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert not [p for p in (tmp_path / "cuda_emu").iterdir() if p.name.startswith("build-")]
+
+
 def test_cubin_cache_others_may_write_to(tmp_path, monkeypatch):
     """The cubin cache holds code that is loaded and run: one that other users may write
     to is refused, as the emulation's is."""

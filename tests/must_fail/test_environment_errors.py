@@ -80,3 +80,32 @@ def test_legal_values_still_build(monkeypatch):
     a, b = np.arange(33, dtype=np.float32), np.zeros(33, np.float32)
     f(a, b)
     assert np.allclose(b - 2 * a, b[0])
+
+
+@pytest.mark.parametrize("value", ["bogus", "serial,reverse", "thread"])
+def test_cuda_emu_mode_not_a_mode(monkeypatch, value):
+    from tecomp.codegen import cuda_emu
+
+    monkeypatch.setenv("TECOMP_CUDA_EMU_MODE", value)
+    with pytest.raises(tc.ArgumentError, match=rf"TECOMP_CUDA_EMU_MODE='{value}' is not one "
+                                               r"of threads, serial, reverse, "
+                                               r"last_block_first: it sets how the CUDA "
+                                               r"emulation runs .*unset it \(default: "
+                                               r"threads\)"):
+        cuda_emu.default_mode()
+
+
+@pytest.mark.parametrize("value", ["xgb", "x-gboost", "gbdt"])
+def test_cost_model_not_a_model(monkeypatch, value):
+    """An unknown cost model is ignored with a warning naming it (a debugging or tuning
+    setting must not fail a search); once any spelling but ``xgboost`` kept the trees
+    silently."""
+    from tecomp.autoschedule import cost_model
+
+    monkeypatch.setenv("TECOMP_COST_MODEL", value)
+    with pytest.warns(RuntimeWarning, match=rf"TECOMP_COST_MODEL='{value}' is not one of "
+                                            r"trees, xgboost: it sets the auto-scheduler's "
+                                            r"cost model; ignored \(default: trees\)"):
+        m = cost_model.CostModel(seed=0)
+        m.update([np.array([float(i), 1.0]) for i in range(8)], [1e-3 * (i + 1) for i in range(8)])
+    assert isinstance(m.model, cost_model.GBDT)

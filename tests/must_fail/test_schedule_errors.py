@@ -1385,6 +1385,29 @@ def test_pragma_int_name():
         s[C].pragma(C.op.axis[0], 3)
 
 
+class _ManyLines:
+    def __repr__(self):
+        return "v\n}\nint x = 1; /*"
+
+
+@pytest.mark.parametrize("value, shown", [
+    (object(), r"object <object object at"), ([1, 2], r"list \[1, 2\]"),
+    (float("nan"), r"float nan"), (2**40, r"int 1099511627776"),
+    (_ManyLines(), r"_ManyLines v<U\+000A>}<U\+000A>int x = 1; /\*"), ("x" * 257, r"str 'xxx")])
+def test_pragma_value_neither_printable_nor_traceable(value, shown):
+    """A pragma's value is shown in the printed IR and stored in the trace: once any
+    object was taken (an object's address made the IR differ between processes; a
+    multi-line repr broke it over lines; a list, NaN or 2**40 made a trace its replay
+    refuses)."""
+    with pytest.raises(tc.ScheduleError, match=(
+            r"pragma note on stage C, axis i: the value is not None, a bool, an int32, a "
+            r"finite float or a string of at most 256 characters \(the printed IR shows it "
+            r"and the schedule's trace stores it\); got " + shown)):
+        A, B, C = sp.chain3()
+        s = tc.create_schedule(C.op)
+        s[C].pragma(C.op.axis[0], "note", value)
+
+
 def test_pragma_name_injection():
     with pytest.raises(tc.ScheduleError, match=(
             r"pragma on stage C, axis i: the name must be an identifier \(letters, "
