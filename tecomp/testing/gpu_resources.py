@@ -156,8 +156,8 @@ def shipped_kernels() -> List[Tuple[str, Callable]]:
 def report(archs=ARCHS) -> List[KernelUsage]:
     """A row per kernel and architecture; the ``nvcc`` runs go in parallel, one per CPU
     the process may use (each is a process of its own)."""
-    jobs = [(name, build().get_source("cuda"), arch)
-            for name, build in shipped_kernels() for arch in archs]
+    sources = [(name, build().get_source("cuda")) for name, build in shipped_kernels()]
+    jobs = [(name, src, arch) for name, src in sources for arch in archs]
     with ThreadPoolExecutor(max_workers=available_cpus()) as pool:
         usages = list(pool.map(lambda j: ptxas_usage(j[1], j[2]), jobs))
     rows = []
