@@ -6,6 +6,7 @@ value's type (``tuple``, ``dict``).  tests/test_public_api.py uses
 from __future__ import annotations
 
 import ast
+import inspect
 import pathlib
 from typing import Any, Dict, Optional
 
@@ -21,7 +22,10 @@ def _docstrings(path: pathlib.Path) -> Dict[str, str]:
     """Name -> the string literal that follows its top-level assignment in ``path``."""
     if path not in _CACHE:
         out: Dict[str, str] = {}
-        body = ast.parse(path.read_text(encoding="utf-8")).body
+        # (in the site's build, the module's tree that docs/mkdocs_hooks.py keeps for
+        # inspect, which parses it too; only read here)
+        parse = getattr(inspect.ast, "parse_kept", ast.parse)
+        body = parse(path.read_text(encoding="utf-8")).body
         for a, b in zip(body, body[1:]):
             targets = a.targets if isinstance(a, ast.Assign) else (
                 [a.target] if isinstance(a, ast.AnnAssign) else [])

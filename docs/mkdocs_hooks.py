@@ -39,7 +39,10 @@ def on_files(files, config):
 # in ``inspect.findsource``): about 800 parses of tecomp's modules, a sixth of the
 # build's time.  The tree of one source text is the same every time and findsource only
 # reads it (its class finder visits it), so findsource's parses are kept; inspect's
-# other parse (of a signature, which it rewrites) is not.
+# other parse (of a signature, which it rewrites) is not.  Its class finder then walks
+# the module's tree until it meets the class (about 460 walks); the walk is done once
+# per tree instead, noting where each qualified name first appears in that same order
+# (the finder's answer: the first match).
 if sys.version_info < (3, 13) and not isinstance(inspect.ast, types.SimpleNamespace):
     _parse_source = functools.lru_cache(maxsize=32)(ast.parse)
 
@@ -49,4 +52,51 @@ if sys.version_info < (3, 13) and not isinstance(inspect.ast, types.SimpleNamesp
             return ast.parse(source, *args, **kwargs)
         return _parse_source(source)
 
-    inspect.ast = types.SimpleNamespace(**{**vars(ast), "parse": _parse})
+    # (``parse_kept``: the kept trees, which docs/griffe_attribute_docs.py reads too)
+    inspect.ast = types.SimpleNamespace(**{**vars(ast), "parse": _parse,
+                                           "parse_kept": _parse_source})
+
+    class _ClassLines(ast.NodeVisitor):
+        """Every class's qualified name -> the 0-based line inspect's ``_ClassFinder``
+        returns for it (its first decorator's, else its ``class`` line), first match
+        kept, visiting as that finder does."""
+
+        def __init__(self):
+            self.stack, self.lines = [], {}
+
+        def visit_FunctionDef(self, node):
+            self.stack += [node.name, "<locals>"]
+            self.generic_visit(node)
+            del self.stack[-2:]
+
+        visit_AsyncFunctionDef = visit_FunctionDef
+
+        def visit_ClassDef(self, node):
+            self.stack.append(node.name)
+            first = node.decorator_list[0] if node.decorator_list else node
+            self.lines.setdefault(".".join(self.stack), first.lineno - 1)
+            self.generic_visit(node)
+            self.stack.pop()
+
+    _CLASS_LINES: dict = {}   # id(tree) -> (tree, its _ClassLines.lines): 64 trees kept
+
+    class _IndexedClassFinder:
+        """inspect's ``_ClassFinder(qualname).visit(tree)``, from one walk per tree."""
+
+        def __init__(self, qualname):
+            self.qualname = qualname
+
+        def visit(self, tree):
+            hit = _CLASS_LINES.get(id(tree))
+            if hit is None or hit[0] is not tree:
+                finder = _ClassLines()
+                finder.visit(tree)
+                if len(_CLASS_LINES) >= 64:
+                    _CLASS_LINES.clear()
+                hit = _CLASS_LINES[id(tree)] = (tree, finder.lines)
+            line = hit[1].get(self.qualname)
+            if line is not None:
+                raise inspect.ClassFoundException(line)
+
+    if hasattr(inspect, "_ClassFinder") and hasattr(inspect, "ClassFoundException"):
+        inspect._ClassFinder = _IndexedClassFinder

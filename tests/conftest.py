@@ -21,6 +21,12 @@ import pytest
 
 os.environ.setdefault("TECOMP_CALIBRATE", "0")
 
+# numpy's "bfloat16" (ml_dtypes') known in every test process, as tests write it
+# (``x.astype("bfloat16")``); tecomp.testing imports it only where a program is run
+from tecomp.testing.program import numpy_bfloat16  # noqa: E402
+
+numpy_bfloat16()
+
 LONG = os.environ.get("TECOMP_LONG_TESTS", "") not in ("", "0")
 
 #: ``path::function`` -> ``k``: the parametrized tests whose default run keeps one case in

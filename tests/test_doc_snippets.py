@@ -5,6 +5,11 @@ namespace in a temporary working directory (files a block writes land there), in
 process: the blocks are user code, which must not crash the process anyway, and one
 process keeps the compile worker and the kernel cache warm, so the whole file stays fast.
 
+The ``torch.compile(..., backend="tecomp")`` calls of a block write no disk cache unless
+the block gives the ``cache`` option itself: exporting each kernel's library costs about
+twice its build, in a background thread that slows the tests after it, and no block reads
+those libraries back (tests/test_dynamo.py's disk cache tests do).
+
 Two HTML comments, each on the last non-blank line before the block, change that:
 
 * ``<!-- snippet: skip (reason) -->``: the block is not run (it needs a CUDA GPU, several
@@ -163,12 +168,23 @@ def test_pages_parse():
     assert SNIPPETS, "no ```python block found in README.md and docs/"
 
 
+def _without_disk_cache(monkeypatch):
+    """The backend's options with ``cache`` False where the call gave none (the module
+    docstring says why): test_dynamo's, as its autouse fixture sets them."""
+    import tecomp.dynamo as td
+    from test_dynamo import _options_without_disk_cache
+
+    monkeypatch.setattr(td, "_options", _options_without_disk_cache)
+
+
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=[s.id for s in SNIPPETS])
 def test_snippet(snippet, tmp_path, monkeypatch):
     if snippet.skip is not None:
         pytest.skip(snippet.skip)
     import tecomp as tc
 
+    if "tecomp" in snippet.code and "torch.compile" in snippet.code:
+        _without_disk_cache(monkeypatch)
     monkeypatch.chdir(tmp_path)
     threads = tc.get_num_threads()
     # a traceback shows the block with the page's line numbers (it starts after the fence)

@@ -7,12 +7,14 @@ comes from :func:`tecomp.codegen.cuda.codegen_cuda` (a :class:`CudaSource` or it
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import logging
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from typing import Optional
 
 from ..errors import BuildError, RuntimeUnavailableError
@@ -63,14 +65,35 @@ def _run_nvcc(nvcc: str, src: str, arch, kind: str, options) -> bytes:
             return f.read()
 
 
+#: the last PTX texts :func:`compile_ptx` made, by nvcc, architecture, options and source
+_PTX: "collections.OrderedDict[tuple, str]" = collections.OrderedDict()
+_PTX_KEPT = 16
+_PTX_LOCK = threading.Lock()
+
+
 def compile_ptx(source: str, arch: str = "sm_80", options=()) -> str:
     """Compile CUDA C ``source`` to PTX for ``arch`` with ``nvcc -ptx``; return the PTX.
+    The last 16 results are kept in this process: a check that reads a kernel's PTX and
+    then its ``ptxas`` report (:func:`tecomp.testing.gpu_resources.ptxas_build`, which
+    assembles this PTX) runs nvcc's front end and optimiser once.
 
     Raises RuntimeUnavailableError when nvcc is missing and BuildError (with nvcc's
     messages) when compilation fails.
     """
+    nvcc = _nvcc()
     src = source.source if isinstance(source, CudaSource) else source
-    return _run_nvcc(_nvcc(), src, arch, "ptx", tuple(options)).decode()
+    key = (tool_identity(nvcc), arch, tuple(options), src)
+    with _PTX_LOCK:
+        ptx = _PTX.get(key)
+        if ptx is not None:
+            _PTX.move_to_end(key)
+            return ptx
+    ptx = _run_nvcc(nvcc, src, arch, "ptx", tuple(options)).decode()
+    with _PTX_LOCK:
+        _PTX[key] = ptx
+        while len(_PTX) > _PTX_KEPT:
+            _PTX.popitem(last=False)
+    return ptx
 
 
 def compile_cubin(source: str, arch: str, options=()) -> bytes:

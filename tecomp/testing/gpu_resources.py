@@ -6,7 +6,8 @@ without a GPU.
 
 The kernels are those of ``benchmarks/gpu.py`` and the other ``tecomp.strategy.cuda``
 templates (GEMM, float16 GEMM on tensor cores and dense, conv2d NCHW/NHWC, softmax, an elementwise epilogue), at the
-benchmark's sizes.  Each is compiled with ``nvcc -cubin -arch=... -Xptxas -v``; the table
+benchmark's sizes.  Each is compiled as ``nvcc -cubin -arch=... -Xptxas -v`` does it
+(``nvcc -ptx``, then ``ptxas -v`` on that PTX: the same cubin); the table
 gives, per kernel, the registers per thread, the bytes of spill stores and loads, the
 stack frame and the static shared memory.  ``tests/test_gpu_resources.py`` fails on any
 spill (skipped where nvcc is missing).
@@ -24,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 import tecomp as tc
-from ..runtime.nvcc import find_nvcc
+from ..runtime.nvcc import compile_ptx, find_nvcc
 from ..threads import available_cpus
 from ..errors import BuildError, RuntimeUnavailableError
 from ..strategy import cuda as sc
@@ -53,20 +54,29 @@ def ptxas_usage(source: str, arch: str) -> Dict[str, dict]:
 
 
 def ptxas_build(source: str, arch: str, sass: bool = False) -> Tuple[str, Optional[str]]:
-    """``nvcc -cubin -arch=<arch> -Xptxas -v`` of CUDA C ``source``: ptxas's report and
+    """The cubin ``nvcc -cubin -arch=<arch> -Xptxas -v`` makes of CUDA C ``source``, in
+    its two steps: :func:`~tecomp.runtime.nvcc.compile_ptx` (which keeps its last PTX
+    texts: a test that read the PTX first does not compile it again), then ``ptxas
+    -arch=<arch> -m64 -v`` on that PTX, as nvcc runs it.  Returns ptxas's report and
     (``sass``) the cubin's SASS, from nvdisasm or cuobjdump where one is on PATH (else
     None).  Raises RuntimeUnavailableError without nvcc, BuildError when it fails."""
     nvcc = find_nvcc()
     if nvcc is None:
         raise RuntimeUnavailableError("nvcc was not found on PATH (nor under $CUDA_HOME/bin)")
+    ptxas = os.path.join(os.path.dirname(os.path.realpath(nvcc)), "ptxas")
+    if not os.path.isfile(ptxas):
+        ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        raise RuntimeUnavailableError(f"no ptxas beside {nvcc} nor on PATH")
+    ptx = compile_ptx(source, arch)
     with tempfile.TemporaryDirectory(prefix="tecomp-ptxas-") as d:
-        cu, cubin = os.path.join(d, "k.cu"), os.path.join(d, "k.cubin")
-        with open(cu, "w") as f:
-            f.write(source)
-        proc = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-std=c++17", "-Xptxas", "-v",
-                               "-o", cubin, cu], capture_output=True, text=True)
+        src, cubin = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        proc = subprocess.run([ptxas, f"-arch={arch}", "-m64", "-v", "-o", cubin, src],
+                              capture_output=True, text=True)
         if proc.returncode != 0:
-            raise BuildError(f"nvcc -cubin -arch={arch} failed:\n{proc.stderr.strip()}")
+            raise BuildError(f"ptxas -arch={arch} failed:\n{proc.stderr.strip()}")
         text = None
         dis = shutil.which("nvdisasm") or shutil.which("cuobjdump")
         if sass and dis:
@@ -156,8 +166,8 @@ def shipped_kernels() -> List[Tuple[str, Callable]]:
 def report(archs=ARCHS) -> List[KernelUsage]:
     """A row per kernel and architecture; the ``nvcc`` runs go in parallel, one per CPU
     the process may use (each is a process of its own)."""
-    jobs = [(name, build().get_source("cuda"), arch)
-            for name, build in shipped_kernels() for arch in archs]
+    sources = [(name, build().get_source("cuda")) for name, build in shipped_kernels()]
+    jobs = [(name, src, arch) for name, src in sources for arch in archs]
     with ThreadPoolExecutor(max_workers=available_cpus()) as pool:
         usages = list(pool.map(lambda j: ptxas_usage(j[1], j[2]), jobs))
     rows = []

@@ -18,6 +18,7 @@ whose range fits the dimension, wraps it with ``% extent``, or guards the load w
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import List, Optional, Tuple, Union
 
@@ -258,6 +259,8 @@ class Program:
     # -- numpy -------------------------------------------------------------------------
     def random_inputs(self, n: int, rng: np.random.Generator) -> dict:
         """{tensor index: array} for the placeholders."""
+        if "bfloat16" in repr(self):   # (a tensor, a cast, alpha)
+            numpy_bfloat16()
         out = {}
         for i, s in enumerate(self.tensors):
             if not s.is_placeholder:
@@ -279,6 +282,8 @@ class Program:
         in the dtype an order that overflows before a zero factor gives inf * 0 = nan,
         another 0 (fuzz seed 151928: 48 factors).  A stage that reads such elements is
         unknown as a whole (conservatively)."""
+        if "bfloat16" in repr(self):   # (a tensor, a cast, alpha)
+            numpy_bfloat16()
         vals, unknown = {}, {}
         for i, s in enumerate(self.tensors):
             if s.is_placeholder:
@@ -334,10 +339,21 @@ class Program:
         return "\n".join(L)
 
 
+def numpy_bfloat16() -> None:
+    """Make numpy's ``"bfloat16"`` known (ml_dtypes registers it) where ml_dtypes is
+    installed: called where a program is run, not when tecomp.testing is imported (the
+    import costs about 0.7 s of CPU, which every process of the fuzzer paid)."""
+    if "ml_dtypes" not in sys.modules:
+        try:
+            import ml_dtypes  # noqa: F401
+        except ImportError:  # pragma: no cover
+            pass
+
+
 def random_array(shape, dtype, rng, full_range: bool = False) -> np.ndarray:
     if is_float(dtype):
         if dtype == "bfloat16":
-            import ml_dtypes  # noqa: F401  (numpy's "bfloat16")
+            numpy_bfloat16()
         return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
     if full_range and dtype in ("uint8", "int8"):
         info = np.iinfo(dtype)
