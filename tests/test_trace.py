@@ -172,6 +172,37 @@ def test_numpy_integer_factors_replay():
     assert "8, 16)" in s.trace.python() and "nparts=5" in s.trace.python()
 
 
+def test_numpy_integers_in_every_primitive_and_long_axes_replay():
+    """Every primitive takes numpy's integers as the ints they are (storage_align,
+    align_bounds, prefetch and an ``unroll_count`` pragma refused them where split took
+    them), and a factor past int32 replays on an axis that long (replay refused any factor
+    past 2**31 - 1 that the live call took)."""
+    A = tc.placeholder((64, 64), name="A")
+    B = tc.compute((64, 64), lambda i, j: A[i, j] + 1.0, name="B")
+    C = tc.compute((64, 64), lambda i, j: B[i, j] * 2.0, name="C")
+    s = tc.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[0])
+    s[B].storage_align(B.op.axis[0], np.int64(16), np.int32(1))
+    s[B].align_bounds(B.op.axis[1], np.int16(8))
+    s[C].prefetch(A, C.op.axis[0], np.int64(2), level=np.int8(2))
+    s[C].pragma(C.op.axis[1], "unroll_count", np.int64(4))
+    assert s.trace.replayable, s.trace.problem
+    steps = json.loads(json.dumps(s.trace.to_json()))
+    assert str(tc.lower(replay(steps, [C]), [A, C])) == str(tc.lower(s, [A, C]))
+
+    n = tc.var("n", "int64")
+    X = tc.placeholder((n,), name="X")
+    Y = tc.compute((n,), lambda i: X[i] * 3.0, name="Y")
+    s = tc.create_schedule(Y.op)
+    s[Y].split(Y.op.axis[0], factor=2**32)
+    steps = json.loads(json.dumps(s.trace.to_json()))
+    replay(steps, [Y], shapes={"n": 2**33})
+    with pytest.raises(tc.ScheduleError, match="factor=4294967296 .* of extent unknown"):
+        replay(steps, [Y])
+    with pytest.raises(tc.ScheduleError, match="factor=4294967296 .* of extent 1048576"):
+        replay(steps, [Y], shapes={"n": 2**20})
+
+
 def test_a_failing_primitive_records_nothing():
     A, B, E, C, D = _gemm_epilogue()
     s = tc.create_schedule(D.op)

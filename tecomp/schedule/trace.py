@@ -72,6 +72,10 @@ def traced(fn):
     def wrapper(self, *args, **kwargs):
         sched = getattr(self, "schedule", self)
         tr = getattr(sched, "trace", None)
+        # (numpy's integers -- a factor from an array's shape -- as the ints they are,
+        # for every primitive alike: each checks ``isinstance(v, int)``)
+        args = tuple(_plain_int(a) for a in args)
+        kwargs = {k: _plain_int(v) for k, v in kwargs.items()}
         if tr is None or tr._depth:
             return fn(self, *args, **kwargs)
         step = tr._encode_step(name, self, args, kwargs)
@@ -88,6 +92,14 @@ def traced(fn):
     return deep_entry(lambda self, *a, **k: (f"the schedule primitive {name}",
                                              getattr(self, "schedule", self)),
                       ahead=True)(wrapper)
+
+
+def _plain_int(v):
+    """``v`` as a Python int where it is another integer type (numpy's ``int64``, not a
+    bool), else ``v`` itself."""
+    if isinstance(v, numbers.Integral) and not isinstance(v, (int, bool)):
+        return int(v)
+    return v
 
 
 class _Unnamed(Exception):
@@ -225,6 +237,7 @@ MAX_STRING = 256
 #: cache block whatever the extent; where the extent is not known, up to INT32_MAX
 FACTOR_SLACK = 1 << 16
 INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 
 #: what each argument of each primitive is (see :func:`_check_arg`)
 _ARGS: Dict[str, Dict[str, str]] = {
@@ -349,8 +362,9 @@ def _check_arg(kind: str, v) -> Optional[str]:
     if kind == "intrin":
         return None if isinstance(v, TensorIntrin) else "is not a built-in tensor intrinsic"
     if kind == "factor":
-        return None if _is_int(v) and 1 <= v <= INT32_MAX else \
-            f"is not an int from 1 to {INT32_MAX}"
+        # (past INT32_MAX only for an axis that long: bounded by the extent below)
+        return None if _is_int(v) and 1 <= v <= INT64_MAX else \
+            f"is not an int from 1 to {INT64_MAX}"
     if kind == "int32":
         return None if _is_int(v) and -INT32_MAX <= v <= INT32_MAX else "is not an int32"
     if kind == "bool":

@@ -822,11 +822,15 @@ def test_replay_refuses_what_is_not_a_primitive():
     (["split", {"s": 0}, [{"ax": [0, 0]}], {"fctor": 4}], r"trace step 0 \(split\): arguments "
                                                           r"the primitive does not take"),
     # a tuning log is user input: every argument is checked like one
+    # (past int32 a factor is bounded by its axis's extent, as any factor past 65536)
     (["split", {"s": 0}, [{"ax": [0, 0]}], {"factor": 2**32 + 1}],
-     r"trace step 0 \(split\): factor=4294967297 is not an int from 1 to 2147483647; the "
-     r"trace is damaged or forged"),
-    (["split", {"s": 0}, [{"ax": [0, 0]}], {"nparts": 2**40}], r"nparts=1099511627776 is not "
-                                                                r"an int from 1 to"),
+     r"trace step 0 \(split\): factor=4294967297 for axis 'i' of extent 64; a factor is at "
+     r"most the extent"),
+    (["split", {"s": 0}, [{"ax": [0, 0]}], {"nparts": 2**40}], r"nparts=1099511627776 for axis "
+                                                                r"'i' of extent 64"),
+    (["split", {"s": 0}, [{"ax": [0, 0]}], {"factor": 2**63}],
+     r"trace step 0 \(split\): factor=9223372036854775808 is not an int from 1 to "
+     r"9223372036854775807; the trace is damaged or forged"),
     (["split", {"s": 0}, [{"ax": [0, 0]}], {"factor": 100000}],
      r"trace step 0 \(split\): factor=100000 for axis 'i' of extent 64; a factor is at most "
      r"the extent \(or 65536 where that is larger\)"),
