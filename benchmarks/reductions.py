@@ -413,9 +413,12 @@ def math30_off(tc, sig, ins):
 def math31_off(tc, sig, ins):
     """A call of the kernel of ``sig`` built without session 31's math changes: float32
     ``tan`` with Knuth's TwoSum in its reduction on every lane
-    (``tecomp.codegen.llvm.emit_math_f32.TAN_FMA_RESIDUAL`` False)."""
-    from tecomp.codegen.llvm import emit_math_f32
-    return flags_off(tc, sig, ins, [(emit_math_f32, "TAN_FMA_RESIDUAL")])
+    (``tecomp.codegen.llvm.emit_math_f32.TAN_FMA_RESIDUAL`` False), ``softplus`` with its
+    threshold's select (``tecomp.codegen.llvm.emit_expr.SOFTPLUS_DROPS_THRESHOLD``
+    False)."""
+    from tecomp.codegen.llvm import emit_expr, emit_math_f32
+    return flags_off(tc, sig, ins, [(emit_math_f32, "TAN_FMA_RESIDUAL"),
+                                    (emit_expr, "SOFTPLUS_DROPS_THRESHOLD")])
 
 
 #: the A/B switches: (the option's dest and the row's key, the family it applies to, the
@@ -538,7 +541,7 @@ def main() -> None:
                     "select), in the same turns")
     ap.add_argument("--math31-off", action="store_true", help="also time each elementwise "
                     "operator built without session 31's math changes (tan's TwoSum on "
-                    "every lane), in the same turns")
+                    "every lane, softplus's threshold select), in the same turns")
     ap.add_argument("--fresh-inputs", action="store_true", help="each row's input a fresh "
                     "aligned numpy array (tc.aligned), as before session 28, not the huge-page "
                     "pool's buffer of its size (the stream's arrays stay in the pool)")

@@ -356,6 +356,46 @@ def test_sigmoid_float32_error(exp_variant):
     assert np.isnan(out[0]) and out[1] == 1.0 and out[2] == 0.0 and out[3] == 0.5
 
 
+def test_softplus_threshold_select_dropped(monkeypatch, exp_variant):
+    """A float32 ``select(x > c, x, softplus(x))`` (``tecomp.nn.softplus``) with ``c >=
+    16`` is emitted as ``softplus(x)`` alone (``emit_expr.SOFTPLUS_DROPS_THRESHOLD``): its
+    compare is gone from the IR, and the bits are those of the select (``x`` itself above
+    the threshold, inf and NaN included), vectorized and serial; ``c = 15``, and ``-x``
+    in place of ``x``, keep the select."""
+    from tecomp.codegen.llvm import emit_expr
+
+    bits = [np.arange(int(np.float32(e).view(np.uint32)) - 4096,
+                      int(np.float32(e).view(np.uint32)) + 4096, dtype=np.uint32)
+            for e in (15.0, 16.0, 20.0, -16.0, 1e30)]
+    x = np.concatenate(bits + [np.arange(0, 1 << 32, 65537, dtype=np.uint64).astype(
+        np.uint32)]).view(np.float32)
+    x = np.concatenate([x, np.array([np.inf, -np.inf, np.nan, 0.0, -0.0], np.float32)])
+
+    def build(c, kind="vectorized", other=False):
+        fn = (lambda v: op.if_then_else(v > c, -v if other else v, op.call("softplus", v)))
+        return build_llvm(elementwise(f"softplus_{kind}", fn, "float32", kind=kind),
+                          target=exp_variant)
+
+    def run(m):
+        out = np.zeros(x.size, np.float32)
+        m(x, out)
+        return out.view(np.uint32)
+
+    def compares(m, c):
+        return len(re.findall("fcmp ogt [^\\n]*" + re.escape(f"{c:e}"), m.get_source("llvm")))
+
+    for c in (16.0, 20.0):
+        m = build(c)
+        monkeypatch.setattr(emit_expr, "SOFTPLUS_DROPS_THRESHOLD", False)
+        kept = build(c)
+        monkeypatch.setattr(emit_expr, "SOFTPLUS_DROPS_THRESHOLD", True)
+        np.testing.assert_array_equal(run(m), run(kept))
+        np.testing.assert_array_equal(run(m), run(build(c, "serial")))
+        assert compares(m, c) == 0 and compares(kept, c) >= 1
+    assert compares(build(20.0, other=True), 20.0) >= 1
+    assert compares(build(15.0), 15.0) >= 1
+
+
 def test_silu_float32_as_a_quotient(monkeypatch, exp_variant):
     """A float32 ``x * sigmoid(x)`` (either order) is emitted as ``x / (1 + exp(-x))``
     (``emit_expr.SILU_DIVIDES``): vectorized and serial bit-identical, the bits exactly

@@ -53,6 +53,18 @@ INVERT_OR_SELECTS = True
 #: --silu-off``)
 SILU_DIVIDES = True
 
+#: a float32 ``select(x > c, x, softplus(x))`` with ``c >= 16`` (``tecomp.nn.softplus``
+#: with ``beta = 1``, torch's ``threshold = 20``) computed as ``softplus(x)`` alone: every
+#: CPU form of float32 ``softplus`` is ``max(x, 0) + g`` with ``g <= log1p(exp(-15.5))``
+#: (1.9e-7, below half an ulp of 16) for ``x >= 16``, so it returns ``x`` itself there
+#: (``+inf`` too; NaN fails the compare either way): the same bits without the compare
+#: and the blend (benchmarks/DECISIONS.md, "softplus: its threshold's select dropped").
+#: Off: the select as written (``benchmarks/reductions.py --math31-off``)
+SOFTPLUS_DROPS_THRESHOLD = True
+
+#: the least threshold ``c`` for :data:`SOFTPLUS_DROPS_THRESHOLD`
+_SOFTPLUS_IS_X_FROM = 16.0
+
 #: a masked vector select whose true side is a load alone and whose false side a
 #: constant (a padded window's tap: ``select(x >= 1, X[.., x - 1], 0)`` or ``-inf``),
 #: outside any other mask: the load's masked-off lanes filled with the constant (the
@@ -99,6 +111,21 @@ def _silu_operand(e: Mul):
         if isinstance(s, Call) and s.op == "sigmoid" and len(s.args) == 1 and s.args[0] == x:
             return x
     return None
+
+
+def _softplus_threshold(e: Select) -> bool:
+    """Whether ``e`` is a float32 ``select(x > c, x, softplus(x))`` (or ``c < x``) with a
+    constant ``c >= 16`` (:data:`SOFTPLUS_DROPS_THRESHOLD`)."""
+    cond, f = e.cond, e.false_value
+    if isinstance(cond, GT) and isinstance(cond.b, Const):
+        x, c = cond.a, cond.b.value
+    elif isinstance(cond, LT) and isinstance(cond.a, Const):
+        x, c = cond.b, cond.a.value
+    else:
+        return False
+    return (x.dtype == "float32" and e.true_value == x and isinstance(f, Call)
+            and f.op == "softplus" and len(f.args) == 1 and f.args[0] == x
+            and c >= _SOFTPLUS_IS_X_FROM)
 
 
 class _ExprEmitter:
@@ -482,6 +509,8 @@ class _ExprEmitter:
         return self.map1(self.expr(e.a), lambda x: self.b.xor(x, _splat(x.type, 1)))
 
     def e_select(self, e: Select) -> Val:
+        if SOFTPLUS_DROPS_THRESHOLD and _softplus_threshold(e):
+            return self.expr(e.false_value)
         cond = self.expr(e.cond)
         if cond.uniform and isinstance(cond.s, ir.Constant):
             return self.expr(e.true_value if cond.s.constant else e.false_value)
