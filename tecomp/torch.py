@@ -88,6 +88,10 @@ _LIB: Optional[torch.library.Library] = None
 _NAMES = itertools.count()
 _LIB_LOCK = threading.Lock()
 _is_compiling = torch.compiler.is_compiling
+#: torch.jit.trace's state (None outside a trace): a trace records only torch ops, so a
+#: traced call goes through the registered custom op (a kernel called directly would
+#: leave the trace an aten::empty, and the traced model uninitialised memory)
+_tracing = torch._C._get_tracing_state
 _grad_enabled = torch.is_grad_enabled
 
 
@@ -693,7 +697,7 @@ class Op:
                     f"op outside the transform")
 
     def __call__(self, *tensors):
-        if _is_compiling():
+        if _is_compiling() or _tracing():
             out = self._torch_op(*tensors)
             return out[0] if self.single and isinstance(out, (list, tuple)) else out
         self._check_call(tensors)

@@ -34,7 +34,10 @@ read the docs, or one who wants to crash the caller, would:
     ``RandomDraw(seed * 7919 + 53)``, session 29) inside a forward-mode AD level
     (``torch.autograd.forward_ad.dual_level``) a dual tensor as an input (its tangent
     would be dropped) or an output (its tangent would stay): refused; or plain tensors
-    there: the plain call's outputs.
+    there: the plain call's outputs; or (15% of the seeds, a stream of their own,
+    ``RandomDraw(seed * 7919 + 66)``, session 31) torch tensors inside
+    ``torch.jit.trace`` (after a plain call or not): refused, since a trace records torch
+    ops only (the traced function returned its outputs' old memory).
 ``foreign_target``
     the case built for another CPU (``-mcpu``, ``-mattr`` additions and removals), called
     here: the right answer, or a :class:`~tecomp.errors.TecompError` naming the target --
@@ -539,6 +542,9 @@ def draw_edge_case(seed: int) -> EdgeCase:
         dual = RandomDraw(seed * 7919 + 53)   # (session 29: the others keep theirs)
         if dual.bool(0.2):
             twist = {"variant": dual.choice(("dual_input", "dual_output", "plain_in_dual_level"))}
+        traced = RandomDraw(seed * 7919 + 66)   # (session 31: the others keep theirs)
+        if traced.bool(0.15):
+            twist = {"variant": traced.choice(("traced_call", "traced_call_warm"))}
     elif family == "library_file":
         twist = {"tamper": d.choice(("flip_byte", "truncate", "append", "swap_sidecar",
                                      "empty", "fifo", "directory", "symlink_to_dev",
@@ -1158,6 +1164,8 @@ def _run_lazy_bits(ec: EdgeCase) -> Outcome:
         return _run_zero_tensor(ec, torch, c)
     if v in ("dual_input", "dual_output", "plain_in_dual_level"):
         return _run_dual(ec, torch, c)
+    if v in ("traced_call", "traced_call_warm"):
+        return _run_traced(ec, torch, c)
     call = []
     twisted = False
     for pos, a in enumerate(arrs):
@@ -1253,6 +1261,36 @@ def _run_dual(ec: EdgeCase, torch, c) -> Outcome:
                                    c.ir, f"a forward-mode AD dual tensor as an "
                                    f"{'output' if v == 'dual_output' else 'input'}")
         return _same_as_plain(ec, c, ref, call, "plain tensors in a dual level vs numpy")
+
+
+def _run_traced(ec: EdgeCase, torch, c) -> Outcome:
+    """The case called with torch tensors inside ``torch.jit.trace`` (session 31), after
+    a plain call of the same tensors (``traced_call_warm``: its fast binder made) or not:
+    an ArgumentError.  A trace records torch ops only: before session 31 the kernel ran
+    and the trace kept none of it, so the traced function returned its outputs' old
+    memory (``torch.empty``'s, in a tecomp.torch op) without a word."""
+    floats = [pos for pos, a in enumerate(c.arrs) if isinstance(a, np.ndarray) and
+              a.dtype.kind == "f" and a.dtype.itemsize >= 4 and a.dtype.isnative]
+    if not floats:
+        return Outcome("ok", ec, "", "", c.ir)
+    call = [torch.from_numpy(x) if pos in floats else x for pos, x in enumerate(c.arrs)]
+    if c.variant == "traced_call_warm":
+        try:
+            c.mod(*call)
+        except Exception as e:  # noqa: BLE001
+            return Outcome("crash", ec, "lazy_bits traced_call_warm", _exc_text(e), c.ir)
+
+    def traced(*ts):
+        args = list(call)
+        for pos, t in zip(floats, ts):
+            args[pos] = t
+        c.mod(*args)
+        return ts
+
+    return _expect_refusal(
+        ec, lambda: torch.jit.trace(traced, tuple(call[p] for p in floats), check_trace=False),
+        (tc.ArgumentError,), f"lazy_bits {c.variant}", c.ir,
+        "a call inside torch.jit.trace (the trace would not record the kernel)")
 
 
 def _run_shrunk_storage(ec: EdgeCase, torch, c) -> Outcome:
