@@ -924,6 +924,21 @@ def test_lazy_bits_family_finds_kernels_called_inside_a_jit_trace(monkeypatch):
     assert [run_edge_case(draw_edge_case(s)).kind for s in TRACED_SEEDS] == ["mismatch"] * 2
 
 
+def test_torch_autograd_family_finds_syncbn_penalties_without_second_order(monkeypatch):
+    """(session 31, stream 66) A gradient penalty through tecomp.torch.SyncBatchNorm (seed
+    3404: channels-last 5-d, affine) is torch BatchNorm's; with the differentiable
+    backward taken away (its first gradient a constant, as before session 31) the family
+    reports a mismatch."""
+    pytest.importorskip("torch")
+    import tecomp.torch as tct
+
+    ec = draw_edge_case(3404)
+    assert ec.family == "torch_autograd" and ec.twist["syncbn"]["channels_last"]
+    assert run_edge_case(ec).kind == "ok"
+    monkeypatch.setattr(tct, "_create_graph", lambda tensors: False)
+    assert run_edge_case(ec).kind == "mismatch"
+
+
 #: (session 30) layouts seeds of the masked-array variants (stream 55): an output and an
 #: input with one element masked, and every array masked by a mask of all False
 MASKED_SEEDS = (38, 551, 416)

@@ -151,7 +151,11 @@ Session 9's families, drawn for the edge seeds whose ``seed // 576`` is odd and 
     or ``pickle``, before or after a first call (:data:`COPY_WAYS`): a model (a dict)
     holding it deep-copied, as an EMA copy is, and the copy's op used; ``copy.copy``;
     the op, or its forward's compiled module, pickled: an ``ArgumentError`` saying how
-    to move it, then the op used as it is (the mixed ones are refused first).
+    to move it, then the op used as it is (the mixed ones are refused first).  A
+    quarter (a stream of their own, ``RandomDraw(seed * 7919 + 66)``, session 31) take
+    the gradient penalty through ``tecomp.torch.SyncBatchNorm`` in training instead
+    (float64, one process, 0 to 3 spatial dimensions, channels-last or not, affine or
+    not): torch's ``BatchNorm``'s gradients.
 ``quant_scales``
     ``quantize``, ``dequantize``, ``requantize`` or ``quantized_dense`` with scales at
     float32's ends (subnormal, the smallest normal, the largest, past it, and products of
@@ -631,6 +635,10 @@ def draw_edge_case(seed: int) -> EdgeCase:
         life = RandomDraw(seed * 7919 + 52)   # (session 29: the others keep theirs)
         if life.bool(0.4):
             twist["copied"] = {"how": life.choice(COPY_WAYS), "after_call": life.bool(0.5)}
+        bn = RandomDraw(seed * 7919 + 66)   # (session 31: the others keep theirs)
+        if bn.bool(0.25):
+            twist["syncbn"] = {"channels_last": bn.bool(0.5), "affine": bn.bool(0.7),
+                               "spatial": bn.choice(((), (3,), (2, 3), (2, 1, 2)))}
     elif family == "quant_scales":
         twist = {"op": d.choice(("quantize", "dequantize", "requantize", "quantized_dense")),
                  "scales": [d.choice(EDGE_SCALES) for _ in range(3)],
@@ -2491,6 +2499,8 @@ def _run_torch_autograd(ec: EdgeCase) -> Outcome:
         return Outcome("ok", ec, "", "torch is not installed")
     tct = tc.torch            # (the package's lazy attribute: tecomp.torch needs torch)
     tw = ec.twist
+    if tw.get("syncbn"):
+        return _run_syncbn_penalty(ec, torch, tct)
     body, ref = _FORMULAS[tw["formula"]]
     stage = "op"
     try:
@@ -2546,6 +2556,46 @@ def _run_torch_autograd(ec: EdgeCase) -> Outcome:
             return Outcome("mismatch", ec, "compare", f"{tw['variant']} of {tw['formula']}: "
                            f"{name} {None if a is None else a.detach().flatten()[:4].tolist()}, "
                            f"torch {None if b is None else b.detach().flatten()[:4].tolist()}")
+    return Outcome("ok", ec, "", "")
+
+
+def _run_syncbn_penalty(ec: EdgeCase, torch, tct) -> Outcome:
+    """(session 31) ``tecomp.torch.SyncBatchNorm`` in training, one process, float64: a
+    gradient penalty through it (the input's and the parameters' gradients, from
+    ``create_graph=True``) equal to torch's ``BatchNorm``'s.  Before session 31 its first
+    gradient came from kernels outside autograd, a constant, and the penalty's terms
+    vanished from the gradients silently."""
+    tw, sb = ec.twist, ec.twist["syncbn"]
+    shape = (tw["rows"] + 1, tw["cols"], *sb["spatial"])
+    stage = "SyncBatchNorm's gradient penalty"
+    try:
+        g = torch.Generator().manual_seed(ec.fuzz_seed)
+        x0 = torch.randn(shape, generator=g, dtype=torch.float64)
+        if sb["channels_last"] and x0.dim() in (4, 5):
+            x0 = x0.to(memory_format=torch.channels_last if x0.dim() == 4 else
+                       torch.channels_last_3d)
+        w0 = torch.rand(tw["cols"], generator=g, dtype=torch.float64) + 0.5
+        mods = [tct.SyncBatchNorm(tw["cols"], affine=sb["affine"]).double(),
+                {2: torch.nn.BatchNorm1d, 3: torch.nn.BatchNorm1d, 4: torch.nn.BatchNorm2d,
+                 5: torch.nn.BatchNorm3d}[x0.dim()](tw["cols"], affine=sb["affine"]).double()]
+        got = []
+        for m in mods:
+            if sb["affine"]:
+                with torch.no_grad():
+                    m.weight.copy_(w0)
+            x = x0.clone().requires_grad_()
+            y = m(x)
+            gx, = torch.autograd.grad(y.pow(3).sum(), [x], create_graph=True)
+            torch.autograd.backward(gx.square().sum() + y.sum())
+            got.append([gx, x.grad] + ([m.weight.grad, m.bias.grad] if sb["affine"] else []))
+            stage = "the same in torch"
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, stage, e)
+    for name, a, b in zip(("gx", "x.grad", "weight.grad", "bias.grad"), *got):
+        if a is None or b is None or not torch.allclose(a, b, rtol=1e-6, atol=1e-8):
+            return Outcome("mismatch", ec, "compare", f"SyncBatchNorm {shape} {sb}: {name} "
+                           f"{None if a is None else a.flatten()[:4].tolist()}, torch "
+                           f"{None if b is None else b.flatten()[:4].tolist()}")
     return Outcome("ok", ec, "", "")
 
 
