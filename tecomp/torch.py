@@ -754,6 +754,14 @@ class _Function(torch.autograd.Function):
         return tuple(result)
 
 
+def _fake_grads(o: Op, tensors) -> List[torch.Tensor]:
+    """The backward custom op's fake outputs: the gradients its real implementation
+    allocates (:meth:`Op._grads_like`: contiguous, whatever the inputs' strides; before
+    session 31 ``empty_like`` kept a transposed input's, and torch.compile's inductor
+    refused the real gradient's strides)."""
+    return o._grads_like(tensors)
+
+
 def _create_graph(tensors) -> bool:
     """Whether a backward runs with ``create_graph=True`` over ``tensors`` (its inputs
     and incoming gradients, None for some): grad mode on and one of them requiring grad,
@@ -878,7 +886,7 @@ def _register(o: Op, name: str) -> str:
             return o.backward(tensors, grads)
 
         def bwd_fake(*args):
-            return [torch.empty_like(args[i]) for i in o._diff]
+            return _fake_grads(o, args[:n])
 
         lib.impl(opname, impl, key)
         lib.impl(f"{opname}_backward", bwd_impl, key)

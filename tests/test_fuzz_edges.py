@@ -939,6 +939,22 @@ def test_torch_autograd_family_finds_syncbn_penalties_without_second_order(monke
     assert run_edge_case(ec).kind == "mismatch"
 
 
+def test_torch_autograd_family_checks_the_fake_strides(monkeypatch):
+    """(session 31, stream 66) Seed 816 runs torch.library.opcheck's fake-tensor test on
+    the op's custom ops with a column-major input; with the backward's fake of before
+    session 31 (empty_like: the input's strides, the real gradient contiguous) it reports
+    a mismatch."""
+    torch = pytest.importorskip("torch")
+    import tecomp.torch as tct
+
+    ec = draw_edge_case(816)
+    assert ec.family == "torch_autograd" and ec.twist.get("strided_opcheck")
+    assert run_edge_case(ec).kind == "ok"
+    monkeypatch.setattr(tct, "_fake_grads", lambda o, ts: [torch.empty_like(ts[i])
+                                                           for i in o._diff])
+    assert run_edge_case(ec).kind == "mismatch"
+
+
 #: (session 30) layouts seeds of the masked-array variants (stream 55): an output and an
 #: input with one element masked, and every array masked by a mask of all False
 MASKED_SEEDS = (38, 551, 416)

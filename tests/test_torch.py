@@ -148,6 +148,21 @@ def test_zero_tensors_are_read_as_zeros():
     torch.testing.assert_close(op(z), torch.ones(5, 8))
 
 
+def test_custom_ops_fake_strides_are_the_real_ones():
+    """torch.library.opcheck's fake-tensor test of the op and its backward op with strided
+    inputs: the fake implementations give the real outputs' strides.  Before session 31 the
+    backward's fake gave a transposed input's gradient the input's strides (empty_like)
+    and the real one was contiguous: torch.compile's inductor refused the model's
+    backward with an AssertionError on the strides."""
+    X = tc.placeholder((tc.var("n"), 6), name="X")
+    op = tct.op([X], tc.compute(X.shape, lambda i, j: tc.exp(X[i, j]), name="Y"))
+    fwd = getattr(torch.ops.tecomp, op.name).default
+    bwd = getattr(torch.ops.tecomp, f"{op.name}_backward").default
+    t = torch.randn(6, 4).t()
+    for f, args in ((fwd, (t,)), (bwd, (t, torch.randn(4, 6))), (bwd, (t.contiguous(), t))):
+        torch.library.opcheck(f, args, test_utils=("test_schema", "test_faketensor"))
+
+
 def test_torch_jit_trace_records_the_op():
     """torch.jit.trace of a model with an op records ``tecomp::<name>`` (forward and, through
     its registered autograd formula, backward): the traced model computes new inputs of

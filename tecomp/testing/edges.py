@@ -155,7 +155,9 @@ Session 9's families, drawn for the edge seeds whose ``seed // 576`` is odd and 
     quarter (a stream of their own, ``RandomDraw(seed * 7919 + 66)``, session 31) take
     the gradient penalty through ``tecomp.torch.SyncBatchNorm`` in training instead
     (float64, one process, 0 to 3 spatial dimensions, channels-last or not, affine or
-    not): torch's ``BatchNorm``'s gradients.
+    not): torch's ``BatchNorm``'s gradients; of the others, two in five also run
+    ``torch.library.opcheck``'s fake-tensor test of the op's custom op and its backward
+    op with a column-major ``X``: the fake implementations give the real strides.
 ``quant_scales``
     ``quantize``, ``dequantize``, ``requantize`` or ``quantized_dense`` with scales at
     float32's ends (subnormal, the smallest normal, the largest, past it, and products of
@@ -639,6 +641,8 @@ def draw_edge_case(seed: int) -> EdgeCase:
         if bn.bool(0.25):
             twist["syncbn"] = {"channels_last": bn.bool(0.5), "affine": bn.bool(0.7),
                                "spatial": bn.choice(((), (3,), (2, 3), (2, 1, 2)))}
+        elif bn.bool(0.4):   # (drawn after: the SyncBatchNorm seeds keep theirs)
+            twist["strided_opcheck"] = True
     elif family == "quant_scales":
         twist = {"op": d.choice(("quantize", "dequantize", "requantize", "quantized_dense")),
                  "scales": [d.choice(EDGE_SCALES) for _ in range(3)],
@@ -2556,6 +2560,30 @@ def _run_torch_autograd(ec: EdgeCase) -> Outcome:
             return Outcome("mismatch", ec, "compare", f"{tw['variant']} of {tw['formula']}: "
                            f"{name} {None if a is None else a.detach().flatten()[:4].tolist()}, "
                            f"torch {None if b is None else b.detach().flatten()[:4].tolist()}")
+    if tw.get("strided_opcheck"):
+        return _strided_opcheck(ec, torch, o, x0, w0)
+    return Outcome("ok", ec, "", "")
+
+
+def _strided_opcheck(ec: EdgeCase, torch, o, x0, w0) -> Outcome:
+    """(session 31) ``torch.library.opcheck``'s schema and fake-tensor tests of the op's
+    custom op and its backward op, with the input ``X`` and an incoming gradient in
+    column-major strides: the fake implementations must give the real outputs' shapes
+    and strides (torch.compile plans with them; before session 31 the backward's fake
+    gave a strided input's gradient its strides, the real one was contiguous)."""
+    def col_major(t):
+        return t.t().contiguous().t()
+
+    fwd = getattr(torch.ops.tecomp, o.name).default
+    bwd = getattr(torch.ops.tecomp, f"{o.name}_backward").default
+    x = col_major(x0)
+    calls = [(fwd, (x, w0)), (bwd, (x, w0, torch.ones(x0.shape[0], dtype=x0.dtype), None)),
+             (bwd, (x0, w0, None, torch.ones_like(w0)))]
+    for f, args in calls:
+        try:
+            torch.library.opcheck(f, args, test_utils=("test_schema", "test_faketensor"))
+        except Exception as e:  # noqa: BLE001
+            return Outcome("mismatch", ec, f"opcheck of {f} with strided X", _exc_text(e))
     return Outcome("ok", ec, "", "")
 
 
