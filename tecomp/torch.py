@@ -54,8 +54,8 @@ from .strategy import schedule_backward
 from .strategy._common import _has_tag
 from .autoschedule import auto_schedule
 from .build import build
-from .errors import (ArgumentError, ComputeError, DTypeError, RuntimeUnavailableError,
-                     ScheduleError, ShapeError)
+from .errors import (ArgumentError, AutodiffError, ComputeError, DTypeError,
+                     RuntimeUnavailableError, ScheduleError, ShapeError)
 from .ir import dtype as _dt
 from .ir.expr import Call, Var
 from .ir.functor import collect, free_vars
@@ -88,6 +88,10 @@ _LIB: Optional[torch.library.Library] = None
 _NAMES = itertools.count()
 _LIB_LOCK = threading.Lock()
 _is_compiling = torch.compiler.is_compiling
+#: torch.jit.trace's state (None outside a trace): a trace records only torch ops, so a
+#: traced call goes through the registered custom op (a kernel called directly would
+#: leave the trace an aten::empty, and the traced model uninitialised memory)
+_tracing = torch._C._get_tracing_state
 _grad_enabled = torch.is_grad_enabled
 
 
@@ -693,7 +697,7 @@ class Op:
                     f"op outside the transform")
 
     def __call__(self, *tensors):
-        if _is_compiling():
+        if _is_compiling() or _tracing():
             out = self._torch_op(*tensors)
             return out[0] if self.single and isinstance(out, (list, tuple)) else out
         self._check_call(tensors)
@@ -734,9 +738,7 @@ class _Function(torch.autograd.Function):
     def backward(ctx, *grad_outputs):
         op, n, nsaved = ctx.state
         result = [None] * (1 + n)
-        if torch.is_grad_enabled() and \
-                any(t is not None and t.requires_grad
-                    for t in (*ctx.saved_tensors[:n], *grad_outputs)):
+        if _create_graph((*ctx.saved_tensors[:n], *grad_outputs)):
             # create_graph=True: the gradients must be differentiable again (with the
             # saved path, once_differentiable's, they came back as constants: a gradient
             # penalty silently lost its second-order term)
@@ -750,6 +752,21 @@ class _Function(torch.autograd.Function):
             if ctx.needs_input_grad[1 + i]:
                 result[1 + i] = g
         return tuple(result)
+
+
+def _fake_grads(o: Op, tensors) -> List[torch.Tensor]:
+    """The backward custom op's fake outputs: the gradients its real implementation
+    allocates (:meth:`Op._grads_like`: contiguous, whatever the inputs' strides; before
+    session 31 ``empty_like`` kept a transposed input's, and torch.compile's inductor
+    refused the real gradient's strides)."""
+    return o._grads_like(tensors)
+
+
+def _create_graph(tensors) -> bool:
+    """Whether a backward runs with ``create_graph=True`` over ``tensors`` (its inputs
+    and incoming gradients, None for some): grad mode on and one of them requiring grad,
+    so its gradients must be a graph autograd can differentiate again."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def _call_grad_inputs(module, tensors, outs):
@@ -869,7 +886,7 @@ def _register(o: Op, name: str) -> str:
             return o.backward(tensors, grads)
 
         def bwd_fake(*args):
-            return [torch.empty_like(args[i]) for i in o._diff]
+            return _fake_grads(o, args[:n])
 
         lib.impl(opname, impl, key)
         lib.impl(f"{opname}_backward", bwd_impl, key)
@@ -992,6 +1009,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, group, kern):
         C = x.shape[1]
+        originals = (x, weight, bias)   # (a second derivative recomputes from these)
         x = x.detach()   # the kernels read the tensors' memory: no autograd inside
         weight = weight.detach() if weight is not None else None
         bias = bias.detach() if bias is not None else None
@@ -1024,8 +1042,9 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         mean_x = gmean.to(x.dtype)
         var_x = var.to(x.dtype)
         invstd = torch.rsqrt(var_x + eps)
-        ctx.save_for_backward(x3, weight, mean_x, invstd)
+        ctx.save_for_backward(x3, weight, mean_x, invstd, *originals)
         ctx.total, ctx.group, ctx.kern, ctx.shape = total, group, kern, x.shape
+        ctx.eps = eps
         if count == 0:
             return torch.empty_like(x)
         args = [x3.unsqueeze(-1), mean_x, var_x] + ([weight, bias] if weight is not None
@@ -1034,7 +1053,11 @@ class _SyncBatchNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        x3, weight, mean, invstd = ctx.saved_tensors
+        x3, weight, mean, invstd, *originals = ctx.saved_tensors
+        if _create_graph((*originals, grad)):
+            # create_graph=True: the gradients must be differentiable again (the kernels
+            # below give constants: a gradient penalty silently lost its second-order term)
+            return _SyncBatchNormFunction._differentiable_backward(ctx, originals, grad)
         kern, group, C = ctx.kern, ctx.group, x3.shape[1]
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         gx = gw = gb = None
@@ -1061,6 +1084,38 @@ class _SyncBatchNormFunction(torch.autograd.Function):
                 scale = invstd if weight is None else invstd * weight.to(invstd.dtype)
                 gx = kern[3].forward(dy, x3, mean, k, scale, mdy)[0].view(ctx.shape)
         return gx, gw, gb, None, None, None, None, None, None
+
+    @staticmethod
+    def _differentiable_backward(ctx, originals, grad):
+        """The gradients as a graph autograd can differentiate again: the training
+        forward recomputed in torch operations from the inputs (this process's batch;
+        across processes the statistics' derivatives would need the other processes'
+        inputs: an AutodiffError)."""
+        if ctx.group is not None:
+            raise AutodiffError(
+                "SyncBatchNorm: a second derivative (torch.autograd.grad(..., "
+                "create_graph=True), a gradient penalty) through the statistics of a group "
+                "of more than one process is not supported: the gradient would miss the "
+                "other processes' terms. Compute the penalty with this process's batch "
+                "alone (a SyncBatchNorm built with a process_group of this rank, "
+                "torch.distributed.new_group([rank])), or in eval() mode")
+        x, weight, bias = originals
+        dims = [0] + list(range(2, x.dim()))
+        along = (1, -1) + (1,) * (x.dim() - 2)
+        with torch.enable_grad():
+            wrt = [t for t, need in zip(originals, ctx.needs_input_grad[:3])
+                   if need and t is not None]
+            mean = x.mean(dims, keepdim=True)
+            var = (x - mean).square().mean(dims, keepdim=True)
+            y = (x - mean) * torch.rsqrt(var + ctx.eps)
+            if weight is not None:
+                y = y * weight.view(along) + bias.view(along)
+            got = iter(torch.autograd.grad(y, wrt, grad, create_graph=True, allow_unused=True))
+        grads = [next(got) if need and t is not None else None
+                 for t, need in zip(originals, ctx.needs_input_grad[:3])]
+        grads = [torch.zeros_like(t) if g is None and need and t is not None else g
+                 for g, t, need in zip(grads, originals, ctx.needs_input_grad[:3])]
+        return (*grads, None, None, None, None, None, None)
 
 
 class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):

@@ -56,15 +56,19 @@ def train(rank, world, outdir, batches, steps, dtype_name):
 
 
 def mismatch(rank, world, outdir):
-    """Modules whose num_features, then input dtype, differ on rank 1: each rank's error
-    (type name and message)."""
+    """Modules whose num_features, then input dtype, differ on rank 1, then a second
+    derivative through the group's statistics: each rank's error (type name and
+    message)."""
     out = {}
-    for what in ("features", "dtype"):
+    for what in ("features", "dtype", "second_derivative"):
         chans = C + (rank if what == "features" else 0)
         dtype = torch.float64 if (what == "dtype" and rank == 1) else torch.float32
         bn = tct.SyncBatchNorm(chans).to(dtype)
         try:
-            bn(torch.randn(4, chans, 2, 2, dtype=dtype))
+            x = torch.randn(4, chans, 2, 2, dtype=dtype, requires_grad=True)
+            y = bn(x)
+            if what == "second_derivative":   # a gradient penalty's first step
+                torch.autograd.grad(y.square().sum(), [x], create_graph=True)
             out[what] = None
         except Exception as e:   # noqa: BLE001 (the parent checks its type)
             out[what] = (type(e).__name__, str(e))

@@ -894,8 +894,65 @@ def test_lazy_bits_family_refuses_forward_mode_dual_tensors(monkeypatch):
     source = llvm._fast_path_source
     monkeypatch.setattr(argcheck, "forward_ad_level", lambda: -1)
     monkeypatch.setattr(llvm, "_fast_path_source", lambda *a, **k: (source(*a, **k) or "").replace(
-        "    if fwad._current_level >= 0: return None\n", ""))
+        "    if fwad._current_level >= 0 or tracing(): return None\n",
+        "    if tracing(): return None\n"))
     assert [run_edge_case(draw_edge_case(s)).kind for s in picks] == ["mismatch", "mismatch", "ok"]
+
+
+#: (session 31) lazy_bits seeds of stream 66: a call inside torch.jit.trace, the first
+#: call of its tensors and one after a plain call (the fast binder made)
+TRACED_SEEDS = (111, 273)
+
+
+def test_lazy_bits_family_finds_kernels_called_inside_a_jit_trace(monkeypatch):
+    """Torch tensors passed to a kernel while torch.jit.trace records are refused (the
+    trace records torch ops only); with the generic check, or the fast binder's step
+    aside, taken away (before session 31: the kernel ran, the trace kept nothing of
+    it), the family reports the seeds as accepted."""
+    pytest.importorskip("torch")
+    from tecomp.runtime import argcheck, llvm
+
+    assert [draw_edge_case(s).twist["variant"] for s in TRACED_SEEDS] == \
+        ["traced_call", "traced_call_warm"]
+    assert [run_edge_case(draw_edge_case(s)).kind for s in TRACED_SEEDS] == ["refused"] * 2
+    monkeypatch.setattr(argcheck, "jit_tracing", lambda: False)
+    assert [run_edge_case(draw_edge_case(s)).kind for s in TRACED_SEEDS] == ["mismatch"] * 2
+    monkeypatch.undo()
+    source = llvm._fast_path_source
+    monkeypatch.setattr(llvm, "_fast_path_source", lambda *a, **k: (source(*a, **k) or "").replace(
+        " or tracing()", ""))
+    assert [run_edge_case(draw_edge_case(s)).kind for s in TRACED_SEEDS] == ["mismatch"] * 2
+
+
+def test_torch_autograd_family_finds_syncbn_penalties_without_second_order(monkeypatch):
+    """(session 31, stream 66) A gradient penalty through tecomp.torch.SyncBatchNorm (seed
+    3404: channels-last 5-d, affine) is torch BatchNorm's; with the differentiable
+    backward taken away (its first gradient a constant, as before session 31) the family
+    reports a mismatch."""
+    pytest.importorskip("torch")
+    import tecomp.torch as tct
+
+    ec = draw_edge_case(3404)
+    assert ec.family == "torch_autograd" and ec.twist["syncbn"]["channels_last"]
+    assert run_edge_case(ec).kind == "ok"
+    monkeypatch.setattr(tct, "_create_graph", lambda tensors: False)
+    assert run_edge_case(ec).kind == "mismatch"
+
+
+def test_torch_autograd_family_checks_the_fake_strides(monkeypatch):
+    """(session 31, stream 66) Seed 816 runs torch.library.opcheck's fake-tensor test on
+    the op's custom ops with a column-major input; with the backward's fake of before
+    session 31 (empty_like: the input's strides, the real gradient contiguous) it reports
+    a mismatch."""
+    torch = pytest.importorskip("torch")
+    import tecomp.torch as tct
+
+    ec = draw_edge_case(816)
+    assert ec.family == "torch_autograd" and ec.twist.get("strided_opcheck")
+    assert run_edge_case(ec).kind == "ok"
+    monkeypatch.setattr(tct, "_fake_grads", lambda o, ts: [torch.empty_like(ts[i])
+                                                           for i in o._diff])
+    assert run_edge_case(ec).kind == "mismatch"
 
 
 #: (session 30) layouts seeds of the masked-array variants (stream 55): an output and an

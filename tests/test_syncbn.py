@@ -122,6 +122,28 @@ def test_syncbn_eval_is_differentiable():
         torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-5)
 
 
+def test_syncbn_second_derivative_is_batchnorms():
+    """A gradient penalty (torch.autograd.grad(..., create_graph=True), then a backward
+    through the gradient) in training: the input's and the weight's gradients are torch
+    BatchNorm's.  Before session 31 the first gradient was computed by kernels outside
+    autograd, a constant: the penalty's terms silently vanished from them."""
+    bn, ref = tct.SyncBatchNorm(3).double(), torch.nn.BatchNorm2d(3).double()
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5)
+        ref.weight.copy_(bn.weight)
+    x0 = torch.randn(4, 3, 3, 2, dtype=torch.float64).to(memory_format=torch.channels_last)
+    got = []
+    for m in (bn, ref):
+        x = x0.clone().requires_grad_()
+        g, = torch.autograd.grad(m(x).pow(3).sum(), [x], create_graph=True)
+        torch.autograd.backward(g.square().sum() + x.sum())
+        got.append((g, x.grad, m.weight.grad, m.bias.grad))
+    for a, e in zip(*got):
+        torch.testing.assert_close(a, e)
+    x = x0[:2, :, :2].clone().requires_grad_()
+    assert torch.autograd.gradgradcheck(tct.SyncBatchNorm(3, affine=False).double(), (x,))
+
+
 def test_syncbn_momentum_none_and_no_running_stats():
     bn, ref = tct.SyncBatchNorm(2, momentum=None), torch.nn.BatchNorm2d(2, momentum=None)
     for _ in range(3):

@@ -148,6 +148,44 @@ def test_zero_tensors_are_read_as_zeros():
     torch.testing.assert_close(op(z), torch.ones(5, 8))
 
 
+def test_custom_ops_fake_strides_are_the_real_ones():
+    """torch.library.opcheck's fake-tensor test of the op and its backward op with strided
+    inputs: the fake implementations give the real outputs' strides.  Before session 31 the
+    backward's fake gave a transposed input's gradient the input's strides (empty_like)
+    and the real one was contiguous: torch.compile's inductor refused the model's
+    backward with an AssertionError on the strides."""
+    X = tc.placeholder((tc.var("n"), 6), name="X")
+    op = tct.op([X], tc.compute(X.shape, lambda i, j: tc.exp(X[i, j]), name="Y"))
+    fwd = getattr(torch.ops.tecomp, op.name).default
+    bwd = getattr(torch.ops.tecomp, f"{op.name}_backward").default
+    t = torch.randn(6, 4).t()
+    for f, args in ((fwd, (t,)), (bwd, (t, torch.randn(4, 6))), (bwd, (t.contiguous(), t))):
+        torch.library.opcheck(f, args, test_utils=("test_schema", "test_faketensor"))
+
+
+def test_torch_jit_trace_records_the_op():
+    """torch.jit.trace of a model with an op records ``tecomp::<name>`` (forward and, through
+    its registered autograd formula, backward): the traced model computes new inputs of
+    another row count.  Before session 31 a call whose inputs did not require grad ran the
+    kernel outside the trace, which kept only the output's ``aten::empty``: the traced
+    model returned uninitialised memory."""
+    X = tc.placeholder((tc.var("n"), 8), name="X")
+    op = tct.op([X], tc.compute(X.shape, lambda i, j: X[i, j] * 3.0 + 1.0, name="Y"))
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return op(x) * 2.0
+
+    for grad in (False, True):
+        traced = torch.jit.trace(M(), torch.ones(4, 8, requires_grad=grad), check_trace=False)
+        assert f"tecomp::{op.name}" in str(traced.graph)
+        x = torch.randn(6, 8, requires_grad=True)
+        y = traced(x)
+        torch.testing.assert_close(y, (x * 3.0 + 1.0) * 2.0)
+        y.sum().backward()
+        torch.testing.assert_close(x.grad, torch.full((6, 8), 6.0))
+
+
 def _axpy_const():
     A, B = tc.placeholder((5, 8), name="A"), tc.placeholder((5, 8), name="B")
     C = tc.compute((5, 8), lambda i, j: A[i, j] * 2 + B[i, j], name="C")

@@ -378,6 +378,13 @@ def _plain_tensor(t, label: str, written: bool):
             f"has no memory of its own for tecomp to read or write in place: call the kernel "
             f"outside torch.func transforms (e.g. loop over the batch and torch.stack the "
             f"results)")
+    if jit_tracing():
+        raise ArgumentError(
+            f"{label}: a torch tensor passed while torch.jit.trace records, and a trace "
+            f"records torch ops only: the kernel's call would be missing from the trace "
+            f"(its outputs left as torch.empty's memory when the traced model runs): wrap "
+            f"the computation with tecomp.torch.op(...), whose calls a trace records as "
+            f"torch.ops.tecomp ops, or call the kernel outside the trace")
     if t.requires_grad:
         raise ArgumentError(
             f"{label}: the torch tensor requires grad, and tecomp reads and writes its "
@@ -481,6 +488,12 @@ def forward_ad_level() -> int:
     outside one (where no tensor has a tangent) or without torch."""
     fw = sys.modules.get("torch.autograd.forward_ad")
     return -1 if fw is None else fw._current_level
+
+
+def jit_tracing() -> bool:
+    """Whether ``torch.jit.trace`` records now (False without torch)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch._C._get_tracing_state() is not None
 
 
 def dual_tangent(t):

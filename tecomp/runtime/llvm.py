@@ -420,7 +420,9 @@ def _fast_path_source(plan: _CallPlan, tensors: bool = False, grad_inputs: bool 
     if tensors and plan.bufs:
         # (inside torch.autograd.forward_ad.dual_level a tensor may carry a tangent: the
         # generic path refuses one that does)
-        w("    if fwad._current_level >= 0: return None")
+        # (and while torch.jit.trace records: the generic path refuses, since the trace
+        # would not record the kernel)
+        w("    if fwad._current_level >= 0 or tracing(): return None")
     for p in plan.bufs:
         nm = f"a{p.data_index}"
         names.append(nm)
@@ -586,6 +588,7 @@ def _compile_fast_path(src: str, plan: _CallPlan, tensors: bool = False):
         ns["Tensor"] = torch.Tensor
         ns["written"] = torch._C._increment_version
         ns["fwad"] = torch.autograd.forward_ad
+        ns["tracing"] = torch._C._get_tracing_state
         for p in plan.bufs:
             tdt = getattr(torch, p.np_dtype.name, None) if p.np_dtype.isnative else None
             if not isinstance(tdt, torch.dtype):

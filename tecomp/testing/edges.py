@@ -37,7 +37,10 @@ read the docs, or one who wants to crash the caller, would:
     ``RandomDraw(seed * 7919 + 53)``, session 29) inside a forward-mode AD level
     (``torch.autograd.forward_ad.dual_level``) a dual tensor as an input (its tangent
     would be dropped) or an output (its tangent would stay): refused; or plain tensors
-    there: the plain call's outputs.
+    there: the plain call's outputs; or (15% of the seeds, a stream of their own,
+    ``RandomDraw(seed * 7919 + 66)``, session 31) torch tensors inside
+    ``torch.jit.trace`` (after a plain call or not): refused, since a trace records torch
+    ops only (the traced function returned its outputs' old memory).
 ``foreign_target``
     the case built for another CPU (``-mcpu``, ``-mattr`` additions and removals), called
     here: the right answer, or a :class:`~tecomp.errors.TecompError` naming the target --
@@ -154,7 +157,13 @@ Session 9's families, drawn for the edge seeds whose ``seed // 576`` is odd and 
     or ``pickle``, before or after a first call (:data:`COPY_WAYS`): a model (a dict)
     holding it deep-copied, as an EMA copy is, and the copy's op used; ``copy.copy``;
     the op, or its forward's compiled module, pickled: an ``ArgumentError`` saying how
-    to move it, then the op used as it is (the mixed ones are refused first).
+    to move it, then the op used as it is (the mixed ones are refused first).  A
+    quarter (a stream of their own, ``RandomDraw(seed * 7919 + 66)``, session 31) take
+    the gradient penalty through ``tecomp.torch.SyncBatchNorm`` in training instead
+    (float64, one process, 0 to 3 spatial dimensions, channels-last or not, affine or
+    not): torch's ``BatchNorm``'s gradients; of the others, two in five also run
+    ``torch.library.opcheck``'s fake-tensor test of the op's custom op and its backward
+    op with a column-major ``X``: the fake implementations give the real strides.
 ``quant_scales``
     ``quantize``, ``dequantize``, ``requantize`` or ``quantized_dense`` with scales at
     float32's ends (subnormal, the smallest normal, the largest, past it, and products of
@@ -574,6 +583,9 @@ def draw_edge_case(seed: int) -> EdgeCase:
         dual = RandomDraw(seed * 7919 + 53)   # (session 29: the others keep theirs)
         if dual.bool(0.2):
             twist = {"variant": dual.choice(("dual_input", "dual_output", "plain_in_dual_level"))}
+        traced = RandomDraw(seed * 7919 + 66)   # (session 31: the others keep theirs)
+        if traced.bool(0.15):
+            twist = {"variant": traced.choice(("traced_call", "traced_call_warm"))}
     elif family == "library_file":
         twist = {"tamper": d.choice(("flip_byte", "truncate", "append", "swap_sidecar",
                                      "empty", "fifo", "directory", "symlink_to_dev",
@@ -663,6 +675,12 @@ def draw_edge_case(seed: int) -> EdgeCase:
         life = RandomDraw(seed * 7919 + 52)   # (session 29: the others keep theirs)
         if life.bool(0.4):
             twist["copied"] = {"how": life.choice(COPY_WAYS), "after_call": life.bool(0.5)}
+        bn = RandomDraw(seed * 7919 + 66)   # (session 31: the others keep theirs)
+        if bn.bool(0.25):
+            twist["syncbn"] = {"channels_last": bn.bool(0.5), "affine": bn.bool(0.7),
+                               "spatial": bn.choice(((), (3,), (2, 3), (2, 1, 2)))}
+        elif bn.bool(0.4):   # (drawn after: the SyncBatchNorm seeds keep theirs)
+            twist["strided_opcheck"] = True
     elif family == "quant_scales":
         twist = {"op": d.choice(("quantize", "dequantize", "requantize", "quantized_dense")),
                  "scales": [d.choice(EDGE_SCALES) for _ in range(3)],
@@ -1238,6 +1256,8 @@ def _run_lazy_bits(ec: EdgeCase) -> Outcome:
         return _run_zero_tensor(ec, torch, c)
     if v in ("dual_input", "dual_output", "plain_in_dual_level"):
         return _run_dual(ec, torch, c)
+    if v in ("traced_call", "traced_call_warm"):
+        return _run_traced(ec, torch, c)
     call = []
     twisted = False
     for pos, a in enumerate(arrs):
@@ -1333,6 +1353,36 @@ def _run_dual(ec: EdgeCase, torch, c) -> Outcome:
                                    c.ir, f"a forward-mode AD dual tensor as an "
                                    f"{'output' if v == 'dual_output' else 'input'}")
         return _same_as_plain(ec, c, ref, call, "plain tensors in a dual level vs numpy")
+
+
+def _run_traced(ec: EdgeCase, torch, c) -> Outcome:
+    """The case called with torch tensors inside ``torch.jit.trace`` (session 31), after
+    a plain call of the same tensors (``traced_call_warm``: its fast binder made) or not:
+    an ArgumentError.  A trace records torch ops only: before session 31 the kernel ran
+    and the trace kept none of it, so the traced function returned its outputs' old
+    memory (``torch.empty``'s, in a tecomp.torch op) without a word."""
+    floats = [pos for pos, a in enumerate(c.arrs) if isinstance(a, np.ndarray) and
+              a.dtype.kind == "f" and a.dtype.itemsize >= 4 and a.dtype.isnative]
+    if not floats:
+        return Outcome("ok", ec, "", "", c.ir)
+    call = [torch.from_numpy(x) if pos in floats else x for pos, x in enumerate(c.arrs)]
+    if c.variant == "traced_call_warm":
+        try:
+            c.mod(*call)
+        except Exception as e:  # noqa: BLE001
+            return Outcome("crash", ec, "lazy_bits traced_call_warm", _exc_text(e), c.ir)
+
+    def traced(*ts):
+        args = list(call)
+        for pos, t in zip(floats, ts):
+            args[pos] = t
+        c.mod(*args)
+        return ts
+
+    return _expect_refusal(
+        ec, lambda: torch.jit.trace(traced, tuple(call[p] for p in floats), check_trace=False),
+        (tc.ArgumentError,), f"lazy_bits {c.variant}", c.ir,
+        "a call inside torch.jit.trace (the trace would not record the kernel)")
 
 
 def _run_shrunk_storage(ec: EdgeCase, torch, c) -> Outcome:
@@ -2533,6 +2583,8 @@ def _run_torch_autograd(ec: EdgeCase) -> Outcome:
         return Outcome("ok", ec, "", "torch is not installed")
     tct = tc.torch            # (the package's lazy attribute: tecomp.torch needs torch)
     tw = ec.twist
+    if tw.get("syncbn"):
+        return _run_syncbn_penalty(ec, torch, tct)
     body, ref = _FORMULAS[tw["formula"]]
     stage = "op"
     try:
@@ -2588,6 +2640,70 @@ def _run_torch_autograd(ec: EdgeCase) -> Outcome:
             return Outcome("mismatch", ec, "compare", f"{tw['variant']} of {tw['formula']}: "
                            f"{name} {None if a is None else a.detach().flatten()[:4].tolist()}, "
                            f"torch {None if b is None else b.detach().flatten()[:4].tolist()}")
+    if tw.get("strided_opcheck"):
+        return _strided_opcheck(ec, torch, o, x0, w0)
+    return Outcome("ok", ec, "", "")
+
+
+def _strided_opcheck(ec: EdgeCase, torch, o, x0, w0) -> Outcome:
+    """(session 31) ``torch.library.opcheck``'s schema and fake-tensor tests of the op's
+    custom op and its backward op, with the input ``X`` and an incoming gradient in
+    column-major strides: the fake implementations must give the real outputs' shapes
+    and strides (torch.compile plans with them; before session 31 the backward's fake
+    gave a strided input's gradient its strides, the real one was contiguous)."""
+    def col_major(t):
+        return t.t().contiguous().t()
+
+    fwd = getattr(torch.ops.tecomp, o.name).default
+    bwd = getattr(torch.ops.tecomp, f"{o.name}_backward").default
+    x = col_major(x0)
+    calls = [(fwd, (x, w0)), (bwd, (x, w0, torch.ones(x0.shape[0], dtype=x0.dtype), None)),
+             (bwd, (x0, w0, None, torch.ones_like(w0)))]
+    for f, args in calls:
+        try:
+            torch.library.opcheck(f, args, test_utils=("test_schema", "test_faketensor"))
+        except Exception as e:  # noqa: BLE001
+            return Outcome("mismatch", ec, f"opcheck of {f} with strided X", _exc_text(e))
+    return Outcome("ok", ec, "", "")
+
+
+def _run_syncbn_penalty(ec: EdgeCase, torch, tct) -> Outcome:
+    """(session 31) ``tecomp.torch.SyncBatchNorm`` in training, one process, float64: a
+    gradient penalty through it (the input's and the parameters' gradients, from
+    ``create_graph=True``) equal to torch's ``BatchNorm``'s.  Before session 31 its first
+    gradient came from kernels outside autograd, a constant, and the penalty's terms
+    vanished from the gradients silently."""
+    tw, sb = ec.twist, ec.twist["syncbn"]
+    shape = (tw["rows"] + 1, tw["cols"], *sb["spatial"])
+    stage = "SyncBatchNorm's gradient penalty"
+    try:
+        g = torch.Generator().manual_seed(ec.fuzz_seed)
+        x0 = torch.randn(shape, generator=g, dtype=torch.float64)
+        if sb["channels_last"] and x0.dim() in (4, 5):
+            x0 = x0.to(memory_format=torch.channels_last if x0.dim() == 4 else
+                       torch.channels_last_3d)
+        w0 = torch.rand(tw["cols"], generator=g, dtype=torch.float64) + 0.5
+        mods = [tct.SyncBatchNorm(tw["cols"], affine=sb["affine"]).double(),
+                {2: torch.nn.BatchNorm1d, 3: torch.nn.BatchNorm1d, 4: torch.nn.BatchNorm2d,
+                 5: torch.nn.BatchNorm3d}[x0.dim()](tw["cols"], affine=sb["affine"]).double()]
+        got = []
+        for m in mods:
+            if sb["affine"]:
+                with torch.no_grad():
+                    m.weight.copy_(w0)
+            x = x0.clone().requires_grad_()
+            y = m(x)
+            gx, = torch.autograd.grad(y.pow(3).sum(), [x], create_graph=True)
+            torch.autograd.backward(gx.square().sum() + y.sum())
+            got.append([gx, x.grad] + ([m.weight.grad, m.bias.grad] if sb["affine"] else []))
+            stage = "the same in torch"
+    except Exception as e:  # noqa: BLE001
+        return _failure(ec, stage, e)
+    for name, a, b in zip(("gx", "x.grad", "weight.grad", "bias.grad"), *got):
+        if a is None or b is None or not torch.allclose(a, b, rtol=1e-6, atol=1e-8):
+            return Outcome("mismatch", ec, "compare", f"SyncBatchNorm {shape} {sb}: {name} "
+                           f"{None if a is None else a.flatten()[:4].tolist()}, torch "
+                           f"{None if b is None else b.flatten()[:4].tolist()}")
     return Outcome("ok", ec, "", "")
 
 

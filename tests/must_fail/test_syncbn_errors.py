@@ -12,8 +12,8 @@ import torch.distributed as dist  # noqa: E402
 
 import tecomp.errors as errors  # noqa: E402
 import tecomp.torch as tct  # noqa: E402
-from tecomp.errors import (ArgumentError, DTypeError, RuntimeUnavailableError,  # noqa: E402
-                           ShapeError)
+from tecomp.errors import (ArgumentError, AutodiffError, DTypeError,  # noqa: E402
+                           RuntimeUnavailableError, ShapeError)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from multiproc import launch  # noqa: E402  (tests/multiproc.py)
@@ -71,9 +71,14 @@ def test_process_group_without_torch_distributed():
                              r"num_features on every process"),
     ("dtype", DTypeError, r"the processes' inputs have different dtypes \(rank 0: "
                           r"torch.float32, rank 1: torch.float64\)"),
+    ("second_derivative", AutodiffError,
+     r"SyncBatchNorm: a second derivative \(torch\.autograd\.grad\(\.\.\., "
+     r"create_graph=True\), a gradient penalty\) through the statistics of a group of more "
+     r"than one process is not supported.*torch\.distributed\.new_group\(\[rank\]\)"),
 ])
 def test_ranks_that_disagree(tmp_path_factory, what, error, pattern):
-    """Every rank raises the same error (no rank is left waiting in a collective)."""
+    """Every rank raises the same error (no rank is left waiting in a collective; a second
+    derivative across processes would miss the other processes' terms)."""
     ranks = _mismatch_runs(tmp_path_factory)
     for res in ranks:
         name, message = res[what]

@@ -263,6 +263,27 @@ def test_a_zero_tensor_as_an_output(axpy):
         axpy(x, x, torch._efficientzerotensor(4, 8))
 
 
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+def test_a_kernel_called_inside_torch_jit_trace(axpy):
+    """A trace records torch ops only: the kernel's call would be missing from it, and the
+    traced function would return its output's old memory.  Refused, the first call of
+    the tensors and after the fast binder is made; a tecomp.torch.op is recorded
+    (tests/test_torch.py)."""
+    x, out = torch.ones(4, 8), torch.zeros(4, 8)
+
+    def f(a, b):
+        axpy(a, b, out)
+        return out
+
+    for _ in range(2):
+        with pytest.raises(ArgumentError, match=r"parameter A \(argument 1\): a torch tensor "
+                                                r"passed while torch\.jit\.trace records.*"
+                                                r"tecomp\.torch\.op\(\.\.\.\)"):
+            torch.jit.trace(f, (x, x), check_trace=False)
+        axpy(x, x, out)      # (the fast binder made)
+    torch.testing.assert_close(out, torch.full((4, 8), 3.0))
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_tensors_that_are_not_dense_memory(axpy):
     x = torch.ones(4, 8)
