@@ -1226,9 +1226,10 @@ def test_planes_first(case, monkeypatch):
     fetch = re.findall(r"prefetch \(L2\) (\w+)\[[^,]*, [^,]*, ([^\n]*)\]\n", text)
     assert fetch and {t for t, _ in fetch} == {"X"}, text
     # (the plane one past the loads' own: i2.w where they read plane i2.w - 1 of
-    # padded data, else min(i2.w + 1, last))
+    # padded data -- clamped into the array, min(i2.w, last) -- else min(i2.w + 1, last))
     lag = re.search(r"X\[[^\]]*, i2\.w - 1, ", text) is not None
-    ahead = r"(i2\.w|min\(i2\.w \+ 1, \d+\) - 1), " if lag else r"min\(i2\.w \+ 1, \d+\), "
+    ahead = (r"(i2\.w|min\(i2\.w, \d+\)|min\(i2\.w \+ 1, \d+\) - 1), " if lag
+             else r"min\(i2\.w \+ 1, \d+\), ")
     assert any(re.match(ahead, i) for _, i in fetch), fetch
     assert str(tc.lower(replay(s.trace.to_json(), [Y]), [X, Y])) == text
     for other in (tc.target.cpu_model("llvm -mcpu=znver4"), replace(info, l2_bytes=1024)):
