@@ -435,6 +435,20 @@ def test_cuda_emulation_refuses_a_cache_others_can_write(tmp_path, monkeypatch):
         tc.build(s, [A, C], target="cuda-emu")
 
 
+def _emu_kernel_in(tmp_path, monkeypatch, k: float):
+    """``C = A * k`` over 8 GPU threads, lowered for the CUDA emulation, with the
+    emulation's library cache in ``tmp_path`` (none loaded yet): ``(s, A, C, func)``."""
+    from tecomp.codegen import cuda_emu
+
+    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cuda_emu, "_LIBS", {})
+    A = tc.placeholder((8,), name="A")
+    C = tc.compute((8,), lambda i: A[i] * k, name="C")
+    s = tc.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], tc.thread_axis("threadIdx.x"))
+    return s, A, C, tc.lower(s, [A, C], target="cuda-emu")
+
+
 @pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None, reason="needs g++")
 def test_cuda_emulation_cache_entry_taken_by_a_directory(tmp_path, monkeypatch):
     """A directory where the library's cache entry goes: a BuildError naming the entry
@@ -442,13 +456,7 @@ def test_cuda_emulation_cache_entry_taken_by_a_directory(tmp_path, monkeypatch):
     from tecomp.codegen import cuda_emu
     from tecomp.codegen.cuda import codegen_cuda
 
-    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cuda_emu, "_LIBS", {})
-    A = tc.placeholder((8,), name="A")
-    C = tc.compute((8,), lambda i: A[i] * 3.0, name="C")
-    s = tc.create_schedule(C.op)
-    s[C].bind(C.op.axis[0], tc.thread_axis("threadIdx.x"))
-    func = tc.lower(s, [A, C], target="cuda-emu")
+    s, A, C, func = _emu_kernel_in(tmp_path, monkeypatch, 3.0)
     key = cuda_emu._library_key(codegen_cuda(func))[0]
     (tmp_path / "cuda_emu" / f"{key}.so").mkdir(parents=True)
     with pytest.raises(tc.BuildError, match=r"cannot write the CUDA emulation cache entry "
@@ -466,15 +474,7 @@ def test_cuda_emulation_build_on_a_full_disk(tmp_path, monkeypatch, limit):
     before); 75 KiB: the compiler's output cannot (reported as "likely a tecomp bug")."""
     import resource
 
-    from tecomp.codegen import cuda_emu
-
-    monkeypatch.setenv("TECOMP_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cuda_emu, "_LIBS", {})
-    A = tc.placeholder((8,), name="A")
-    C = tc.compute((8,), lambda i: A[i] * 5.0, name="C")
-    s = tc.create_schedule(C.op)
-    s[C].bind(C.op.axis[0], tc.thread_axis("threadIdx.x"))
-    func = tc.lower(s, [A, C], target="cuda-emu")
+    func = _emu_kernel_in(tmp_path, monkeypatch, 5.0)[3]
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
     try:
